@@ -1,0 +1,219 @@
+"""The one interface a storage backend implements.
+
+A :class:`BlobStore` addresses objects by full URI (``s3://bucket/key``); the
+registry picks the store from the URI's scheme. Five operations are required:
+
+- :meth:`BlobStore.open_read`: a streaming, readable binary file object;
+- :meth:`BlobStore.open_write`: a :class:`BlobWriter` whose object appears, whole,
+  only when it is closed cleanly, and is discarded by :meth:`BlobWriter.abort`
+  (the context-manager form aborts on an exception);
+- :meth:`BlobStore.stat`: the size of an object, or ``None`` when it is absent;
+- :meth:`BlobStore.delete` and :meth:`BlobStore.list`.
+
+Everything else has a default built on those and may be overridden as a fast path.
+Backends raise the errors of :mod:`flyte_checkpoint.errors`: ``NotFoundError``
+(``ContainerNotFoundError`` for a missing bucket), ``CheckpointPermissionError``,
+``TransientError`` (worth retrying) and ``StoreError`` for the rest.
+"""
+
+from __future__ import annotations
+
+import abc
+import io
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from typing import BinaryIO, ClassVar
+
+from .errors import StoreError
+from .uri import redact
+
+#: Chunk size for copies between streams and files.
+COPY_CHUNK = 8 * 1024 * 1024
+
+
+class BlobWriter(abc.ABC):
+    """A streaming write of one object.
+
+    ``write()`` as often as needed, then ``close()`` to commit (the object appears
+    whole) or ``abort()`` to discard (nothing appears, nothing is left behind).
+    Used as a context manager it commits on a clean exit and aborts on an exception.
+    Subclasses implement :meth:`_write`, :meth:`_commit` and :meth:`_abort`; this base
+    guarantees each of commit and abort runs at most once, and that a failed commit is
+    followed by an abort.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._state = "open"
+        self._lock = threading.Lock()
+        self.bytes_written = 0
+
+    @property
+    def closed(self) -> bool:
+        return self._state != "open"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Append bytes to the object; returns how many were taken (all of them)."""
+        if self._state != "open":
+            raise ValueError(f"write to a {self._state} writer for {redact(self.uri)}")
+        n = len(data)
+        if n:
+            self._write(data)
+            self.bytes_written += n
+        return n
+
+    def flush(self) -> None:
+        """Nothing to do: data is committed by ``close()``, not by flushing."""
+
+    def close(self) -> None:
+        """Commit the object. Idempotent; after ``abort()`` it does nothing."""
+        with self._lock:
+            if self._state != "open":
+                return
+            self._state = "committing"
+        try:
+            self._commit()
+        except BaseException:
+            self._state = "aborted"
+            try:
+                self._abort()
+            except Exception:
+                pass
+            raise
+        self._state = "committed"
+
+    def abort(self) -> None:
+        """Discard everything written. Idempotent; after a commit it does nothing."""
+        with self._lock:
+            if self._state != "open":
+                return
+            self._state = "aborted"
+        self._abort()
+
+    def __enter__(self) -> BlobWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    @abc.abstractmethod
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        """Take the next bytes of the object (may buffer, may upload)."""
+
+    @abc.abstractmethod
+    def _commit(self) -> None:
+        """Make the object visible, whole, replacing any previous one."""
+
+    @abc.abstractmethod
+    def _abort(self) -> None:
+        """Discard the bytes written so far and any server-side state."""
+
+
+class BlobStore(abc.ABC):
+    """A backend for one or more URI schemes. See the module docstring for the contract."""
+
+    #: The store can serve byte ranges cheaply (``read_range`` is a real ranged read).
+    supports_ranges: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def open_read(self, uri: str) -> BinaryIO:
+        """Open the object for streaming reads.
+
+        Raises:
+            NotFoundError: the object is absent (ContainerNotFoundError: its bucket is).
+        """
+
+    @abc.abstractmethod
+    def open_write(self, uri: str) -> BlobWriter:
+        """Start a streaming write; the object appears only when the writer is closed cleanly."""
+
+    @abc.abstractmethod
+    def stat(self, uri: str) -> int | None:
+        """Return the object's size in bytes, or ``None`` if there is no such object.
+
+        Raises:
+            ContainerNotFoundError: the bucket/container itself does not exist.
+        """
+
+    @abc.abstractmethod
+    def delete(self, uri: str) -> None:
+        """Remove the object; removing an absent object is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> Iterator[str]:
+        """Yield the URIs of the objects whose URI starts with ``prefix``, in sorted order."""
+
+    # Optional fast paths, with defaults built on the streams.
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        """Return ``length`` bytes from offset ``start`` (fewer at the end of the object)."""
+        with self.open_read(uri) as f:
+            if f.seekable():
+                f.seek(start)
+            else:
+                _skip(f, start)
+            return _read_exactly(f, length)
+
+    def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
+        """Store a local file's bytes as the object at ``uri``, atomically."""
+        with open(path, "rb") as src, self.open_write(uri) as dst:
+            shutil.copyfileobj(src, dst, COPY_CHUNK)  # type: ignore[misc]
+
+    def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
+        """Copy the object into a local file (created or truncated)."""
+        with self.open_read(uri) as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst, COPY_CHUNK)
+
+    def read_bytes(self, uri: str) -> bytes:
+        """The whole object in memory (for small objects)."""
+        with self.open_read(uri) as f:
+            return f.read()
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Store ``data`` as the object at ``uri``, atomically."""
+        with self.open_write(uri) as w:
+            w.write(data)
+
+    def close(self) -> None:
+        """Release clients and pools. The store may be used again afterwards."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>"
+
+
+def _skip(f: BinaryIO, n: int) -> None:
+    while n > 0:
+        chunk = f.read(min(n, COPY_CHUNK))
+        if not chunk:
+            return
+        n -= len(chunk)
+
+
+def _read_exactly(f: BinaryIO, n: int) -> bytes:
+    buf = io.BytesIO()
+    while n > 0:
+        chunk = f.read(n)
+        if not chunk:
+            break
+        buf.write(chunk)
+        n -= len(chunk)
+    return buf.getvalue()
+
+
+def ensure_store_error(exc: BaseException, uri: str) -> BaseException:
+    """Wrap an unexpected exception from a backend in :class:`StoreError` (others pass through)."""
+    from .errors import CheckpointError
+
+    if isinstance(exc, CheckpointError):
+        return exc
+    err = StoreError(f"{type(exc).__name__} on {redact(uri)}: {exc}")
+    err.__cause__ = exc
+    return err

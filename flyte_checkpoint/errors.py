@@ -1,0 +1,85 @@
+"""The project's errors: one small hierarchy, each also the matching built-in.
+
+Catch :class:`CheckpointError` for anything this library raises, or the built-in
+(``FileNotFoundError``, ``PermissionError``, ``ConnectionError``, ``ValueError``...)
+when the caller does not care where it came from.
+"""
+
+from __future__ import annotations
+
+
+class CheckpointError(Exception):
+    """Base of every error raised by flyte-checkpoint."""
+
+
+class StoreError(CheckpointError, OSError):
+    """A storage backend failed in a way that is neither missing, denied nor transient."""
+
+
+class NotFoundError(CheckpointError, FileNotFoundError):
+    """The object does not exist (only this one, on the source URI, loads as "no checkpoint")."""
+
+
+class ContainerNotFoundError(NotFoundError):
+    """The bucket, container or folder that should hold the object does not exist.
+
+    Unlike a missing object this is a configuration error: ``load()`` raises it.
+    """
+
+
+class CheckpointPermissionError(CheckpointError, PermissionError):
+    """The store refused access: credentials are missing, wrong or lack a permission."""
+
+
+class TransientError(CheckpointError, ConnectionError):
+    """A failure worth retrying: throttling, a 5xx answer, a reset or timed-out connection."""
+
+
+class CorruptCheckpointError(CheckpointError, ValueError):
+    """The stored object is truncated or damaged (bad gzip checksum, broken tar stream)."""
+
+
+class UnsafeArchiveError(CheckpointError, ValueError):
+    """A tarball member would write outside the workspace or is not a plain file, folder or link."""
+
+
+class InvalidURIError(CheckpointError, ValueError):
+    """A URI that cannot name a checkpoint (blank, or a form this library does not read)."""
+
+
+class UnsupportedDataError(CheckpointError, TypeError):
+    """``save()`` was given something it cannot store (not bytes, a file or a directory)."""
+
+
+class UnknownSchemeError(CheckpointError, ValueError):
+    """No installed backend handles the URI's scheme."""
+
+
+class BackendNotInstalledError(UnknownSchemeError, ImportError):
+    """The scheme is one this project has a plugin for, but that plugin is not installed."""
+
+
+class BackendLoadError(CheckpointError, ImportError):
+    """A backend plugin is installed but failed to import or to build its store."""
+
+
+class BackendConflictError(CheckpointError, RuntimeError):
+    """A backend registration is invalid (for example, a name registered twice)."""
+
+
+__all__ = [
+    "BackendConflictError",
+    "BackendLoadError",
+    "BackendNotInstalledError",
+    "CheckpointError",
+    "CheckpointPermissionError",
+    "ContainerNotFoundError",
+    "CorruptCheckpointError",
+    "InvalidURIError",
+    "NotFoundError",
+    "StoreError",
+    "TransientError",
+    "UnknownSchemeError",
+    "UnsafeArchiveError",
+    "UnsupportedDataError",
+]

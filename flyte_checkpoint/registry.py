@@ -1,0 +1,409 @@
+"""Scheme -> store resolution, fed by the ``register_stores`` hook.
+
+Where stores come from, in order of precedence when two claim one scheme:
+
+1. runtime registrations (:func:`register_store`), newest first;
+2. plugins found through entry points in the group ``flyte_checkpoint``;
+3. the built-in ``file`` and ``memory`` stores.
+
+Within one level the claim with the higher ``priority`` wins; equal priorities are
+broken by backend name (alphabetical), with a warning that names both claimants.
+
+Entry points are loaded once, lazily, on the first resolution of a URI or the first
+listing of backends (never at import), each on its own: a plugin that fails to import
+is reported by name in a warning and in later "no backend" errors, and the rest load.
+Set ``FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD=1`` to load no entry points at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .blobstore import BlobStore
+from .errors import (
+    BackendConflictError,
+    BackendLoadError,
+    BackendNotInstalledError,
+    UnknownSchemeError,
+)
+from .uri import redact, scheme_of
+
+DISABLE_AUTOLOAD_ENV = "FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD"
+ENTRY_POINT_GROUP = hookspecs.PROJECT
+
+#: Schemes this project ships a plugin for: scheme -> (extra, backend label).
+KNOWN_SCHEMES: dict[str, tuple[str, str]] = {
+    "s3": ("s3", "S3"),
+    "s3a": ("s3", "S3"),
+    "gs": ("gcs", "Google Cloud Storage"),
+    "gcs": ("gcs", "Google Cloud Storage"),
+    "abfs": ("azure", "Azure Blob Storage"),
+    "abfss": ("azure", "Azure Blob Storage"),
+    "az": ("azure", "Azure Blob Storage"),
+}
+
+_RANK = {"runtime": 2, "plugin": 1, "builtin": 0}
+
+
+def install_hint(scheme: str) -> str | None:
+    """The ``pip install`` command that adds a backend for a known scheme, else ``None``."""
+    known = KNOWN_SCHEMES.get(scheme.lower())
+    return f"pip install 'flyte-checkpoint[{known[0]}]'" if known else None
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """What a plugin says about one store it provides.
+
+    Attributes:
+        name: the backend's name (unique among installed backends), e.g. ``"s3"``.
+        schemes: the URI schemes it serves, lower case, e.g. ``("s3", "s3a")``.
+        factory: builds the store: a callable taking no arguments, or a
+            ``"package.module:attribute"`` path to one, imported on first use.
+        description: one line shown when backends are listed.
+        priority: breaks ties when two backends of one level claim a scheme (higher wins).
+    """
+
+    name: str
+    schemes: tuple[str, ...]
+    factory: str | Callable[[], BlobStore]
+    description: str = ""
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.schemes, str):
+            object.__setattr__(self, "schemes", (self.schemes,))
+        object.__setattr__(self, "schemes", tuple(s.lower().rstrip(":/") for s in self.schemes))
+        if not self.name or not self.schemes:
+            raise BackendConflictError("a StoreSpec needs a name and at least one scheme")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An installed backend: its spec and where it came from."""
+
+    spec: StoreSpec
+    source: str  # "builtin", "plugin" or "runtime"
+    plugin: str  # the plugin (entry point) name that registered it
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def schemes(self) -> tuple[str, ...]:
+        return self.spec.schemes
+
+
+@dataclass
+class _PluginInfo:
+    distribution: str | None = None
+    version: str | None = None
+
+
+@dataclass
+class BrokenPlugin:
+    """A plugin that could not be loaded or whose hook failed."""
+
+    name: str
+    error: BaseException
+    distribution: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name}: {type(self.error).__name__}: {self.error}"
+
+
+class Registry:
+    """The table of backends. Most code uses the process-wide one (:func:`get_registry`)."""
+
+    def __init__(self, *, autoload: bool | None = None) -> None:
+        if autoload is None:
+            autoload = not _env_true(DISABLE_AUTOLOAD_ENV)
+        self._autoload = autoload
+        self._lock = threading.RLock()
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        from .stores import builtin_plugin
+
+        self._pm.register(builtin_plugin, name="builtin")
+        self._plugin_info: dict[str, _PluginInfo] = {}
+        self._entry_points_loaded = False
+        self._broken: dict[str, BrokenPlugin] = {}
+        self._runtime: list[StoreSpec] = []
+        self._backends: list[Backend] | None = None
+        self._stores: dict[str, BlobStore] = {}
+
+    # -- plugins ---------------------------------------------------------------
+
+    def load_entry_points(self) -> None:
+        """Load every plugin named in the entry-point group, once; broken ones are recorded."""
+        with self._lock:
+            if self._entry_points_loaded or not self._autoload:
+                return
+            self._entry_points_loaded = True
+            from importlib.metadata import entry_points
+
+            for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+                dist = getattr(ep, "dist", None)
+                info = _PluginInfo(
+                    distribution=getattr(dist, "name", None), version=getattr(dist, "version", None)
+                )
+                if self._pm.has_plugin(ep.name) or ep.name in self._broken:
+                    continue
+                try:
+                    plugin = ep.load()
+                    self._pm.register(plugin, name=ep.name)
+                except Exception as exc:  # one broken plugin must not hide the others
+                    self._mark_broken(ep.name, exc, info.distribution)
+                    continue
+                self._plugin_info[ep.name] = info
+            self._backends = None
+
+    def register_plugin(self, plugin: Any, name: str) -> None:
+        """Register a plugin object (a module or instance with ``@hookimpl`` functions)."""
+        with self._lock:
+            self._pm.register(plugin, name=name)
+            self._plugin_info.setdefault(name, _PluginInfo())
+            self._invalidate()
+
+    def unregister_plugin(self, name: str) -> None:
+        """Remove a plugin registered by :meth:`register_plugin` or an entry point."""
+        with self._lock:
+            plugin = self._pm.get_plugin(name)
+            if plugin is not None:
+                self._pm.unregister(plugin, name=name)
+            self._invalidate()
+
+    def register(self, spec: StoreSpec) -> None:
+        """Register a store at runtime; it takes precedence over plugins and built-ins."""
+        with self._lock:
+            self._runtime = [s for s in self._runtime if s.name != spec.name]
+            self._runtime.append(spec)
+            self._invalidate()
+
+    def unregister(self, name: str) -> None:
+        """Remove a runtime registration by backend name (no error if absent)."""
+        with self._lock:
+            self._runtime = [s for s in self._runtime if s.name != name]
+            self._invalidate()
+
+    @property
+    def broken_plugins(self) -> list[BrokenPlugin]:
+        """Plugins that failed to load, in name order."""
+        self.load_entry_points()
+        return [self._broken[k] for k in sorted(self._broken)]
+
+    # -- lookup ----------------------------------------------------------------
+
+    def backends(self) -> list[Backend]:
+        """Every registered backend, winners first for each scheme."""
+        with self._lock:
+            self.load_entry_points()
+            if self._backends is None:
+                self._backends = self._collect()
+            return list(self._backends)
+
+    def backend_for(self, uri: str) -> Backend:
+        """The backend that serves the URI's scheme.
+
+        Raises:
+            BackendNotInstalledError: a scheme this project has a plugin for, not installed.
+            UnknownSchemeError: any other scheme no backend serves.
+        """
+        scheme = scheme_of(uri)
+        for backend in self.backends():
+            if scheme in backend.schemes:
+                return backend
+        raise self._no_backend_error(scheme, uri)
+
+    def store_for(self, uri: str) -> BlobStore:
+        """The store instance (built on first use, then shared) for the URI's scheme."""
+        backend = self.backend_for(uri)
+        with self._lock:
+            store = self._stores.get(backend.name)
+            if store is None:
+                store = self._build(backend)
+                self._stores[backend.name] = store
+            return store
+
+    def close(self) -> None:
+        """Close every store built so far (they are rebuilt on next use)."""
+        with self._lock:
+            stores, self._stores = self._stores, {}
+        for store in stores.values():
+            store.close()
+
+    # -- internals -------------------------------------------------------------
+
+    def _invalidate(self) -> None:
+        self._backends = None
+        self._stores = {}
+
+    def _mark_broken(self, name: str, exc: BaseException, distribution: str | None) -> None:
+        self._broken[name] = BrokenPlugin(name, exc, distribution)
+        warnings.warn(
+            f"flyte-checkpoint plugin {name!r}"
+            + (f" (from {distribution})" if distribution else "")
+            + f" failed to load and is skipped: {type(exc).__name__}: {exc}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def _collect(self) -> list[Backend]:
+        claims: list[Backend] = []
+        seen: dict[str, Backend] = {}
+        for impl in reversed(self._pm.hook.register_stores.get_hookimpls()):
+            plugin = impl.plugin_name
+            source = "builtin" if plugin == "builtin" else "plugin"
+            info = self._plugin_info.get(plugin, _PluginInfo())
+            found: list[StoreSpec] = []
+            try:
+                impl.function(**({"register": found.append} if impl.argnames else {}))
+            except Exception as exc:
+                self._mark_broken(plugin, exc, info.distribution)
+                continue
+            for spec in found:
+                backend = Backend(spec, source, plugin, info.distribution, info.version)
+                self._add_claim(claims, seen, backend)
+        for spec in self._runtime:
+            seen.pop(spec.name, None)
+            claims = [c for c in claims if c.name != spec.name]
+            self._add_claim(claims, seen, Backend(spec, "runtime", "runtime"))
+        order = {id(s): i for i, s in enumerate(self._runtime)}
+        claims.sort(
+            key=lambda b: (-_RANK[b.source], -b.spec.priority, -order.get(id(b.spec), 0), b.name)
+        )
+        self._warn_ties(claims)
+        return claims
+
+    def _add_claim(self, claims: list[Backend], seen: dict[str, Backend], backend: Backend) -> None:
+        other = seen.get(backend.name)
+        if other is not None:
+            warnings.warn(
+                f"two plugins register a backend named {backend.name!r}: {other.plugin!r}"
+                f" and {backend.plugin!r}; the one from {backend.plugin!r} is ignored",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return
+        seen[backend.name] = backend
+        claims.append(backend)
+
+    @staticmethod
+    def _warn_ties(claims: list[Backend]) -> None:
+        winners: dict[str, Backend] = {}
+        for b in claims:
+            for scheme in b.schemes:
+                w = winners.setdefault(scheme, b)
+                if w is not b and (_RANK[w.source], w.spec.priority) == (_RANK[b.source], b.spec.priority):
+                    warnings.warn(
+                        f"backends {w.name!r} (plugin {w.plugin!r}) and {b.name!r} (plugin "
+                        f"{b.plugin!r}) both serve '{scheme}://' with priority {b.spec.priority};"
+                        f" {w.name!r} is used (first by name). Raise one's priority to choose.",
+                        RuntimeWarning,
+                        stacklevel=5,
+                    )
+
+    def _build(self, backend: Backend) -> BlobStore:
+        spec = backend.spec
+        factory = spec.factory
+        try:
+            if isinstance(factory, str):
+                module, _, attr = factory.partition(":")
+                obj: Any = importlib.import_module(module)
+                for part in attr.split(".") if attr else ():
+                    obj = getattr(obj, part)
+                factory = obj
+            store = factory()  # type: ignore[operator]
+        except Exception as exc:
+            hint = next((install_hint(s) for s in spec.schemes if install_hint(s)), None)
+            where = f" (plugin {backend.plugin!r}" + (
+                f", distribution {backend.distribution})" if backend.distribution else ")"
+            )
+            raise BackendLoadError(
+                f"the {spec.name!r} backend{where} could not be loaded: {type(exc).__name__}: {exc}."
+                + (f" Reinstall it with: {hint}" if hint else " Check that its package is installed whole.")
+            ) from exc
+        if not isinstance(store, BlobStore):
+            raise BackendLoadError(
+                f"the {spec.name!r} backend's factory returned {type(store).__name__}, not a BlobStore"
+            )
+        return store
+
+    def _no_backend_error(self, scheme: str, uri: str) -> UnknownSchemeError:
+        installed = ", ".join(
+            f"{b.name} ({', '.join(s + '://' for s in b.schemes)})" for b in self.backends()
+        )
+        broken = "; ".join(str(b) for b in self.broken_plugins)
+        broken_note = f" Plugins that failed to load: {broken}." if broken else ""
+        hint = install_hint(scheme)
+        if hint:
+            label = KNOWN_SCHEMES[scheme][1]
+            return BackendNotInstalledError(
+                f"no backend for '{scheme}://' URIs such as {redact(uri)}: the {label} backend"
+                f" is not installed. Install it with: {hint}"
+                f" (installed backends: {installed}).{broken_note}"
+            )
+        return UnknownSchemeError(
+            f"no backend serves the '{scheme}' scheme of {redact(uri)}. Installed backends:"
+            f" {installed}. Install a plugin that serves '{scheme}://', or register one with"
+            f" flyte_checkpoint.register_store().{broken_note}"
+        )
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+_default: Registry | None = None
+_default_lock = threading.Lock()
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, made on first use."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Registry()
+    return _default
+
+
+def store_for(uri: str) -> BlobStore:
+    """The store for a URI, from the process-wide registry."""
+    return get_registry().store_for(uri)
+
+
+def register_store(
+    name: str,
+    schemes: str | tuple[str, ...] | list[str],
+    factory: str | Callable[[], BlobStore],
+    description: str = "",
+    *,
+    priority: int = 0,
+) -> StoreSpec:
+    """Register a store in the process-wide registry at runtime (tests, in-process backends).
+
+    It takes precedence over plugins and built-ins for its schemes; undo with
+    :func:`unregister_store`.
+    """
+    spec = StoreSpec(name, tuple([schemes] if isinstance(schemes, str) else schemes), factory,
+                     description, priority)
+    get_registry().register(spec)
+    return spec
+
+
+def unregister_store(name: str) -> None:
+    """Undo :func:`register_store`."""
+    get_registry().unregister(name)

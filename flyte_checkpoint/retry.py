@@ -1,0 +1,77 @@
+"""Retries of whole store operations on transient errors: exponential backoff with jitter."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .errors import TransientError
+
+T = TypeVar("T")
+log = logging.getLogger("flyte_checkpoint")
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient errors are retried.
+
+    Attributes:
+        attempts: tries in all, the first included (1 means no retry).
+        base_delay: the first back-off, in seconds; each next one doubles.
+        max_delay: the largest single back-off.
+        total_timeout: no new try starts after this many seconds from the first.
+    """
+
+    attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 10.0
+    total_timeout: float = 120.0
+
+    @classmethod
+    def from_env(cls) -> RetryPolicy:
+        """Defaults, overridden by ``FLYTE_CHECKPOINT_RETRY_ATTEMPTS``, ``..._BASE_DELAY``,
+        ``..._MAX_DELAY`` and ``..._TOTAL_TIMEOUT``."""
+        d = cls()
+        return cls(
+            attempts=max(1, int(_env_float("FLYTE_CHECKPOINT_RETRY_ATTEMPTS", d.attempts))),
+            base_delay=_env_float("FLYTE_CHECKPOINT_RETRY_BASE_DELAY", d.base_delay),
+            max_delay=_env_float("FLYTE_CHECKPOINT_RETRY_MAX_DELAY", d.max_delay),
+            total_timeout=_env_float("FLYTE_CHECKPOINT_RETRY_TOTAL_TIMEOUT", d.total_timeout),
+        )
+
+    def delay(self, attempt: int) -> float:
+        """The back-off before try ``attempt + 1`` (full jitter)."""
+        return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
+
+    def call(self, fn: Callable[[], T], what: str) -> T:
+        """Run ``fn``, retrying :class:`TransientError`; anything else is raised at once."""
+        start = time.monotonic()
+        attempt = 1
+        while True:
+            try:
+                return fn()
+            except TransientError as exc:
+                elapsed = time.monotonic() - start
+                pause = self.delay(attempt)
+                if attempt >= self.attempts or elapsed + pause > self.total_timeout:
+                    raise TransientError(
+                        f"{what} failed after {attempt} tries in {elapsed:.1f}s: {exc}"
+                        " (the store kept failing; retry later or raise"
+                        " FLYTE_CHECKPOINT_RETRY_ATTEMPTS)"
+                    ) from exc
+                log.debug("%s: transient error (try %d of %d), retrying in %.2fs: %s",
+                          what, attempt, self.attempts, pause, exc)
+                time.sleep(pause)
+                attempt += 1

@@ -1,0 +1,1 @@
+"""The built-in stores, registered through the same hook as any plugin."""

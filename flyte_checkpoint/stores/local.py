@@ -1,0 +1,149 @@
+"""The ``file`` store: local paths, written beside the target, fsynced and renamed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ..blobstore import BlobStore, BlobWriter
+from ..errors import CheckpointPermissionError, NotFoundError, StoreError
+from ..uri import local_path
+
+_TMP_MARK = ".fcp-tmp-"
+
+
+def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(f"no checkpoint object at {path}")
+    if isinstance(exc, PermissionError):
+        return CheckpointPermissionError(
+            f"permission denied to {action} {path}: check the file's and its folder's permissions"
+        )
+    if isinstance(exc, IsADirectoryError):
+        return StoreError(f"{path} is a directory, not a checkpoint object: point the URI at a file")
+    return StoreError(f"cannot {action} {path}: {exc.strerror or exc}")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class _LocalWriter(BlobWriter):
+    def __init__(self, uri: str, target: Path) -> None:
+        super().__init__(uri)
+        self._target = target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=_TMP_MARK + target.name + ".", dir=target.parent)
+        except OSError as exc:
+            raise _map_os_error(exc, target, "write") from exc
+        self._tmp = Path(tmp)
+        self._file = os.fdopen(fd, "wb", buffering=0)
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                n = self._file.write(view)
+                view = view[n:]
+        except OSError as exc:
+            raise _map_os_error(exc, self._target, "write") from exc
+
+    def _commit(self) -> None:
+        try:
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.chmod(self._tmp, 0o666 & ~_umask())
+            os.replace(self._tmp, self._target)
+        except OSError as exc:
+            raise _map_os_error(exc, self._target, "write") from exc
+        _fsync_dir(self._target.parent)
+
+    def _abort(self) -> None:
+        self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class LocalStore(BlobStore):
+    """Objects are files; URIs are bare paths or ``file:`` URIs."""
+
+    supports_ranges = True
+
+    def open_read(self, uri: str) -> BinaryIO:
+        path = local_path(uri)
+        try:
+            return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        except OSError as exc:
+            raise _map_os_error(exc, path, "read") from exc
+
+    def open_write(self, uri: str) -> BlobWriter:
+        return _LocalWriter(uri, local_path(uri))
+
+    def stat(self, uri: str) -> int | None:
+        path = local_path(uri)
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise _map_os_error(exc, path, "read") from exc
+        if path.is_dir():
+            raise _map_os_error(IsADirectoryError(errno.EISDIR, "is a directory"), path, "read")
+        return st.st_size
+
+    def delete(self, uri: str) -> None:
+        path = local_path(uri)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise _map_os_error(exc, path, "delete") from exc
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = local_path(prefix)
+        text = str(base) + ("/" if prefix.endswith("/") else "")
+        root = base if base.is_dir() else base.parent
+        found: list[str] = []
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                full = os.path.join(dirpath, name)
+                if full.startswith(text) and _TMP_MARK not in name:
+                    found.append(full)
+        yield from sorted(found)
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        path = local_path(uri)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise _map_os_error(exc, path, "read") from exc
+        try:
+            return os.pread(fd, length, start)
+        finally:
+            os.close(fd)
+
+    def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
+        src = local_path(uri)
+        try:
+            shutil.copyfile(src, path)
+        except OSError as exc:
+            raise _map_os_error(exc, src, "read") from exc

@@ -1,0 +1,68 @@
+"""The ``memory`` store: process-local objects, shared by every store instance."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from ..blobstore import BlobStore, BlobWriter
+from ..errors import NotFoundError
+from ..uri import redact
+
+_objects: dict[str, bytes] = {}
+_lock = threading.Lock()
+
+
+class _MemoryWriter(BlobWriter):
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        self._buf = io.BytesIO()
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        self._buf.write(data)
+
+    def _commit(self) -> None:
+        with _lock:
+            _objects[self.uri] = self._buf.getvalue()
+        self._buf = io.BytesIO()
+
+    def _abort(self) -> None:
+        self._buf = io.BytesIO()
+
+
+class MemoryStore(BlobStore):
+    """Objects live in a dict for the life of the process (``memory://any/key``)."""
+
+    supports_ranges = True
+
+    def open_read(self, uri: str) -> BinaryIO:
+        return io.BytesIO(self._get(uri))
+
+    def open_write(self, uri: str) -> BlobWriter:
+        return _MemoryWriter(uri)
+
+    def stat(self, uri: str) -> int | None:
+        with _lock:
+            data = _objects.get(uri)
+        return None if data is None else len(data)
+
+    def delete(self, uri: str) -> None:
+        with _lock:
+            _objects.pop(uri, None)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        with _lock:
+            keys = sorted(k for k in _objects if k.startswith(prefix))
+        yield from keys
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        return self._get(uri)[start : start + length]
+
+    def _get(self, uri: str) -> bytes:
+        with _lock:
+            data = _objects.get(uri)
+        if data is None:
+            raise NotFoundError(f"no checkpoint object at {redact(uri)}")
+        return data

@@ -1,0 +1,242 @@
+"""The tests of the conformance suite (see the package docstring for how to use them)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from ..blobstore import BlobStore
+from ..errors import CheckpointError, NotFoundError, StoreError
+from ..uri import join
+
+
+def _data(size: int, seed: int = 0) -> bytes:
+    """Deterministic, incompressible-looking bytes."""
+    out = bytearray()
+    block = hashlib.sha256(str(seed).encode()).digest()
+    while len(out) < size:
+        block = hashlib.sha256(block).digest()
+        out += block * 64
+    return bytes(out[:size])
+
+
+class BlobStoreSuite:
+    """The :class:`BlobStore` contract: streams, atomic writes, stat, delete, list."""
+
+    large_object_size: int = 24 * 1024 * 1024
+    supports_list: bool = True
+
+    @pytest.fixture
+    def root(self, store: BlobStore, store_root: str) -> str:
+        if self.supports_list:
+            assert list(store.list(store_root)) == [], f"store_root {store_root} is not empty"
+        return store_root
+
+    def test_stat_of_absent_object_is_none(self, store: BlobStore, root: str) -> None:
+        assert store.stat(join(root, "absent")) is None
+
+    def test_open_read_of_absent_object_raises_not_found(self, store: BlobStore, root: str) -> None:
+        with pytest.raises(NotFoundError):
+            store.open_read(join(root, "absent")).read()
+
+    def test_round_trip_small(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "small")
+        with store.open_write(uri) as w:
+            w.write(b"hello ")
+            w.write(b"world")
+        assert store.stat(uri) == 11
+        with store.open_read(uri) as r:
+            assert r.read() == b"hello world"
+
+    def test_zero_byte_object(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "empty")
+        with store.open_write(uri):
+            pass
+        assert store.stat(uri) == 0
+        assert store.read_bytes(uri) == b""
+
+    def test_round_trip_large_in_many_writes(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "large")
+        data = _data(self.large_object_size)
+        with store.open_write(uri) as w:
+            for i in range(0, len(data), 3 * 1024 * 1024 + 17):
+                w.write(data[i : i + 3 * 1024 * 1024 + 17])
+        assert store.stat(uri) == len(data)
+        digest = hashlib.sha256()
+        with store.open_read(uri) as r:
+            while chunk := r.read(1024 * 1024):
+                digest.update(chunk)
+        assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+
+    def test_object_invisible_until_close(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "pending")
+        w = store.open_write(uri)
+        w.write(b"x" * 1000)
+        assert store.stat(uri) is None
+        w.close()
+        assert store.stat(uri) == 1000
+
+    def test_exception_discards_the_write(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "aborted")
+        with pytest.raises(RuntimeError, match="boom"), store.open_write(uri) as w:
+            w.write(_data(1024 * 1024))
+            raise RuntimeError("boom")
+        assert store.stat(uri) is None
+        if self.supports_list:
+            assert list(store.list(root)) == []
+
+    def test_abort_keeps_previous_object(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "kept")
+        store.write_bytes(uri, b"old")
+        w = store.open_write(uri)
+        w.write(_data(self.large_object_size // 2, seed=1))
+        w.abort()
+        assert store.read_bytes(uri) == b"old"
+
+    def test_overwrite_replaces_whole_object(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "over")
+        store.write_bytes(uri, b"a" * 5000)
+        store.write_bytes(uri, b"b" * 10)
+        assert store.read_bytes(uri) == b"b" * 10
+
+    def test_write_after_close_is_an_error(self, store: BlobStore, root: str) -> None:
+        w = store.open_write(join(root, "closed"))
+        w.close()
+        with pytest.raises(ValueError):
+            w.write(b"late")
+
+    def test_delete(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "gone")
+        store.write_bytes(uri, b"x")
+        store.delete(uri)
+        assert store.stat(uri) is None
+        store.delete(uri)  # absent: no error
+
+    def test_list_by_prefix(self, store: BlobStore, root: str) -> None:
+        if not self.supports_list:
+            pytest.skip("backend declares supports_list = False")
+        names = ["a/1", "a/2", "b/1", "a-x"]
+        for n in names:
+            store.write_bytes(join(root, n), n.encode())
+        assert list(store.list(join(root, "a") + "/")) == [join(root, "a/1"), join(root, "a/2")]
+        assert list(store.list(root)) == sorted(join(root, n) for n in names)
+
+    def test_read_range(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "ranged")
+        data = _data(100_000)
+        store.write_bytes(uri, data)
+        assert store.read_range(uri, 0, 10) == data[:10]
+        assert store.read_range(uri, 99_990, 100) == data[99_990:]
+        assert store.read_range(uri, 50_000, 4096) == data[50_000:54_096]
+
+    def test_upload_and_download_file(self, store: BlobStore, root: str, tmp_path: Path) -> None:
+        src = tmp_path / "src.bin"
+        data = _data(3 * 1024 * 1024 + 5)
+        src.write_bytes(data)
+        uri = join(root, "file.bin")
+        store.upload_file(src, uri)
+        dst = tmp_path / "dst.bin"
+        store.download_file(uri, dst)
+        assert dst.read_bytes() == data
+
+    def test_key_with_spaces_and_unicode(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "dir with space/ckpt é ü 文字.bin")
+        store.write_bytes(uri, b"unicode")
+        assert store.stat(uri) == 7
+        assert store.read_bytes(uri) == b"unicode"
+        if self.supports_list:
+            assert list(store.list(root)) == [uri]
+
+    def test_concurrent_writers_leave_one_whole_object(self, store: BlobStore, root: str) -> None:
+        uri = join(root, "race")
+        payloads = [bytes([65 + i]) * (256 * 1024 + i) for i in range(4)]
+        errors: list[BaseException] = []
+
+        def save(p: bytes) -> None:
+            try:
+                store.write_bytes(uri, p)
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=save, args=(p,)) for p in payloads]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert store.read_bytes(uri) in payloads
+
+    def test_errors_are_the_projects_own(self, store: BlobStore, root: str) -> None:
+        with pytest.raises(CheckpointError):
+            store.read_bytes(join(root, "missing"))
+        assert issubclass(StoreError, OSError)
+
+
+class CheckpointSuite:
+    """``Checkpoint`` save and load through the registry on the backend's scheme."""
+
+    @pytest.fixture
+    def cp_root(self, store: BlobStore, store_root: str) -> str:
+        return store_root
+
+    def _checkpoint(self, dest: str, src: str | None = None):
+        from ..checkpoint import Checkpoint
+
+        return Checkpoint(dest, src)
+
+    def test_bytes_round_trip(self, cp_root: str) -> None:
+        uri = join(cp_root, "bytes.ckpt")
+        with self._checkpoint(uri) as cp:
+            cp.save_sync(b"state-1")
+        with self._checkpoint(join(cp_root, "next"), uri) as cp:
+            path = cp.load_sync()
+            assert path == cp.path / "payload"
+            assert path.read_bytes() == b"state-1"
+
+    def test_directory_round_trip(self, cp_root: str, tmp_path: Path) -> None:
+        src = tmp_path / "ckpt"
+        (src / "sub").mkdir(parents=True)
+        (src / "state.json").write_text('{"step": 3}')
+        (src / "sub" / "w.bin").write_bytes(os.urandom(300_000))
+        uri = join(cp_root, "dir.ckpt")
+        with self._checkpoint(uri) as cp:
+            cp.save_sync(src)
+        with self._checkpoint(join(cp_root, "next"), uri) as cp:
+            path = cp.load_sync()
+            assert path == cp.path
+            assert (path / "state.json").read_text() == '{"step": 3}'
+            assert (path / "sub" / "w.bin").read_bytes() == (src / "sub" / "w.bin").read_bytes()
+
+    def test_object_is_a_gzip_tar_of_top_level_entries(self, store: BlobStore, cp_root: str,
+                                                       tmp_path: Path) -> None:
+        src = tmp_path / "ckpt"
+        src.mkdir()
+        (src / "state.json").write_text("{}")
+        uri = join(cp_root, "tar.ckpt")
+        with self._checkpoint(uri) as cp:
+            cp.save_sync(src)
+        local = tmp_path / "obj.tgz"
+        store.download_file(uri, local)
+        with tarfile.open(local, "r:gz") as tf:
+            assert tf.getnames() == ["state.json"]
+
+    def test_missing_source_loads_as_none(self, cp_root: str) -> None:
+        with self._checkpoint(join(cp_root, "a"), join(cp_root, "never-written")) as cp:
+            assert cp.load_sync() is None
+
+    def test_large_directory_round_trip(self, cp_root: str, tmp_path: Path) -> None:
+        src = tmp_path / "big"
+        src.mkdir()
+        size = getattr(self, "large_object_size", 24 * 1024 * 1024)
+        (src / "shard.bin").write_bytes(_data(size, seed=7))
+        uri = join(cp_root, "big.ckpt")
+        with self._checkpoint(uri) as cp:
+            cp.save_sync(src)
+        with self._checkpoint(join(cp_root, "n"), uri) as cp:
+            path = cp.load_sync()
+            assert (path / "shard.bin").read_bytes() == (src / "shard.bin").read_bytes()
