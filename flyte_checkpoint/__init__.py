@@ -1,6 +1,24 @@
-"""flyte-checkpoint: save task state to object storage and resume from it after a retry."""
+"""flyte-checkpoint: save task state to object storage and resume from it after a retry.
 
+Importing this package loads no plugin and no cloud SDK: a backend's code is imported
+when a URI of its scheme is first used.
+"""
+
+from .checkpoint import BaseCheckpoint, Checkpoint
+from .context import CheckpointPaths, TaskContext, ctx, task
+from .paths import latest_checkpoint, repair_union_prev_checkpoint_uri
 from .registry import register_store, unregister_store
 
-__all__ = ["register_store", "unregister_store"]
+__all__ = [
+    "BaseCheckpoint",
+    "Checkpoint",
+    "CheckpointPaths",
+    "TaskContext",
+    "ctx",
+    "latest_checkpoint",
+    "register_store",
+    "repair_union_prev_checkpoint_uri",
+    "task",
+    "unregister_store",
+]
 __version__ = "0.1.0"

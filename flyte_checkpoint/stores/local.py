@@ -92,7 +92,7 @@ class LocalStore(BlobStore):
     def open_read(self, uri: str) -> BinaryIO:
         path = local_path(uri)
         try:
-            return open(path, "rb")  # noqa: SIM115 - the caller closes it
+            return open(path, "rb")
         except OSError as exc:
             raise _map_os_error(exc, path, "read") from exc
 

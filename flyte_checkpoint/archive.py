@@ -1,0 +1,392 @@
+"""Streaming tar: pack a directory into a stream, and unpack a stream safely.
+
+``pack_directory`` writes a tar of a directory's top-level entries (recursively,
+names relative to the directory, sorted) to any writable, without a temporary file.
+``unpack`` reads a tar stream and extracts it under a destination that it never leaves:
+absolute names, ``..``, links that resolve outside the tree, devices and FIFOs are
+refused with :class:`UnsafeArchiveError`; a damaged or truncated stream raises
+:class:`CorruptCheckpointError`. Symbolic links are created after every file, and then
+checked, so no member is ever written through a link.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from . import tarstream as ts
+from .errors import CorruptCheckpointError, UnsafeArchiveError, UnsupportedDataError
+
+_CHUNK = 1024 * 1024
+_MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+# --------------------------------------------------------------------------- pack
+
+
+class _Owners:
+    """uid/gid -> user/group names, looked up once each."""
+
+    def __init__(self) -> None:
+        self._users: dict[int, str] = {}
+        self._groups: dict[int, str] = {}
+
+    def user(self, uid: int) -> str:
+        if uid not in self._users:
+            try:
+                import pwd
+
+                self._users[uid] = pwd.getpwuid(uid).pw_name
+            except (ImportError, KeyError):
+                self._users[uid] = ""
+        return self._users[uid]
+
+    def group(self, gid: int) -> str:
+        if gid not in self._groups:
+            try:
+                import grp
+
+                self._groups[gid] = grp.getgrgid(gid).gr_name
+            except (ImportError, KeyError):
+                self._groups[gid] = ""
+        return self._groups[gid]
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> int:
+    """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
+
+    Raises:
+        UnsupportedDataError: the tree holds a FIFO, device or socket, or a file changed
+            size while it was read.
+    """
+    root = os.fspath(src)
+    owners = _Owners()
+    links: dict[tuple[int, int], str] = {}
+    total = 0
+    write = out.write
+
+    def add(path: str, arcname: str) -> None:
+        nonlocal total
+        st = os.lstat(path)
+        mode = st.st_mode
+        common = {
+            "mode": mode,
+            "mtime": int(st.st_mtime),
+            "uid": st.st_uid,
+            "gid": st.st_gid,
+            "uname": owners.user(st.st_uid),
+            "gname": owners.group(st.st_gid),
+        }
+        if stat.S_ISREG(mode):
+            key = (st.st_dev, st.st_ino)
+            if st.st_nlink > 1 and key in links:
+                write(ts.header(arcname, size=0, typeflag=ts.LNKTYPE, linkname=links[key], **common))
+                return
+            if st.st_nlink > 1:
+                links[key] = arcname
+            write(ts.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **common))
+            _copy_file(path, st.st_size, write)
+            total += st.st_size
+        elif stat.S_ISDIR(mode):
+            write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **common))
+            with os.scandir(path) as it:
+                names = sorted(e.name for e in it)
+            for name in names:
+                add(os.path.join(path, name), arcname + "/" + name)
+        elif stat.S_ISLNK(mode):
+            target = os.readlink(path)
+            write(ts.header(arcname, size=0, typeflag=ts.SYMTYPE, linkname=target, **common))
+        else:
+            raise UnsupportedDataError(
+                f"{path} is {_kind(mode)}: a checkpoint holds only files, folders and links."
+                f" Move it out of {root} or save another folder; the previous checkpoint is unchanged"
+            )
+
+    with os.scandir(root) as it:
+        top = sorted(e.name for e in it)
+    for name in top:
+        add(os.path.join(root, name), name)
+    write(ts.end_of_archive())
+    return total
+
+
+def _copy_file(path: str, size: int, write) -> None:
+    with open(path, "rb", buffering=0) as f:
+        left = size
+        while left > 0:
+            chunk = f.read(min(left, _CHUNK))
+            if not chunk:
+                break
+            write(chunk)
+            left -= len(chunk)
+        if left or f.read(1):
+            raise UnsupportedDataError(
+                f"{path} changed size while it was being saved: save again once it is written;"
+                " the previous checkpoint is unchanged"
+            )
+    pad = ts.padding(size)
+    if pad:
+        write(bytes(pad))
+
+
+# --------------------------------------------------------------------------- unpack
+
+
+@dataclass
+class UnpackStats:
+    """What ``unpack`` restored."""
+
+    members: int = 0
+    bytes: int = 0
+    symlinks: list[tuple[str, str]] = field(default_factory=list)
+
+
+class _Reader:
+    """Exact reads from a stream; a short read is a truncated archive."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._read = stream.read
+        self.offset = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        if len(data) < n:
+            parts = [data]
+            got = len(data)
+            while got < n:
+                more = self._read(n - got)
+                if not more:
+                    raise CorruptCheckpointError(
+                        f"the tarball ends early (at byte {self.offset + got}): the object is"
+                        " truncated; save the checkpoint again"
+                    )
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        self.offset += n
+        return data
+
+    def drain(self) -> None:
+        while self._read(_CHUNK):
+            pass
+
+
+def _safe_name(name: str, what: str = "member") -> str:
+    """The member's path relative to the destination, or UnsafeArchiveError."""
+    if "\0" in name:
+        raise UnsafeArchiveError(f"{what} {name!r} has a NUL in its name; refusing to extract")
+    if name.startswith("/"):
+        raise UnsafeArchiveError(f"{what} {name!r} has an absolute name; refusing to extract")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchiveError(f"{what} {name!r} climbs out with '..'; refusing to extract")
+    return "/".join(parts)
+
+
+def unpack(stream: BinaryIO, dest: str | os.PathLike[str], *, max_bytes: int | None = None) -> UnpackStats:
+    """Extract a tar stream under ``dest`` (an existing, empty directory of ours).
+
+    Reads ``stream`` to its end, so a compressed stream's checksums are verified.
+    On an error, ``dest`` may hold part of the tree: the caller discards it.
+
+    Raises:
+        UnsafeArchiveError: a member would land outside ``dest``, is a device or FIFO,
+            or the tree would exceed ``max_bytes``.
+        CorruptCheckpointError: the stream is truncated or a header is damaged.
+    """
+    root = os.path.realpath(dest)
+    reader = _Reader(stream)
+    stats = UnpackStats()
+    made_dirs: set[str] = {""}
+    files: set[str] = set()
+    symlinks: dict[str, str] = {}
+    dir_meta: list[tuple[str, int, int]] = []
+    pax: dict[str, str] = {}
+    long_name: str | None = None
+    long_link: str | None = None
+
+    def ensure_parent(rel: str) -> str:
+        parent = rel.rpartition("/")[0]
+        if parent not in made_dirs:
+            for anc in _ancestors(parent):
+                if anc in symlinks:
+                    raise UnsafeArchiveError(
+                        f"member {rel!r} lies under the symbolic link {anc!r}; refusing to extract"
+                    )
+                if anc in files:
+                    raise UnsafeArchiveError(f"member {rel!r} lies under the file {anc!r}; refusing")
+            os.makedirs(os.path.join(root, parent), exist_ok=True)
+            made_dirs.update(_ancestors(parent))
+        return os.path.join(root, rel)
+
+    def clear(rel: str, target: str) -> None:
+        if rel in made_dirs:
+            raise UnsafeArchiveError(f"member {rel!r} would replace a folder of the same name")
+        symlinks.pop(rel, None)
+        if rel in files:
+            os.unlink(target)
+            files.discard(rel)
+
+    while True:
+        block = reader.read(ts.BLOCK)
+        if block == ts.ZERO_BLOCK:
+            break
+        try:
+            h = ts.parse(block)
+        except ts.HeaderError as exc:
+            raise CorruptCheckpointError(
+                f"damaged tar header at byte {reader.offset - ts.BLOCK} ({exc}): the object is"
+                " corrupt; save the checkpoint again"
+            ) from None
+        if h.typeflag in (ts.PAX_HEADER, ts.PAX_GLOBAL, ts.GNU_LONGNAME, ts.GNU_LONGLINK):
+            if h.size > _MAX_META:
+                raise UnsafeArchiveError(f"a {h.size}-byte tar metadata member; refusing to extract")
+            data = reader.read(h.size + ts.padding(h.size))[: h.size]
+            try:
+                if h.typeflag == ts.PAX_HEADER:
+                    pax = ts.parse_pax(data)
+                elif h.typeflag == ts.GNU_LONGNAME:
+                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif h.typeflag == ts.GNU_LONGLINK:
+                    long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            except ts.HeaderError as exc:
+                raise CorruptCheckpointError(f"damaged tar metadata: {exc}") from None
+            continue
+        name = pax.get("path", long_name or h.name)
+        linkname = pax.get("linkpath", long_link or h.linkname)
+        size = int(pax["size"]) if "size" in pax else h.size
+        pax, long_name, long_link = {}, None, None
+        rel = _safe_name(name)
+        stats.members += 1
+        t = h.typeflag
+        if t in (ts.REGTYPE, ts.AREGTYPE, ts.CONTTYPE) and not (t == ts.AREGTYPE and name.endswith("/")):
+            if not rel:
+                raise UnsafeArchiveError(f"file member {name!r} names the destination itself")
+            stats.bytes += size
+            if max_bytes is not None and stats.bytes > max_bytes:
+                raise UnsafeArchiveError(
+                    f"the tarball expands beyond the limit of {max_bytes} bytes (at member {name!r});"
+                    " refusing to extract. Raise FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES if it is genuine"
+                )
+            target = ensure_parent(rel)
+            clear(rel, target)
+            _write_member(reader, target, size, h)
+            files.add(rel)
+        elif t == ts.DIRTYPE or (t == ts.AREGTYPE and name.endswith("/")):
+            _skip(reader, size)
+            if not rel:
+                continue
+            if rel in files or rel in symlinks:
+                raise UnsafeArchiveError(f"folder member {name!r} would replace a file or link")
+            ensure_parent(rel)
+            path = os.path.join(root, rel)
+            os.makedirs(path, exist_ok=True)
+            made_dirs.update(_ancestors(rel))
+            dir_meta.append((path, h.mode, h.mtime))
+        elif t == ts.SYMTYPE:
+            _skip(reader, size)
+            if not rel:
+                raise UnsafeArchiveError(f"link member {name!r} names the destination itself")
+            if linkname.startswith("/") or "\0" in linkname:
+                raise UnsafeArchiveError(
+                    f"symbolic link {name!r} points to the absolute path {linkname!r}; refusing"
+                )
+            target = ensure_parent(rel)
+            clear(rel, target)
+            symlinks[rel] = linkname
+        elif t == ts.LNKTYPE:
+            _skip(reader, size)
+            src_rel = _safe_name(linkname, what=f"hard link {name!r} to")
+            target = ensure_parent(rel)
+            if src_rel in symlinks:
+                clear(rel, target)
+                symlinks[rel] = symlinks[src_rel]
+            elif src_rel in files:
+                clear(rel, target)
+                os.link(os.path.join(root, src_rel), target)
+                files.add(rel)
+            else:
+                raise UnsafeArchiveError(
+                    f"hard link {name!r} points to {linkname!r}, which is not an earlier file of the"
+                    " archive; refusing to extract"
+                )
+        elif t in (ts.CHRTYPE, ts.BLKTYPE, ts.FIFOTYPE):
+            kind = "a FIFO" if t == ts.FIFOTYPE else "a device file"
+            raise UnsafeArchiveError(f"member {name!r} is {kind}; a checkpoint cannot hold one")
+        else:
+            raise UnsafeArchiveError(
+                f"member {name!r} has tar type {t!r}, which a checkpoint cannot hold; refusing"
+            )
+    reader.drain()
+    _make_links(root, symlinks)
+    for path, mode, mtime in reversed(dir_meta):
+        os.chmod(path, (mode & 0o777) | 0o700)
+        os.utime(path, (mtime, mtime))
+    stats.symlinks = sorted(symlinks.items())
+    return stats
+
+
+def _ancestors(rel: str) -> list[str]:
+    if not rel:
+        return [""]
+    parts = rel.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _skip(reader: _Reader, size: int) -> None:
+    left = size + ts.padding(size)
+    while left:
+        n = min(left, _CHUNK)
+        reader.read(n)
+        left -= n
+
+
+def _write_member(reader: _Reader, target: str, size: int, h: ts.Header) -> None:
+    fd = os.open(target, _OPEN_FLAGS, 0o600)
+    try:
+        left = size
+        while left:
+            chunk = reader.read(min(left, _CHUNK))
+            _write_all(fd, chunk)
+            left -= len(chunk)
+        os.fchmod(fd, (h.mode & 0o777) | 0o600)
+        os.utime(fd, (h.mtime, h.mtime))
+    finally:
+        os.close(fd)
+    pad = ts.padding(size)
+    if pad:
+        reader.read(pad)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _make_links(root: str, symlinks: dict[str, str]) -> None:
+    for rel, linkname in symlinks.items():
+        os.symlink(linkname, os.path.join(root, rel))
+    prefix = root.rstrip("/") + "/"
+    for rel, linkname in symlinks.items():
+        real = os.path.realpath(os.path.join(root, rel))
+        if real != root and not real.startswith(prefix):
+            raise UnsafeArchiveError(
+                f"symbolic link {rel!r} -> {linkname!r} resolves outside the checkpoint; refusing"
+            )
+
+
+__all__ = ["UnpackStats", "pack_directory", "unpack"]

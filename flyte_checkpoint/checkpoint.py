@@ -1,0 +1,250 @@
+"""``Checkpoint``: save task state as one object, and restore the previous attempt's.
+
+The object's bytes are those Flyte's ``flyte.Checkpoint`` writes: bytes and files as
+they are, a directory as a gzip-compressed tar of its top-level entries.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+
+from .errors import NotFoundError, UnsupportedDataError
+from .restore import PAYLOAD
+from .retry import RetryPolicy
+from .uri import is_local, local_path, normalize, redact
+
+log = logging.getLogger("flyte_checkpoint")
+
+MAX_UNPACKED_ENV = "FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES"
+
+Data = bytes | bytearray | memoryview | str | os.PathLike
+
+
+class BaseCheckpoint(abc.ABC):
+    """The checkpoint contract: a local workspace, a previous attempt's state, and saves."""
+
+    @property
+    @abc.abstractmethod
+    def path(self) -> Path:
+        """The local workspace folder (private, temporary) where ``load`` restores."""
+
+    @abc.abstractmethod
+    def prev_exists(self) -> bool:
+        """Whether a previous attempt's checkpoint URI was given (it may still be absent)."""
+
+    @abc.abstractmethod
+    async def load(self) -> Path | None:
+        """Restore the previous attempt's checkpoint; ``None`` when there is none."""
+
+    @abc.abstractmethod
+    async def save(self, data: Data) -> None:
+        """Store bytes, a file or a directory as this attempt's checkpoint."""
+
+    @abc.abstractmethod
+    def load_sync(self) -> Path | None:
+        """``load`` for synchronous code."""
+
+    @abc.abstractmethod
+    def save_sync(self, data: Data) -> None:
+        """``save`` for synchronous code."""
+
+
+def _remove_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _max_unpacked() -> int | None:
+    value = os.environ.get(MAX_UNPACKED_ENV, "").strip()
+    return int(value) if value else None
+
+
+class Checkpoint(BaseCheckpoint):
+    """Save to ``checkpoint_dest``; load from ``checkpoint_src`` (the previous attempt's).
+
+    ``load()`` returns ``path / "payload"`` for a bytes or file checkpoint, ``path`` for
+    a restored directory, and ``None`` when there is no source, no object, or a zero-byte
+    object. Every other failure is raised. A second ``load()`` returns the same result
+    without downloading again. The workspace is removed by ``close()``, on leaving a
+    ``with`` block, when the object is collected, or at interpreter exit.
+
+    Raises (on construction):
+        InvalidURIError: ``checkpoint_dest`` is blank or malformed.
+    """
+
+    def __init__(
+        self,
+        checkpoint_dest: str,
+        checkpoint_src: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._dest = normalize(checkpoint_dest, param="checkpoint_dest")
+        self._src: str | None = None
+        if checkpoint_src is not None and str(checkpoint_src).strip().strip('"').strip():
+            src = normalize(checkpoint_src, param="checkpoint_src")
+            if not is_local(src):
+                from .context import current_names
+                from .paths import repair_union_prev_checkpoint_uri
+
+                names = current_names()
+                if names is not None:
+                    src = repair_union_prev_checkpoint_uri(src, run_name=names[0], action_name=names[1])
+            self._src = src
+        self._retry = retry or RetryPolicy.from_env()
+        self._lock = threading.RLock()
+        self._root: str | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._loaded: tuple[Path | None] | None = None
+
+    # -- properties ------------------------------------------------------------
+
+    @property
+    def remote_destination(self) -> str:
+        """Where ``save`` writes."""
+        return self._dest
+
+    @property
+    def remote_source(self) -> str | None:
+        """Where ``load`` reads (the previous attempt's checkpoint), if anywhere."""
+        return self._src
+
+    @property
+    def path(self) -> Path:
+        """The workspace folder, made on first use."""
+        with self._lock:
+            if self._root is None:
+                self._root = tempfile.mkdtemp(prefix="flyte-cp-")
+                self._finalizer = weakref.finalize(self, _remove_tree, self._root)
+            workspace = Path(self._root, "workspace")
+            workspace.mkdir(exist_ok=True)
+            return workspace
+
+    def prev_exists(self) -> bool:
+        return self._src is not None
+
+    # -- load ------------------------------------------------------------------
+
+    def load_sync(self) -> Path | None:
+        with self._lock:
+            if self._src is None:
+                return None
+            if self._loaded is None:
+                started = time.monotonic()
+                result = self._retry.call(self._download, f"load of {redact(self._src)}")
+                self._loaded = (result[0],)
+                if result[0] is None:
+                    log.info("no checkpoint at %s: starting fresh", redact(self._src))
+                else:
+                    _log_transfer("loaded", self._src, result[1], time.monotonic() - started)
+            return self._loaded[0]
+
+    async def load(self) -> Path | None:
+        return await asyncio.to_thread(self.load_sync)
+
+    def _download(self) -> tuple[Path | None, int]:
+        from .registry import store_for
+        from .restore import restore
+
+        assert self._src is not None
+        store = store_for(self._src)
+        size = store.stat(self._src)
+        if not size:
+            return None, 0
+        workspace = self.path
+        staging = tempfile.mkdtemp(prefix=".restore-", dir=self._root)
+        try:
+            with store.open_read(self._src) as raw:
+                is_tar = restore(raw, staging, size, max_bytes=_max_unpacked())
+            shutil.rmtree(workspace)
+            os.rename(staging, workspace)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return (workspace if is_tar else workspace / PAYLOAD), size
+
+    # -- save ------------------------------------------------------------------
+
+    def save_sync(self, data: Data) -> None:
+        action = self._prepare(data)
+        with self._lock:
+            started = time.monotonic()
+            size = self._retry.call(action, f"save to {redact(self._dest)}")
+            _log_transfer("saved", self._dest, size, time.monotonic() - started)
+
+    async def save(self, data: Data) -> None:
+        await asyncio.to_thread(self.save_sync, data)
+
+    def _prepare(self, data: Data):
+        """Check ``data`` now (so errors are not retried) and return the upload to run."""
+        from .registry import store_for
+
+        dest = self._dest
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            blob = bytes(data)
+
+            def put_bytes() -> int:
+                store_for(dest).write_bytes(dest, blob)
+                return len(blob)
+
+            return put_bytes
+        if not isinstance(data, (str, os.PathLike)):
+            raise UnsupportedDataError(
+                f"save() takes bytes, a file path or a directory path, not {type(data).__name__}"
+            )
+        src = local_path(os.fspath(data))
+        if not src.exists():
+            raise NotFoundError(f"nothing to save at {src}: the path does not exist")
+        if src.is_dir():
+
+            def put_tree() -> int:
+                from .archive import pack_directory
+                from .compression import compressor
+
+                with store_for(dest).open_write(dest) as writer:
+                    gz = compressor(writer)  # type: ignore[arg-type]
+                    pack_directory(src, gz)
+                    gz.close()
+                    return writer.bytes_written
+
+            return put_tree
+
+        def put_file() -> int:
+            store_for(dest).upload_file(src, dest)
+            return src.stat().st_size
+
+        return put_file
+
+    # -- lifetime --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Remove the workspace. The checkpoint stays usable: a later use makes a new one."""
+        with self._lock:
+            if self._finalizer is not None:
+                self._finalizer()
+            self._root = None
+            self._finalizer = None
+            self._loaded = None
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        src = redact(self._src) if self._src else None
+        return f"Checkpoint(dest={redact(self._dest)!r}, src={src!r})"
+
+
+def _log_transfer(verb: str, uri: str, size: int, seconds: float) -> None:
+    rate = size / seconds / 1e6 if seconds > 0 else 0.0
+    log.info("%s checkpoint %s: %d bytes in %.2fs (%.1f MB/s)", verb, redact(uri), size, seconds, rate)

@@ -1,0 +1,191 @@
+"""The running task's context, and a local runner that retries a function like Flyte does.
+
+``ctx()`` is the context of the task running now: inside ``@task`` it is the local
+runner's; outside any task it is a falsy :class:`NoContext`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import logging
+import os
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .uri import join, normalize, redact
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint
+
+log = logging.getLogger("flyte_checkpoint")
+F = TypeVar("F", bound=Callable[..., Any])
+
+ROOT_ENV = "FLYTE_CHECKPOINT_ROOT"
+CHECKPOINT_NAME = "_flytecheckpoints"
+
+
+@dataclass(frozen=True)
+class CheckpointPaths:
+    """Where this attempt saves (``checkpoint_path``) and where the previous one saved."""
+
+    checkpoint_path: str | None
+    prev_checkpoint_path: str | None = None
+
+
+@dataclass
+class TaskContext:
+    """The context of one attempt of a task."""
+
+    attempt_number: int
+    checkpoint_paths: CheckpointPaths
+    run_name: str = ""
+    action_name: str = ""
+    _checkpoint: Checkpoint | None = field(default=None, repr=False)
+
+    def __bool__(self) -> bool:
+        return True
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """This attempt's checkpoint (made on first use), or ``None`` without a destination."""
+        if self._checkpoint is None and self.checkpoint_paths.checkpoint_path:
+            from .checkpoint import Checkpoint
+
+            self._checkpoint = Checkpoint(
+                self.checkpoint_paths.checkpoint_path, self.checkpoint_paths.prev_checkpoint_path
+            )
+        return self._checkpoint
+
+    def close(self) -> None:
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+
+
+class NoContext:
+    """What ``ctx()`` returns outside a task: falsy, with no checkpoint."""
+
+    attempt_number = 0
+    checkpoint = None
+    checkpoint_paths = CheckpointPaths(None, None)
+    run_name = ""
+    action_name = ""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "NoContext()"
+
+
+_NO_CONTEXT = NoContext()
+_current: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
+    "flyte_checkpoint_task", default=None
+)
+
+
+def ctx() -> TaskContext | NoContext:
+    """The running task's context; a falsy ``NoContext`` outside any task."""
+    current = _current.get()
+    return current if current is not None else _NO_CONTEXT
+
+
+def current_names() -> tuple[str, str] | None:
+    """(run name, action name) of the running task, if there is one that has them."""
+    current = _current.get()
+    if current is not None and current.run_name and current.action_name:
+        return current.run_name, current.action_name
+    return None
+
+
+def default_root() -> str:
+    """Where the local runner keeps attempts' checkpoints: ``$FLYTE_CHECKPOINT_ROOT`` or a temp folder."""
+    root = os.environ.get(ROOT_ENV, "").strip()
+    return normalize(root) if root else os.path.join(tempfile.gettempdir(), "flyte-checkpoint-runs")
+
+
+def _attempts(fn: Callable[..., Any], retries: int, root: str | None, run_name: str | None):
+    """Yield the context of each attempt: run/action/attempt folders under the root."""
+    base = normalize(root) if root else default_root()
+    run = run_name or f"run-{uuid.uuid4().hex[:12]}"
+    action = fn.__name__
+    prev = None
+    for attempt in range(retries + 1):
+        dest = join(base, run, action, str(attempt), CHECKPOINT_NAME)
+        yield TaskContext(attempt, CheckpointPaths(dest, prev), run, action)
+        prev = dest
+
+
+def task(
+    fn: F | None = None,
+    *,
+    retries: int = 0,
+    checkpoint_root: str | None = None,
+    run_name: str | None = None,
+) -> Any:
+    """Run a function as a local task: up to ``retries + 1`` attempts, each with a checkpoint.
+
+    Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets attempt *k-1*'s
+    checkpoint as its source; ``ctx()`` inside the function gives both. An exception
+    starts the next attempt; when attempts run out the last exception is raised.
+    Works on ``def`` and ``async def`` functions. ``root`` is ``checkpoint_root``,
+    else ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
+    """
+    if retries < 0:
+        raise ValueError("retries must be 0 or more")
+
+    def decorate(func: F) -> F:
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                error: BaseException | None = None
+                for tctx in _attempts(func, retries, checkpoint_root, run_name):
+                    token = _current.set(tctx)
+                    try:
+                        return await func(*args, **kwargs)
+                    except Exception as exc:
+                        error = _log_failure(func, tctx, retries, exc)
+                    finally:
+                        _current.reset(token)
+                        tctx.close()
+                raise error  # type: ignore[misc]
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            error: BaseException | None = None
+            for tctx in _attempts(func, retries, checkpoint_root, run_name):
+                token = _current.set(tctx)
+                try:
+                    return func(*args, **kwargs)
+                except Exception as exc:
+                    error = _log_failure(func, tctx, retries, exc)
+                finally:
+                    _current.reset(token)
+                    tctx.close()
+            raise error  # type: ignore[misc]
+
+        return run  # type: ignore[return-value]
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def _log_failure(func: Callable[..., Any], tctx: TaskContext, retries: int, exc: Exception) -> Exception:
+    left = retries - tctx.attempt_number
+    log.warning(
+        "task %s attempt %d failed (%s: %s); %s",
+        func.__name__, tctx.attempt_number, type(exc).__name__, exc,
+        f"{left} retr{'y' if left == 1 else 'ies'} left" if left else "no retries left",
+    )
+    log.debug("attempt %d checkpoint: %s", tctx.attempt_number,
+              redact(tctx.checkpoint_paths.checkpoint_path or ""))
+    return exc
+
+
+__all__ = ["CheckpointPaths", "NoContext", "TaskContext", "ctx", "task"]

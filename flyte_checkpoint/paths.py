@@ -1,0 +1,54 @@
+"""Helpers around checkpoint locations: the newest file in a restored tree, and URI repair."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .uri import scheme_of
+
+#: Schemes whose previous-attempt URIs the platform could get wrong (see below).
+REMOTE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
+
+
+def latest_checkpoint(
+    root: str | Path,
+    glob_pattern: str = "**/last.ckpt",
+    *,
+    key: Callable[[Path], Any] | None = None,
+) -> Path | None:
+    """The file under ``root`` matching ``glob_pattern`` with the largest ``key``, or ``None``.
+
+    ``key`` defaults to the modification time (newest wins); ties go to the larger path.
+    Folders that match are ignored.
+    """
+    base = Path(root)
+    if not base.is_dir():
+        return None
+    matches = [p for p in base.glob(glob_pattern) if p.is_file()]
+    if not matches:
+        return None
+    rank = key if key is not None else (lambda p: p.stat().st_mtime)
+    return max(matches, key=lambda p: (rank(p), str(p)))
+
+
+def repair_union_prev_checkpoint_uri(prev_uri: str, *, run_name: str, action_name: str) -> str:
+    """Fix a previous-attempt URI that points at the current attempt's folder.
+
+    For remote schemes only (s3, s3a, gs, gcs, abfs, abfss, az): the first
+    ``.../{run_name}/{action_name}/{n}/...`` with ``n > 1`` becomes ``n - 1``. Any other URI,
+    a local path included, is returned unchanged.
+    """
+    if not prev_uri or not run_name or not action_name or scheme_of(prev_uri) not in REMOTE_SCHEMES:
+        return prev_uri
+    pattern = re.compile(
+        r"(?<=/)(" + re.escape(run_name) + r"/" + re.escape(action_name) + r"/)(\d+)(?=/|$)"
+    )
+
+    def step_back(m: re.Match[str]) -> str:
+        n = int(m.group(2))
+        return m.group(1) + (str(n - 1) if n > 1 else m.group(2))
+
+    return pattern.sub(step_back, prev_uri, count=1)
