@@ -7,7 +7,6 @@ when a URI of its scheme is first used.
 from .checkpoint import BaseCheckpoint, Checkpoint
 from .context import CheckpointPaths, TaskContext, ctx, task
 from .paths import latest_checkpoint, repair_union_prev_checkpoint_uri
-from .registry import register_store, unregister_store
 
 __all__ = [
     "BaseCheckpoint",
@@ -22,3 +21,12 @@ __all__ = [
     "unregister_store",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # The registry (and pluggy) load on first use, not at import.
+    if name in ("register_store", "unregister_store"):
+        from . import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'flyte_checkpoint' has no attribute {name!r}")

@@ -21,7 +21,9 @@ from .errors import CorruptCheckpointError, UnsafeArchiveError, UnsupportedDataE
 
 _CHUNK = 1024 * 1024
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
-_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
 
 
 # --------------------------------------------------------------------------- pack

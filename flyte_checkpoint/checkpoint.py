@@ -7,7 +7,6 @@ they are, a directory as a gzip-compressed tar of its top-level entries.
 from __future__ import annotations
 
 import abc
-import asyncio
 import logging
 import os
 import shutil
@@ -18,7 +17,6 @@ import weakref
 from pathlib import Path
 
 from .errors import NotFoundError, UnsupportedDataError
-from .restore import PAYLOAD
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
 
@@ -148,11 +146,13 @@ class Checkpoint(BaseCheckpoint):
             return self._loaded[0]
 
     async def load(self) -> Path | None:
+        import asyncio
+
         return await asyncio.to_thread(self.load_sync)
 
     def _download(self) -> tuple[Path | None, int]:
         from .registry import store_for
-        from .restore import restore
+        from .restore import PAYLOAD, restore
 
         assert self._src is not None
         store = store_for(self._src)
@@ -181,6 +181,8 @@ class Checkpoint(BaseCheckpoint):
             _log_transfer("saved", self._dest, size, time.monotonic() - started)
 
     async def save(self, data: Data) -> None:
+        import asyncio
+
         await asyncio.to_thread(self.save_sync, data)
 
     def _prepare(self, data: Data):

@@ -180,11 +180,15 @@ def _log_failure(func: Callable[..., Any], tctx: TaskContext, retries: int, exc:
     left = retries - tctx.attempt_number
     log.warning(
         "task %s attempt %d failed (%s: %s); %s",
-        func.__name__, tctx.attempt_number, type(exc).__name__, exc,
+        func.__name__,
+        tctx.attempt_number,
+        type(exc).__name__,
+        exc,
         f"{left} retr{'y' if left == 1 else 'ies'} left" if left else "no retries left",
     )
-    log.debug("attempt %d checkpoint: %s", tctx.attempt_number,
-              redact(tctx.checkpoint_paths.checkpoint_path or ""))
+    log.debug(
+        "attempt %d checkpoint: %s", tctx.attempt_number, redact(tctx.checkpoint_paths.checkpoint_path or "")
+    )
     return exc
 
 

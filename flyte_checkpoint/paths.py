@@ -43,9 +43,7 @@ def repair_union_prev_checkpoint_uri(prev_uri: str, *, run_name: str, action_nam
     """
     if not prev_uri or not run_name or not action_name or scheme_of(prev_uri) not in REMOTE_SCHEMES:
         return prev_uri
-    pattern = re.compile(
-        r"(?<=/)(" + re.escape(run_name) + r"/" + re.escape(action_name) + r"/)(\d+)(?=/|$)"
-    )
+    pattern = re.compile(r"(?<=/)(" + re.escape(run_name) + r"/" + re.escape(action_name) + r"/)(\d+)(?=/|$)")
 
     def step_back(m: re.Match[str]) -> str:
         n = int(m.group(2))

@@ -281,9 +281,7 @@ class Registry:
             claims = [c for c in claims if c.name != spec.name]
             self._add_claim(claims, seen, Backend(spec, "runtime", "runtime"))
         order = {id(s): i for i, s in enumerate(self._runtime)}
-        claims.sort(
-            key=lambda b: (-_RANK[b.source], -b.spec.priority, -order.get(id(b.spec), 0), b.name)
-        )
+        claims.sort(key=lambda b: (-_RANK[b.source], -b.spec.priority, -order.get(id(b.spec), 0), b.name))
         self._warn_ties(claims)
         return claims
 
@@ -398,8 +396,9 @@ def register_store(
     It takes precedence over plugins and built-ins for its schemes; undo with
     :func:`unregister_store`.
     """
-    spec = StoreSpec(name, tuple([schemes] if isinstance(schemes, str) else schemes), factory,
-                     description, priority)
+    spec = StoreSpec(
+        name, tuple([schemes] if isinstance(schemes, str) else schemes), factory, description, priority
+    )
     get_registry().register(spec)
     return spec
 

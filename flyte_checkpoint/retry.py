@@ -71,7 +71,13 @@ class RetryPolicy:
                         " (the store kept failing; retry later or raise"
                         " FLYTE_CHECKPOINT_RETRY_ATTEMPTS)"
                     ) from exc
-                log.debug("%s: transient error (try %d of %d), retrying in %.2fs: %s",
-                          what, attempt, self.attempts, pause, exc)
+                log.debug(
+                    "%s: transient error (try %d of %d), retrying in %.2fs: %s",
+                    what,
+                    attempt,
+                    self.attempts,
+                    pause,
+                    exc,
+                )
                 time.sleep(pause)
                 attempt += 1

@@ -50,14 +50,34 @@ def _checksum(block: bytes | bytearray) -> tuple[int, int]:
     return unsigned, signed
 
 
-def _raw_header(name: bytes, mode: int, uid: int, gid: int, size: int, mtime: int,
-                typeflag: bytes, linkname: bytes, uname: bytes, gname: bytes) -> bytes:
+def _raw_header(
+    name: bytes,
+    mode: int,
+    uid: int,
+    gid: int,
+    size: int,
+    mtime: int,
+    typeflag: bytes,
+    linkname: bytes,
+    uname: bytes,
+    gname: bytes,
+) -> bytes:
     buf = bytearray(
-        _field(name, 100) + _octal(mode & 0o7777, 8) + _octal(min(uid, 0o7777777), 8)
-        + _octal(min(gid, 0o7777777), 8) + _octal(min(size, _MAX_OCTAL_SIZE), 12)
-        + _octal(max(0, min(mtime, 8**11 - 1)), 12) + b" " * 8 + typeflag
-        + _field(linkname, 100) + b"ustar\x0000" + _field(uname, 32) + _field(gname, 32)
-        + _octal(0, 8) + _octal(0, 8) + bytes(155 + 12)
+        _field(name, 100)
+        + _octal(mode & 0o7777, 8)
+        + _octal(min(uid, 0o7777777), 8)
+        + _octal(min(gid, 0o7777777), 8)
+        + _octal(min(size, _MAX_OCTAL_SIZE), 12)
+        + _octal(max(0, min(mtime, 8**11 - 1)), 12)
+        + b" " * 8
+        + typeflag
+        + _field(linkname, 100)
+        + b"ustar\x0000"
+        + _field(uname, 32)
+        + _field(gname, 32)
+        + _octal(0, 8)
+        + _octal(0, 8)
+        + bytes(155 + 12)
     )
     buf[148:156] = b"%06o\0 " % _checksum(buf)[0]
     return bytes(buf)
@@ -71,8 +91,19 @@ def _pax_record(key: str, value: bytes) -> bytes:
     return str(n).encode() + body
 
 
-def header(name: str, *, mode: int, size: int, mtime: int, typeflag: bytes,
-           linkname: str = "", uid: int = 0, gid: int = 0, uname: str = "", gname: str = "") -> bytes:
+def header(
+    name: str,
+    *,
+    mode: int,
+    size: int,
+    mtime: int,
+    typeflag: bytes,
+    linkname: str = "",
+    uid: int = 0,
+    gid: int = 0,
+    uname: str = "",
+    gname: str = "",
+) -> bytes:
     """The header block(s) of one member: a PAX header first when the fields need one."""
     bname = name.encode("utf-8", "surrogateescape")
     blink = linkname.encode("utf-8", "surrogateescape")
@@ -84,15 +115,25 @@ def header(name: str, *, mode: int, size: int, mtime: int, typeflag: bytes,
     if size > _MAX_OCTAL_SIZE:
         pax += _pax_record("size", str(size).encode())
     main = _raw_header(
-        _ascii_fallback(bname), mode, uid, gid, size, mtime, typeflag, _ascii_fallback(blink),
-        uname.encode("ascii", "replace"), gname.encode("ascii", "replace"),
+        _ascii_fallback(bname),
+        mode,
+        uid,
+        gid,
+        size,
+        mtime,
+        typeflag,
+        _ascii_fallback(blink),
+        uname.encode("ascii", "replace"),
+        gname.encode("ascii", "replace"),
     )
     if not pax:
         return main
     pax_name = b"././@PaxHeader"
     return (
         _raw_header(pax_name, 0o644, 0, 0, len(pax), mtime, PAX_HEADER, b"", b"", b"")
-        + pax + bytes(padding(len(pax))) + main
+        + pax
+        + bytes(padding(len(pax)))
+        + main
     )
 
 

@@ -212,8 +212,9 @@ class CheckpointSuite:
             assert (path / "state.json").read_text() == '{"step": 3}'
             assert (path / "sub" / "w.bin").read_bytes() == (src / "sub" / "w.bin").read_bytes()
 
-    def test_object_is_a_gzip_tar_of_top_level_entries(self, store: BlobStore, cp_root: str,
-                                                       tmp_path: Path) -> None:
+    def test_object_is_a_gzip_tar_of_top_level_entries(
+        self, store: BlobStore, cp_root: str, tmp_path: Path
+    ) -> None:
         src = tmp_path / "ckpt"
         src.mkdir()
         (src / "state.json").write_text("{}")

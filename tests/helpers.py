@@ -1,0 +1,42 @@
+"""Builders of tar streams for tests, written by hand so hostile members can be made."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+
+def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]], *, gz: bool = True) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for info, data in members:
+            tf.addfile(info, io.BytesIO(data) if data is not None else None)
+    raw = buf.getvalue()
+    return gzip.compress(raw) if gz else raw
+
+
+def file_member(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def link_member(name: str, target: str, *, hard: bool = False) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.LNKTYPE if hard else tarfile.SYMTYPE
+    info.linkname = target
+    return info, None
+
+
+def special_member(name: str, kind: bytes) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    return info, None
+
+
+def dir_member(name: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    info.mode = 0o755
+    return info, None

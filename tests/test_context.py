@@ -1,0 +1,160 @@
+"""ctx(), the local task runner, latest_checkpoint and the previous-URI repair."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+import flyte_checkpoint as fc
+
+
+def test_ctx_is_falsy_outside_a_task():
+    c = fc.ctx()
+    assert not c
+    assert c.checkpoint is None and c.attempt_number == 0
+
+
+def test_task_retries_and_resumes_from_checkpoint(tmp_path):
+    seen = []
+
+    @fc.task(retries=3, checkpoint_root=str(tmp_path))
+    def count(n: int) -> int:
+        cp = fc.ctx().checkpoint
+        path = cp.load_sync()
+        start = int(path.read_bytes()) if path else 0
+        seen.append((fc.ctx().attempt_number, start))
+        for i in range(start, n):
+            if i > start and i % 3 == 0:
+                raise RuntimeError(f"crash at {i}")
+            cp.save_sync(str(i + 1).encode())
+        return n
+
+    assert count(10) == 10
+    assert seen == [(0, 0), (1, 3), (2, 6), (3, 9)]
+
+
+def test_each_attempt_gets_its_own_destination_and_the_previous_as_source(tmp_path):
+    paths = []
+
+    @fc.task(retries=2, checkpoint_root=str(tmp_path), run_name="r1")
+    def fail():
+        c = fc.ctx()
+        paths.append(c.checkpoint_paths)
+        assert c.checkpoint.remote_destination == c.checkpoint_paths.checkpoint_path
+        raise ValueError(f"attempt {c.attempt_number}")
+
+    with pytest.raises(ValueError, match="attempt 2"):
+        fail()
+    dests = [p.checkpoint_path for p in paths]
+    assert dests == [str(tmp_path / "r1" / "fail" / str(i) / "_flytecheckpoints") for i in range(3)]
+    assert [p.prev_checkpoint_path for p in paths] == [None, dests[0], dests[1]]
+
+
+def test_async_task(tmp_path):
+    @fc.task(retries=1, checkpoint_root=str(tmp_path))
+    async def work() -> str:
+        cp = fc.ctx().checkpoint
+        path = await cp.load()
+        if path is None:
+            await cp.save(b"half")
+            raise RuntimeError("crash")
+        return path.read_bytes().decode()
+
+    assert asyncio.run(work()) == "half"
+
+
+def test_root_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", f"file://{tmp_path}/envroot")
+
+    @fc.task(run_name="r")
+    def where():
+        return fc.ctx().checkpoint_paths.checkpoint_path
+
+    assert where() == str(tmp_path / "envroot" / "r" / "where" / "0" / "_flytecheckpoints")
+
+
+def test_root_can_be_a_remote_uri(monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", "memory://runs")
+
+    @fc.task(retries=1, run_name="mem")
+    def remote():
+        cp = fc.ctx().checkpoint
+        if cp.load_sync() is None:
+            cp.save_sync(b"m")
+            raise RuntimeError("again")
+        return cp.remote_source
+
+    assert remote() == "memory://runs/mem/remote/0/_flytecheckpoints"
+
+
+def test_workspaces_are_removed_after_each_attempt(tmp_path):
+    roots = []
+
+    @fc.task(retries=1, checkpoint_root=str(tmp_path))
+    def t():
+        roots.append(fc.ctx().checkpoint.path.parent)
+        if len(roots) == 1:
+            raise RuntimeError("x")
+
+    t()
+    assert roots and not any(r.exists() for r in roots)
+
+
+def test_latest_checkpoint_by_mtime_and_key(tmp_path):
+    assert fc.latest_checkpoint(tmp_path) is None
+    for name, mtime in [("a/last.ckpt", 2000), ("b/c/last.ckpt", 1500), ("last.ckpt", 1000)]:
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(name)
+        os.utime(p, (mtime, mtime))
+    assert fc.latest_checkpoint(tmp_path) == tmp_path / "a" / "last.ckpt"
+    assert fc.latest_checkpoint(tmp_path, key=lambda p: len(p.parts)) == tmp_path / "b" / "c" / "last.ckpt"
+    (tmp_path / "epoch=3.ckpt").write_text("")
+    assert fc.latest_checkpoint(tmp_path, "*.ckpt") == tmp_path / "epoch=3.ckpt"
+    assert fc.latest_checkpoint(tmp_path, "**/none.ckpt") is None
+    assert fc.latest_checkpoint(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("s3://b/runs/r1/a0/3/ckpt", "s3://b/runs/r1/a0/2/ckpt"),
+        ("s3a://b/r1/a0/2", "s3a://b/r1/a0/1"),
+        ("gs://b/x/r1/a0/10/y", "gs://b/x/r1/a0/9/y"),
+        ("abfss://c@acct.dfs.core.windows.net/r1/a0/5/z", "abfss://c@acct.dfs.core.windows.net/r1/a0/4/z"),
+        ("az://c/r1/a0/2/z", "az://c/r1/a0/1/z"),
+        ("gcs://b/r1/a0/1/z", "gcs://b/r1/a0/1/z"),  # n = 1 stays
+        ("s3://b/r1/other/3/z", "s3://b/r1/other/3/z"),  # another action
+        ("/local/r1/a0/3/z", "/local/r1/a0/3/z"),  # local: never rewritten
+        ("file:///local/r1/a0/3/z", "file:///local/r1/a0/3/z"),
+        ("memory://r1/a0/3/z", "memory://r1/a0/3/z"),
+        ("s3://b/xr1/a0/3/z", "s3://b/xr1/a0/3/z"),  # names must match whole segments
+    ],
+)
+def test_repair_union_prev_checkpoint_uri(uri, expected):
+    assert fc.repair_union_prev_checkpoint_uri(uri, run_name="r1", action_name="a0") == expected
+
+
+def test_checkpoint_repairs_remote_source_inside_a_task_only():
+    @fc.task(run_name="r1")
+    def a0():
+        remote = fc.Checkpoint("memory://d", "s3://b/r1/a0/3/ckpt").remote_source
+        local = fc.Checkpoint("memory://d", "/x/r1/a0/3/ckpt").remote_source
+        return remote, local
+
+    assert a0() == ("s3://b/r1/a0/2/ckpt", "/x/r1/a0/3/ckpt")
+    assert fc.Checkpoint("memory://d", "s3://b/r1/a0/3/ckpt").remote_source == "s3://b/r1/a0/3/ckpt"
+
+
+def test_task_without_parentheses_and_negative_retries(tmp_path):
+    @fc.task
+    def plain():
+        return fc.ctx().attempt_number
+
+    assert plain() == 0
+    with pytest.raises(ValueError):
+        fc.task(retries=-1)
+    assert isinstance(Path(fc.ctx().checkpoint_paths.checkpoint_path or "."), Path)

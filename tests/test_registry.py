@@ -1,0 +1,236 @@
+"""Scheme resolution, plugins through the hook, clashes, and the error messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+import warnings
+
+import pytest
+
+import flyte_checkpoint as fc
+from flyte_checkpoint.errors import (
+    BackendLoadError,
+    BackendNotInstalledError,
+    UnknownSchemeError,
+)
+from flyte_checkpoint.hookspecs import hookimpl
+from flyte_checkpoint.registry import Registry, StoreSpec, get_registry, install_hint
+from flyte_checkpoint.stores.memory import MemoryStore
+
+
+@pytest.fixture
+def reg() -> Registry:
+    return Registry(autoload=False)
+
+
+def plugin(*specs: StoreSpec) -> types.SimpleNamespace:
+    @hookimpl
+    def register_stores(register):
+        for s in specs:
+            register(s)
+
+    return types.SimpleNamespace(register_stores=register_stores)
+
+
+class Fake(MemoryStore):
+    pass
+
+
+class Other(MemoryStore):
+    pass
+
+
+def test_builtins_resolve(reg):
+    assert reg.backend_for("/tmp/x").name == "file"
+    assert reg.backend_for("file:///tmp/x").name == "file"
+    assert reg.backend_for("memory://a/b").name == "memory"
+    assert {b.source for b in reg.backends()} == {"builtin"}
+
+
+@pytest.mark.parametrize(
+    ("scheme", "extra"),
+    [
+        ("s3", "s3"),
+        ("s3a", "s3"),
+        ("gs", "gcs"),
+        ("gcs", "gcs"),
+        ("abfs", "azure"),
+        ("abfss", "azure"),
+        ("az", "azure"),
+    ],
+)
+def test_known_scheme_without_plugin_says_exactly_what_to_install(reg, scheme, extra):
+    with pytest.raises(BackendNotInstalledError) as info:
+        reg.store_for(f"{scheme}://bucket/key")
+    msg = str(info.value)
+    assert f"pip install 'flyte-checkpoint[{extra}]'" in msg
+    assert f"{scheme}://bucket/key" in msg
+    assert "file (file://)" in msg and "memory (memory://)" in msg
+    assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)
+
+
+def test_unknown_scheme_names_installed_backends(reg):
+    with pytest.raises(UnknownSchemeError) as info:
+        reg.store_for("weird://x/y")
+    msg = str(info.value)
+    assert "no backend serves the 'weird' scheme of weird://x/y" in msg
+    assert "Installed backends: file (file://), memory (memory://)" in msg
+    assert "register_store" in msg
+    assert not isinstance(info.value, BackendNotInstalledError)
+
+
+def test_error_message_hides_credentials(reg):
+    with pytest.raises(UnknownSchemeError) as info:
+        reg.store_for("weird://user:hunter2@host/key?sig=SECRETSIG&sv=1")
+    assert "hunter2" not in str(info.value) and "SECRETSIG" not in str(info.value)
+
+
+def test_install_hint():
+    assert install_hint("S3") == "pip install 'flyte-checkpoint[s3]'"
+    assert install_hint("ftp") is None
+
+
+def test_plugin_object_registers_stores_lazily(reg):
+    imported = []
+
+    def factory():
+        imported.append(1)
+        return Fake()
+
+    reg.register_plugin(plugin(StoreSpec("fake", ("fake",), factory, "a fake")), name="fakeplugin")
+    backend = reg.backend_for("fake://b/k")
+    assert (backend.name, backend.source, backend.plugin) == ("fake", "plugin", "fakeplugin")
+    assert imported == []  # listing and resolving build nothing
+    store = reg.store_for("fake://b/k")
+    assert isinstance(store, Fake) and reg.store_for("fake://x") is store and imported == [1]
+    reg.unregister_plugin("fakeplugin")
+    with pytest.raises(UnknownSchemeError):
+        reg.store_for("fake://b/k")
+
+
+def test_dotted_factory_is_imported_on_first_use(reg):
+    reg.register(StoreSpec("dotted", ("dotted",), "flyte_checkpoint.stores.memory:MemoryStore"))
+    assert isinstance(reg.store_for("dotted://a"), MemoryStore)
+
+
+def test_factory_that_fails_to_import_names_the_backend(reg):
+    reg.register_plugin(plugin(StoreSpec("s3x", ("s3",), "no_such_module_xyz:Store")), name="brokenplug")
+    with pytest.raises(BackendLoadError) as info:
+        reg.store_for("s3://b/k")
+    msg = str(info.value)
+    assert "'s3x' backend (plugin 'brokenplug')" in msg and "no_such_module_xyz" in msg
+    assert "pip install 'flyte-checkpoint[s3]'" in msg
+
+
+def test_factory_must_return_a_blobstore(reg):
+    reg.register(StoreSpec("bad", ("bad",), lambda: object()))
+    with pytest.raises(BackendLoadError, match="not a BlobStore"):
+        reg.store_for("bad://x")
+
+
+def test_runtime_registration_beats_plugins_and_builtins(reg):
+    reg.register_plugin(plugin(StoreSpec("p", ("memory",), Fake, priority=100)), name="p")
+    assert reg.backend_for("memory://x").name == "p"  # a plugin beats a built-in
+    reg.register(StoreSpec("rt", ("memory",), Other))
+    assert reg.backend_for("memory://x").name == "rt"
+    reg.unregister("rt")
+    assert reg.backend_for("memory://x").name == "p"
+
+
+def test_higher_priority_wins_between_plugins(reg):
+    reg.register_plugin(plugin(StoreSpec("low", ("dup",), Fake, priority=1)), name="a")
+    reg.register_plugin(plugin(StoreSpec("high", ("dup",), Other, priority=5)), name="b")
+    assert reg.backend_for("dup://x").name == "high"
+
+
+def test_equal_priority_clash_resolves_by_name_with_a_warning(reg):
+    reg.register_plugin(plugin(StoreSpec("zeta", ("dup",), Fake)), name="pz")
+    reg.register_plugin(plugin(StoreSpec("alpha", ("dup",), Other)), name="pa")
+    with pytest.warns(RuntimeWarning, match=r"'alpha' \(plugin 'pa'\) and 'zeta' \(plugin 'pz'\)"):
+        assert reg.backend_for("dup://x").name == "alpha"
+
+
+def test_duplicate_backend_name_keeps_one_and_warns(reg):
+    reg.register_plugin(plugin(StoreSpec("same", ("one",), Fake)), name="p1")
+    reg.register_plugin(plugin(StoreSpec("same", ("two",), Other)), name="p2")
+    with pytest.warns(RuntimeWarning, match="two plugins register a backend named 'same'"):
+        names = [b.name for b in reg.backends()]
+    assert names.count("same") == 1
+
+
+def test_a_hook_that_raises_is_reported_and_the_rest_still_load(reg):
+    @hookimpl
+    def register_stores(register):
+        raise RuntimeError("plugin bug")
+
+    reg.register_plugin(types.SimpleNamespace(register_stores=register_stores), name="buggy")
+    reg.register_plugin(plugin(StoreSpec("good", ("good",), Fake)), name="good")
+    with pytest.warns(RuntimeWarning, match="'buggy' failed to load"):
+        assert reg.backend_for("good://x").name == "good"
+    with pytest.raises(UnknownSchemeError, match="buggy: RuntimeError: plugin bug"):
+        reg.store_for("nothing://x")
+
+
+def test_module_level_register_store():
+    fc.register_store("tmpmem", "tmpmem", Fake, "temporary")
+    try:
+        assert isinstance(get_registry().store_for("tmpmem://x"), Fake)
+    finally:
+        fc.unregister_store("tmpmem")
+    with pytest.raises(UnknownSchemeError):
+        get_registry().store_for("tmpmem://x")
+
+
+ENTRY_POINT_SCRIPT = r"""
+import sys, warnings
+from importlib import metadata
+
+class EP:
+    def __init__(self, name, target):
+        self.name, self.target, self.dist = name, target, None
+    def load(self):
+        if self.target == "boom":
+            raise ImportError("cannot import boom")
+        import types
+        from flyte_checkpoint.hookspecs import hookimpl
+        from flyte_checkpoint.registry import StoreSpec
+        @hookimpl
+        def register_stores(register):
+            register(StoreSpec(self.name, (self.name,), "flyte_checkpoint.stores.memory:MemoryStore"))
+        return types.SimpleNamespace(register_stores=register_stores)
+
+eps = [EP("aaa-broken", "boom"), EP("good", "ok")]
+metadata.entry_points = lambda **kw: eps if kw.get("group") == "flyte_checkpoint" else []
+
+from flyte_checkpoint.registry import Registry
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    reg = Registry()
+    print(reg.backend_for("good://x").name)
+print(any("'aaa-broken' failed to load" in str(w.message) for w in caught))
+print([b.name for b in reg.broken_plugins])
+print(Registry(autoload=False).backends()[-1].name)
+"""
+
+
+def test_entry_points_load_each_on_its_own():
+    out = subprocess.run([sys.executable, "-c", ENTRY_POINT_SCRIPT], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:4] == ["good", "True", "['aaa-broken']", "memory"]
+
+
+def test_disable_autoload_env(monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reg = Registry()
+    reg.load_entry_points()
+    assert {b.source for b in reg.backends()} == {"builtin"}
+    monkeypatch.setenv("FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD", "0")
+    assert Registry()._autoload is True
+
+
+def test_no_warnings_on_the_common_path(reg):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reg.store_for("/tmp/x")
