@@ -1,0 +1,45 @@
+# One command each: `make demo` (set up and run the main job), `make test` (set up and run
+# every test, starting the test servers the tests need). Both work on a fresh machine.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+PLUGINS := plugins/s3 plugins/gcs plugins/azure
+
+.PHONY: demo test lint setup setup-core bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+# The core alone: enough for the demo.
+$(VENV)/.core: $(VENV)/bin/python pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+# Everything the tests use: core with dev tools, the three plugins with their test servers
+# (moto's S3 server and a GCS emulator from PyPI; Azurite from npm).
+$(VENV)/.all: $(VENV)/bin/python pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) plugins/azure/package-lock.json
+	$(PIP) install -q -e '.[dev]' $(foreach p,$(PLUGINS),-e '$(p)[test]')
+	npm ci --prefix plugins/azure --no-audit --no-fund --loglevel=error
+	touch $(VENV)/.core $@
+
+setup-core: $(VENV)/.core
+setup: $(VENV)/.all
+
+demo: setup-core
+	$(PY) examples/demo.py
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: setup lint
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) plugins/azure/node_modules build dist
