@@ -391,4 +391,18 @@ def _make_links(root: str, symlinks: dict[str, str]) -> None:
             )
 
 
-__all__ = ["UnpackStats", "pack_directory", "unpack"]
+def tree_size(path: str | os.PathLike[str]) -> int:
+    """Bytes of regular-file data under ``path`` (the total for progress reports)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+__all__ = ["UnpackStats", "pack_directory", "tree_size", "unpack"]

@@ -14,8 +14,10 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
+from .blobstore import COPY_CHUNK
 from .errors import NotFoundError, UnsupportedDataError
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
@@ -25,6 +27,8 @@ log = logging.getLogger("flyte_checkpoint")
 MAX_UNPACKED_ENV = "FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES"
 
 Data = bytes | bytearray | memoryview | str | os.PathLike
+#: ``progress(done, total)``: bytes done so far, and the total when it is known.
+ProgressCallback = Callable[[int, "int | None"], None]
 
 
 class BaseCheckpoint(abc.ABC):
@@ -68,6 +72,9 @@ def _max_unpacked() -> int | None:
 class Checkpoint(BaseCheckpoint):
     """Save to ``checkpoint_dest``; load from ``checkpoint_src`` (the previous attempt's).
 
+    ``progress``, if given, is called as ``progress(done, total)`` while saving (bytes of
+    the data read) and loading (bytes of the object read); ``total`` is ``None`` if unknown.
+
     ``load()`` returns ``path / "payload"`` for a bytes or file checkpoint, ``path`` for
     a restored directory, and ``None`` when there is no source, no object, or a zero-byte
     object. Every other failure is raised. A second ``load()`` returns the same result
@@ -84,6 +91,7 @@ class Checkpoint(BaseCheckpoint):
         checkpoint_src: str | None = None,
         *,
         retry: RetryPolicy | None = None,
+        progress: ProgressCallback | None = None,
     ) -> None:
         self._dest = normalize(checkpoint_dest, param="checkpoint_dest")
         self._src: str | None = None
@@ -98,6 +106,7 @@ class Checkpoint(BaseCheckpoint):
                     src = repair_union_prev_checkpoint_uri(src, run_name=names[0], action_name=names[1])
             self._src = src
         self._retry = retry or RetryPolicy.from_env()
+        self._progress = progress
         self._lock = threading.RLock()
         self._root: str | None = None
         self._finalizer: weakref.finalize | None = None
@@ -152,6 +161,7 @@ class Checkpoint(BaseCheckpoint):
 
     def _download(self) -> tuple[Path | None, int]:
         from .registry import store_for
+        from .pipeline import ReadAhead
         from .restore import PAYLOAD, restore
 
         assert self._src is not None
@@ -162,8 +172,10 @@ class Checkpoint(BaseCheckpoint):
         workspace = self.path
         staging = tempfile.mkdtemp(prefix=".restore-", dir=self._root)
         try:
-            with store.open_read(self._src) as raw:
-                is_tar = restore(raw, staging, size, max_bytes=_max_unpacked())
+            progress = self._progress
+            counter = _Counter(progress, size) if progress else None
+            with store.open_read(self._src) as raw, ReadAhead(raw, on_chunk=counter) as ahead:
+                is_tar = restore(ahead, staging, size, max_bytes=_max_unpacked())  # type: ignore[arg-type]
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:
@@ -205,23 +217,33 @@ class Checkpoint(BaseCheckpoint):
         src = local_path(os.fspath(data))
         if not src.exists():
             raise NotFoundError(f"nothing to save at {src}: the path does not exist")
+        progress = self._progress
         if src.is_dir():
 
             def put_tree() -> int:
-                from .archive import pack_directory
-                from .compression import compressor
+                from .archive import pack_directory, tree_size
+                from .pipeline import ParallelGzipWriter
 
+                counter = _Counter(progress, tree_size(src)) if progress else None
                 with store_for(dest).open_write(dest) as writer:
-                    gz = compressor(writer)  # type: ignore[arg-type]
-                    pack_directory(src, gz)
-                    gz.close()
+                    with ParallelGzipWriter(writer, on_block=counter) as gz:  # type: ignore[arg-type]
+                        pack_directory(src, gz)  # type: ignore[arg-type]
                     return writer.bytes_written
 
             return put_tree
 
         def put_file() -> int:
-            store_for(dest).upload_file(src, dest)
-            return src.stat().st_size
+            store = store_for(dest)
+            size = src.stat().st_size
+            if progress is None:
+                store.upload_file(src, dest)
+                return size
+            counter = _Counter(progress, size)
+            with open(src, "rb") as f, store.open_write(dest) as writer:
+                while chunk := f.read(COPY_CHUNK):
+                    writer.write(chunk)
+                    counter(len(chunk))
+            return size
 
         return put_file
 
@@ -245,6 +267,20 @@ class Checkpoint(BaseCheckpoint):
     def __repr__(self) -> str:
         src = redact(self._src) if self._src else None
         return f"Checkpoint(dest={redact(self._dest)!r}, src={src!r})"
+
+
+class _Counter:
+    """Adds up chunk sizes and reports the running total to a progress callback."""
+
+    def __init__(self, progress: ProgressCallback, total: int | None) -> None:
+        self._progress = progress
+        self._total = total
+        self.done = 0
+        progress(0, total)
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        self._progress(self.done, self._total)
 
 
 def _log_transfer(verb: str, uri: str, size: int, seconds: float) -> None:

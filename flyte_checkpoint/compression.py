@@ -45,6 +45,13 @@ def decompressor(fileobj: BinaryIO) -> BinaryIO:
     return gzip.GzipFile(fileobj=fileobj, mode="rb")  # type: ignore[return-value]
 
 
+def compress_member(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
+    """``data`` as one complete gzip member (the compressor releases the GIL)."""
+    if _isal_zlib is not None:
+        return _isal_zlib.compress(data, min(level, 3), wbits=31)
+    return zlib.compress(data, level, wbits=31)
+
+
 def decompress_head(data: bytes, want: int) -> bytes:
     """Decompress up to ``want`` bytes from the start of a gzip stream held in ``data``.
 

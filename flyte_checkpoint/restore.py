@@ -14,6 +14,7 @@ from . import tarstream as ts
 from .archive import unpack
 from .compression import GZIP_ERRORS, decompress_head, decompressor
 from .errors import CheckpointError, CorruptCheckpointError, TransientError
+from .pipeline import ReadAhead
 
 PAYLOAD = "payload"
 _HEAD = 64 * 1024
@@ -103,9 +104,12 @@ def restore(raw: BinaryIO, dest: str, expected_size: int, *, max_bytes: int | No
     stream = _Counted(head, raw)
     kind = sniff(head)
     try:
-        if kind in ("tar.gz", "tar"):
-            source = decompressor(stream) if kind == "tar.gz" else stream  # type: ignore[arg-type]
-            unpack(source, dest, max_bytes=max_bytes)  # type: ignore[arg-type]
+        if kind == "tar.gz":
+            # decompression (which releases the GIL) runs in its own thread, ahead of unpacking
+            with ReadAhead(decompressor(stream), chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
+                unpack(inflated, dest, max_bytes=max_bytes)  # type: ignore[arg-type]
+        elif kind == "tar":
+            unpack(stream, dest, max_bytes=max_bytes)  # type: ignore[arg-type]
         else:
             _write_payload(stream, os.path.join(dest, PAYLOAD), verify_gzip=kind == "gzip")
     except CheckpointError:

@@ -417,3 +417,21 @@ def test_io_error_on_read_is_raised_not_none(dest, tmp_path, monkeypatch):
     monkeypatch.setattr(LocalStore, "open_read", lambda self, uri: Broken())
     with pytest.raises(OSError, match="Input/output error"):
         fc.Checkpoint(str(tmp_path / "n"), dest).load_sync()
+
+
+def test_progress_callback_reports_save_and_load(dest, tmp_path):
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(9 * 1024 * 1024))
+    saves: list[tuple[int, int | None]] = []
+    fc.Checkpoint(dest, progress=lambda d, t: saves.append((d, t))).save_sync(src)
+    assert saves[0] == (0, 9 * 1024 * 1024) and saves[-1][0] >= 9 * 1024 * 1024
+    assert [d for d, _ in saves] == sorted(d for d, _ in saves) and len(saves) >= 3
+    loads: list[tuple[int, int | None]] = []
+    cp = fc.Checkpoint(str(tmp_path / "n"), dest, progress=lambda d, t: loads.append((d, t)))
+    cp.load_sync()
+    size = Path(dest).stat().st_size
+    assert loads[0] == (0, size) and loads[-1] == (size, size)
+    files: list[tuple[int, int | None]] = []
+    fc.Checkpoint(dest, progress=lambda d, t: files.append((d, t))).save_sync(src / "a.bin")
+    assert files[-1] == (9 * 1024 * 1024, 9 * 1024 * 1024)

@@ -13,8 +13,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def run(name: str, tmp_path: Path) -> str:
     env = dict(os.environ, FLYTE_CHECKPOINT_ROOT=str(tmp_path / "root"))
-    out = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, env=env,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 

@@ -17,8 +17,18 @@ EXAMPLE = ROOT / "examples" / "plugin_example"
 def installed(tmp_path_factory) -> dict[str, str]:
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(EXAMPLE)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(EXAMPLE),
+        ],
         check=True,
     )
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]))
@@ -39,7 +49,10 @@ def test_entry_point_registers_the_backend_lazily(installed):
 def test_example_passes_the_conformance_suite(installed):
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
-        env=installed, capture_output=True, text=True, cwd=ROOT,
+        env=installed,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout and "skipped" not in out.stdout

@@ -1,0 +1,276 @@
+"""Threads between the stages of a save or a load, with bounded queues between them.
+
+- :class:`ParallelGzipWriter`: a writable that cuts its input into blocks, compresses
+  them as independent gzip members on a thread pool (the compressors release the GIL),
+  and writes the members, in order, to a sink from a writer thread. Any gzip reader
+  decodes the concatenation. Blocks that do not compress are stored (deflate level 0).
+- :class:`ReadAhead`: a readable that fills a bounded queue of chunks from a source in
+  a background thread, so reading overlaps with whatever consumes the data.
+
+Memory stays bounded by block size x (queue depth + workers + 1), whatever the size.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import zlib
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import BinaryIO
+
+from .compression import DEFAULT_LEVEL, compress_member
+
+BLOCK_SIZE = 4 * 1024 * 1024
+_SAMPLE = 64 * 1024
+#: Store a block rather than compress it when a sample shrinks less than this.
+STORE_RATIO = 0.97
+_POLL = 0.2
+
+
+def default_workers() -> int:
+    """Compression threads: one per available core, at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def compress_block(data: bytes, level: int) -> bytes:
+    """One gzip member holding ``data``: compressed, or stored when it would not shrink."""
+    if len(data) > 2 * _SAMPLE:
+        sample = data[:_SAMPLE]
+        if len(compress_member(sample, level)) > STORE_RATIO * len(sample):
+            return zlib.compress(data, 0, wbits=31)
+    return compress_member(data, level)
+
+
+class _Stop:
+    pass
+
+
+_STOP = _Stop()
+
+
+class ParallelGzipWriter:
+    """Compress everything written into ``sink`` as a series of gzip members.
+
+    ``on_block`` (if given) is called with the size of each block of input as it is queued.
+    ``close()`` flushes, waits for the writer thread and raises its error if it had one;
+    ``abort()`` drops what is pending. Neither closes ``sink``.
+    """
+
+    def __init__(
+        self,
+        sink: BinaryIO,
+        *,
+        level: int = DEFAULT_LEVEL,
+        block_size: int = BLOCK_SIZE,
+        workers: int | None = None,
+        on_block: Callable[[int], None] | None = None,
+    ) -> None:
+        self._sink = sink
+        self._on_block = on_block
+        self._level = level
+        self._block = block_size
+        n = workers or default_workers()
+        self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
+        self._pending: queue.Queue[Future[bytes] | _Stop] = queue.Queue(maxsize=n + 2)
+        self._buf = bytearray()
+        self._error: BaseException | None = None
+        self._aborted = False
+        self._closed = False
+        self.bytes_in = 0
+        self._thread = threading.Thread(target=self._drain, name="fcp-gzip-writer", daemon=True)
+        self._thread.start()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        if self._error is not None:
+            raise self._error
+        self._buf += data
+        n = len(data)
+        self.bytes_in += n
+        if len(self._buf) >= self._block:
+            self._submit(bytes(self._buf))
+            self._buf = bytearray()
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def _submit(self, block: bytes) -> None:
+        if self._on_block is not None:
+            self._on_block(len(block))
+        fut = self._pool.submit(compress_block, block, self._level)
+        self._put(fut)
+
+    def _put(self, item: Future[bytes] | _Stop) -> None:
+        while True:
+            if self._error is not None and item is not _STOP:
+                raise self._error
+            try:
+                self._pending.put(item, timeout=_POLL)
+                return
+            except queue.Full:
+                continue
+
+    def _drain(self) -> None:
+        while True:
+            item = self._pending.get()
+            if isinstance(item, _Stop):
+                return
+            if self._error is not None or self._aborted:
+                item.cancel()
+                continue
+            try:
+                self._sink.write(item.result())
+            except BaseException as exc:
+                self._error = exc
+
+    def close(self) -> None:
+        """Compress what is left, write everything, and raise the first error met."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._buf or self.bytes_in == 0:
+                self._submit(bytes(self._buf))
+                self._buf = bytearray()
+        finally:
+            self._finish()
+        if self._error is not None:
+            raise self._error
+
+    def abort(self) -> None:
+        """Stop: pending blocks are dropped; the sink gets nothing more."""
+        if self._closed:
+            return
+        self._closed = True
+        self._aborted = True
+        self._finish()
+
+    def _finish(self) -> None:
+        self._put(_STOP)
+        self._thread.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> ParallelGzipWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class ReadAhead:
+    """Read ``source`` in a background thread, ``chunk_size`` at a time, ``depth`` chunks ahead.
+
+    ``read(n)`` serves from the chunks in order; errors of the source are raised to the
+    reader at the point they happened. ``on_chunk`` (if given) is called with each chunk's
+    size as the reader takes it. ``close()`` stops the thread (it does not close ``source``).
+    """
+
+    def __init__(
+        self,
+        source: BinaryIO,
+        *,
+        chunk_size: int = BLOCK_SIZE,
+        depth: int = 4,
+        on_chunk: Callable[[int], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._chunk = chunk_size
+        self._queue: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._cur = memoryview(b"")
+        self._eof = False
+        self._on_chunk = on_chunk
+        self._thread = threading.Thread(target=self._fill, name="fcp-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _fill(self) -> None:
+        try:
+            while not self._stop.is_set():
+                data = self._source.read(self._chunk)
+                self._offer(data)
+                if not data:
+                    return
+        except BaseException as exc:
+            self._offer(exc)
+
+    def _offer(self, item: bytes | BaseException) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_POLL)
+                return
+            except queue.Full:
+                continue
+
+    def _next(self) -> bool:
+        if self._eof:
+            return False
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            self._eof = True
+            raise item
+        if not item:
+            self._eof = True
+            return False
+        if self._on_chunk is not None:
+            self._on_chunk(len(item))
+        self._cur = memoryview(item)
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            parts = [bytes(self._cur)]
+            self._cur = memoryview(b"")
+            while self._next():
+                parts.append(bytes(self._cur))
+            self._cur = memoryview(b"")
+            return b"".join(parts)
+        if not self._cur and not self._next():
+            return b""
+        if len(self._cur) >= n:
+            out = self._cur[:n]
+            self._cur = self._cur[n:]
+            return bytes(out)
+        parts = [bytes(self._cur)]
+        got = len(self._cur)
+        self._cur = memoryview(b"")
+        while got < n and self._next():
+            take = self._cur[: n - got]
+            parts.append(bytes(take))
+            got += len(take)
+            self._cur = self._cur[len(take) :]
+        return b"".join(parts)
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # unblock the filler if it waits on a full queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
