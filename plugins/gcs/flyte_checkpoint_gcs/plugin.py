@@ -1,0 +1,24 @@
+"""The entry point: names the GCS store without importing the Google SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flyte_checkpoint.hookspecs import hookimpl
+from flyte_checkpoint.registry import StoreSpec
+
+SCHEMES = ("gs", "gcs")
+
+
+@hookimpl
+def register_stores(register: Callable[[StoreSpec], None]) -> None:
+    """Register the ``gcs`` backend for ``gs://`` and ``gcs://`` URIs (built lazily)."""
+    register(
+        StoreSpec(
+            name="gcs",
+            schemes=SCHEMES,
+            factory="flyte_checkpoint_gcs.store:make_store",
+            description="Google Cloud Storage via google-cloud-storage; resumable uploads, "
+            "parallel ranged reads, CRC32C checked",
+        )
+    )

@@ -1,0 +1,58 @@
+"""A real authorized HTTP session that records each request and can inject faults."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.auth.credentials import AnonymousCredentials
+from google.auth.transport.requests import AuthorizedSession
+from requests.structures import CaseInsensitiveDict
+
+
+@dataclass
+class Call:
+    method: str
+    url: str
+    headers: CaseInsensitiveDict[str]
+    body_size: int
+
+
+#: ``fault(call, data) -> data``: may raise (a failed request) or return other bytes.
+Fault = Callable[[Call, Any], Any]
+
+
+class RecordingSession(AuthorizedSession):
+    """Sends every request for real; keeps a list of them (thread-safe)."""
+
+    def __init__(self, credentials: Any = None, fault: Fault | None = None) -> None:
+        super().__init__(credentials or AnonymousCredentials())
+        self.calls: list[Call] = []
+        #: The headers as they left, authorization included.
+        self.sent_headers: list[CaseInsensitiveDict[str]] = []
+        self.fault = fault
+        self._calls_lock = threading.Lock()
+
+    def request(self, method: str, url: str, data: Any = None, headers: Any = None, **kwargs: Any) -> Any:
+        size = len(data) if isinstance(data, (bytes, bytearray, memoryview)) else 0
+        call = Call(method.upper(), url, CaseInsensitiveDict(headers or {}), size)
+        with self._calls_lock:
+            self.calls.append(call)
+        if self.fault is not None:
+            data = self.fault(call, data)
+        return super().request(method, url, data=data, headers=headers, **kwargs)
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        with self._calls_lock:
+            self.sent_headers.append(CaseInsensitiveDict(request.headers))
+        return super().send(request, **kwargs)
+
+    def find(self, method: str, contains: str = "") -> list[Call]:
+        with self._calls_lock:
+            return [c for c in self.calls if c.method == method and contains in c.url]
+
+    def chunk_puts(self) -> list[Call]:
+        """The resumable-upload chunk requests."""
+        return [c for c in self.find("PUT", "upload_id=") if "Content-Range" in c.headers]

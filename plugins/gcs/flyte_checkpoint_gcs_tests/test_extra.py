@@ -1,0 +1,65 @@
+"""``pip install 'flyte-checkpoint[gcs]'`` into an empty venv, then a save and load through it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from .conftest import BUCKET
+from .server import GcsEmulator
+
+try:
+    from conftest import make_venv
+except ImportError:  # pragma: no cover - run outside the repository
+    make_venv = None
+
+SCRIPT = r"""
+import os, sys, tempfile
+from pathlib import Path
+from flyte_checkpoint.checkpoint import Checkpoint
+from flyte_checkpoint.registry import get_registry
+
+root = os.environ["FCP_ROOT"]
+backend = get_registry().backend_for(root)
+assert backend.distribution == "flyte-checkpoint-gcs", backend
+payload = os.urandom(3 * 1024 * 1024 + 5)
+with Checkpoint(root + "/bytes") as cp:
+    cp.save_sync(payload)
+with Checkpoint(root + "/next", root + "/bytes") as cp:
+    assert cp.load_sync().read_bytes() == payload
+
+src = Path(tempfile.mkdtemp()) / "state"
+(src / "sub").mkdir(parents=True)
+(src / "sub" / "w.bin").write_bytes(payload[:100000])
+with Checkpoint(root + "/dir") as cp:
+    cp.save_sync(src)
+with Checkpoint(root + "/next2", root + "/dir") as cp:
+    assert (cp.load_sync() / "sub" / "w.bin").read_bytes() == payload[:100000]
+print("extra ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_pip_install_extra_then_save_and_load(
+    gcs_emulator: GcsEmulator, wheelhouse: Path, tmp_path: Path
+) -> None:
+    assert make_venv is not None, "run from the repository: the root conftest provides make_venv"
+    python = make_venv(tmp_path / "venv")
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--find-links", str(wheelhouse), "flyte-checkpoint[gcs]"],
+        check=True,
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FLYTE_CHECKPOINT_")},
+        "STORAGE_EMULATOR_HOST": gcs_emulator.endpoint,
+        "FLYTE_CHECKPOINT_GCS_CHUNK_SIZE": "256KiB",
+        "FCP_ROOT": f"gs://{BUCKET}/{uuid.uuid4().hex}",
+    }
+    out = subprocess.run([str(python), "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stdout.strip() == "extra ok"
