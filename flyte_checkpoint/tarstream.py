@@ -43,11 +43,16 @@ def _field(text: bytes, width: int) -> bytes:
     return text[:width].ljust(width, b"\0")
 
 
-def _checksum(block: bytes | bytearray) -> tuple[int, int]:
-    """Unsigned and signed header checksums, the checksum field counted as spaces."""
-    unsigned = sum(block[:148]) + 256 + sum(block[156:512])
-    signed = unsigned - sum(b for b in block[:148] + block[156:512] if b > 127) * 256
-    return unsigned, signed
+def _checksum(block: bytes | bytearray) -> int:
+    """The unsigned header checksum, the checksum field counted as spaces."""
+    return sum(block[:148]) + 256 + sum(block[156:512])
+
+
+def _signed_checksum(block: bytes | bytearray) -> int:
+    """The checksum some old tars wrote, summing bytes as signed chars."""
+    return sum(b - 256 if b > 127 else b for b in block[:148]) + 256 + sum(
+        b - 256 if b > 127 else b for b in block[156:512]
+    )
 
 
 def _raw_header(
@@ -79,7 +84,7 @@ def _raw_header(
         + _octal(0, 8)
         + bytes(155 + 12)
     )
-    buf[148:156] = b"%06o\0 " % _checksum(buf)[0]
+    buf[148:156] = b"%06o\0 " % sum(buf)  # the checksum field holds spaces while summing
     return bytes(buf)
 
 
@@ -208,7 +213,7 @@ def parse(block: bytes) -> Header:
         stored = int(block[148:156].split(b"\0", 1)[0].strip() or b"-1", 8)
     except ValueError:
         raise HeaderError("bad checksum field") from None
-    if stored not in _checksum(block):
+    if stored != _checksum(block) and stored != _signed_checksum(block):
         raise HeaderError("header checksum mismatch")
     name = _text(block[0:100])
     if block[257:262] == b"ustar":

@@ -1,0 +1,1 @@
+"""Benchmarks of save and load against baselines run side by side (``python -m benchmarks``)."""

@@ -1,0 +1,215 @@
+"""Run the benchmark suite and print a table of medians and ratios.
+
+    python -m benchmarks                 # full size: 1 GiB model, 512 MiB JSON, 20,000 files
+    python -m benchmarks --scale 0.01 --runs 1      # a quick check that everything works
+    python -m benchmarks --s3            # also on moto's S3 server, against boto3
+
+Each figure is the median of ``--runs`` runs; every operation runs in a fresh child
+process (``benchmarks/ops.py``) so peak RSS is its own. Baselines run in the same run,
+interleaved with ours, on the same data, so the ratios hold on a busy machine too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .datasets import DATASETS
+
+ROOT = Path(__file__).resolve().parent
+
+
+def measure(op: str, *args: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ops", op, *args],
+        capture_output=True, text=True, cwd=ROOT.parent, env=env,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{op} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def median(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def local_suite(name: str, data: Path, work: Path, runs: int, with_flyte: bool) -> list[dict]:
+    """Save and load of one data set with each approach; returns one row per approach."""
+    approaches = ["ours", "reference", "tar"] + (["flyte"] if with_flyte else [])
+    save_op = {"ours": "ours_save", "reference": "reference_save", "tar": "tar_save", "flyte": "flyte_save"}
+    load_op = {"ours": "ours_load", "reference": "reference_load", "tar": "tar_load", "flyte": "flyte_load"}
+    results: dict[str, dict[str, list]] = {a: {"save": [], "load": []} for a in approaches}
+    sizes: dict[str, int] = {}
+    for _ in range(runs):
+        for a in approaches:  # interleaved, so load on the machine hits all alike
+            obj = work / f"{name}-{a}.obj"
+            obj.unlink(missing_ok=True)
+            results[a]["save"].append(measure(save_op[a], str(data), str(obj)))
+            sizes[a] = obj.stat().st_size
+            results[a]["load"].append(measure(load_op[a], str(obj)))
+    rows = []
+    for a in approaches:
+        rows.append({
+            "data": name, "approach": a,
+            "save_s": median(results[a]["save"], "seconds"), "load_s": median(results[a]["load"], "seconds"),
+            "save_rss": max(r["rss_mib"] for r in results[a]["save"]),
+            "load_rss": max(r["rss_mib"] for r in results[a]["load"]),
+            "object_bytes": sizes[a],
+        })
+    for a in approaches:
+        (work / f"{name}-{a}.obj").unlink(missing_ok=True)
+    return rows
+
+
+def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
+    """On moto's S3 server: our directory save/load against boto3 on the same tarball."""
+    sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
+    from flyte_checkpoint_s3_tests.server import moto_server  # noqa: PLC0415
+
+    rows = []
+    with moto_server() as endpoint:
+        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing",
+                   AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                     aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(Bucket="bench")
+        tarball = work / f"{name}-ours.tgz"
+        res: dict[str, list] = {k: [] for k in ("ours_save", "ours_load", "up", "down", "get")}
+        for i in range(runs):
+            uri = f"s3://bench/{name}/{i}/ckpt"
+            res["ours_save"].append(measure("ours_save", str(data), uri, env=env))
+            res["ours_load"].append(measure("ours_load", uri, env=env))
+            measure("boto3_download", uri, str(tarball), env=env)  # the very same bytes, as a file
+            base = f"s3://bench/{name}/{i}/boto3"
+            res["up"].append(measure("boto3_upload", str(tarball), base, env=env))
+            res["down"].append(measure("boto3_download", base, str(work / "dl"), env=env))
+            res["get"].append(measure("plain_get", base, str(work / "dl"), env=env))
+        rows.append({
+            "data": name, "ours_save": median(res["ours_save"], "seconds"),
+            "ours_load": median(res["ours_load"], "seconds"), "upload_file": median(res["up"], "seconds"),
+            "download_file": median(res["down"], "seconds"), "plain_get": median(res["get"], "seconds"),
+            "save_rss": max(r["rss_mib"] for r in res["ours_save"]),
+            "load_rss": max(r["rss_mib"] for r in res["ours_load"]),
+        })
+        tarball.unlink(missing_ok=True)
+        (work / "dl").unlink(missing_ok=True)
+    return rows
+
+
+def import_cost(runs: int) -> tuple[float, float]:
+    """Median wall time of ``python -c pass`` and of ``python -c 'import flyte_checkpoint'``."""
+    import time
+
+    def t(code: str) -> float:
+        times = []
+        for _ in range(max(5, runs * 3)):
+            s = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT.parent)
+            times.append(time.perf_counter() - s)
+        return statistics.median(times)
+
+    return t("pass"), t("import flyte_checkpoint")
+
+
+def fmt_table(rows: list[dict], sizes: dict[str, int]) -> str:
+    lines = [
+        "| data | approach | save s | save MB/s | load s | load MB/s | object MiB | peak RSS save/load MiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mb = sizes[r["data"]] / 1e6
+        lines.append(
+            f"| {r['data']} | {r['approach']} | {r['save_s']:.2f} | {mb / r['save_s']:.0f} | {r['load_s']:.2f}"
+            f" | {mb / r['load_s']:.0f} | {r['object_bytes'] / 2**20:.1f} | {r['save_rss']:.0f} / {r['load_rss']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def fmt_ratios(rows: list[dict]) -> str:
+    by = {(r["data"], r["approach"]): r for r in rows}
+    lines = ["| data | save vs reference | load vs reference | save vs tar cf | load vs tar xf"
+             " | object size vs reference | save vs flyte | load vs flyte |", "|---|---|---|---|---|---|---|---|"]
+    for data in dict.fromkeys(r["data"] for r in rows):
+        o, ref, tar = by[(data, "ours")], by[(data, "reference")], by[(data, "tar")]
+        fl = by.get((data, "flyte"))
+        lines.append(
+            f"| {data} | {ref['save_s'] / o['save_s']:.1f}x faster | {ref['load_s'] / o['load_s']:.1f}x faster"
+            f" | {o['save_s'] / tar['save_s']:.2f}x its time | {o['load_s'] / tar['load_s']:.2f}x its time"
+            f" | {o['object_bytes'] / ref['object_bytes']:.2f}x"
+            + (f" | {fl['save_s'] / o['save_s']:.1f}x faster | {fl['load_s'] / o['load_s']:.1f}x faster |"
+               if fl else " | n/a | n/a |")
+        )
+    return "\n".join(lines)
+
+
+def fmt_s3(rows: list[dict]) -> str:
+    lines = ["| data | our save s | boto3 upload_file s | save ratio | our load s | best of download_file/GET s"
+             " | load ratio | peak RSS save/load MiB |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        best = min(r["download_file"], r["plain_get"])
+        lines.append(
+            f"| {r['data']} | {r['ours_save']:.2f} | {r['upload_file']:.2f} | {r['ours_save'] / r['upload_file']:.2f}x"
+            f" | {r['ours_load']:.2f} | {best:.2f} | {r['ours_load'] / best:.2f}x"
+            f" | {r['save_rss']:.0f} / {r['load_rss']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--scale", type=float, default=1.0, help="data size relative to the published sizes")
+    p.add_argument("--runs", type=int, default=3, help="runs per figure (the median is shown)")
+    p.add_argument("--data", choices=sorted(DATASETS), nargs="*", help="data sets (default: all)")
+    p.add_argument("--s3", action="store_true", help="also measure on moto's S3 server")
+    p.add_argument("--no-flyte", action="store_true", help="skip the flyte package even if installed")
+    p.add_argument("--cache", default=str(ROOT / ".data"), help="where generated data is kept")
+    args = p.parse_args(argv)
+
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    with_flyte = not args.no_flyte and importlib.util.find_spec("flyte") is not None
+    from flyte_checkpoint.compression import BACKEND
+
+    print(f"# flyte-checkpoint benchmarks (scale {args.scale}, median of {args.runs}, gzip via {BACKEND},"
+          f" {os.cpu_count()} cores)\n")
+    rows, s3_rows, sizes = [], [], {}
+    work = Path(tempfile.mkdtemp(prefix="fcp-bench-", dir=cache))
+    try:
+        for name in args.data or ["model", "jsonl", "small"]:
+            data = DATASETS[name](cache, args.scale)
+            sizes[name] = tree_bytes(data)
+            print(f"{name}: {sizes[name] / 2**20:.0f} MiB in {sum(1 for _ in data.rglob('*'))} entries",
+                  file=sys.stderr)
+            rows += local_suite(name, data, work, args.runs, with_flyte)
+            if args.s3:
+                s3_rows += s3_suite(name, data, work, args.runs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("## Local file backend\n")
+    print(fmt_table(rows, sizes))
+    print("\n## Ratios (same run, same data)\n")
+    print(fmt_ratios(rows))
+    if s3_rows:
+        print("\n## moto S3 server (127.0.0.1), directory save and load against boto3 on the same tarball\n")
+        print(fmt_s3(s3_rows))
+    bare, imported = import_cost(args.runs)
+    print(f"\n`import flyte_checkpoint` adds {(imported - bare) * 1000:.0f} ms to interpreter start"
+          f" ({bare * 1000:.0f} ms -> {imported * 1000:.0f} ms).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

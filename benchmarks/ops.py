@@ -1,0 +1,134 @@
+"""One measured operation, run in a child process: ``python -m benchmarks.ops OP ARGS...``.
+
+Prints one JSON line: the operation's wall time in seconds and the child's peak RSS.
+Running each operation in a fresh process keeps peak-RSS figures separate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def ours_save(src: str, dest: str) -> None:
+    import flyte_checkpoint as fc
+
+    fc.Checkpoint(dest).save_sync(Path(src))
+
+
+def ours_load(obj: str, _unused: str = "") -> None:
+    import flyte_checkpoint as fc
+
+    cp = fc.Checkpoint(tempfile.mktemp(), obj)
+    assert cp.load_sync() is not None
+    _keep.append(cp)  # cleaned after the clock stops
+
+
+def reference_save(src: str, dest: str) -> None:
+    """Flyte 2.12.1's approach: tarfile, gzip level 9, into a temp file, then a copy."""
+    import tarfile
+
+    fd, tmp = tempfile.mkstemp(suffix=".tar.gz", dir=os.path.dirname(dest))
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            for child in sorted(Path(src).iterdir()):
+                tar.add(child, arcname=child.name, recursive=True)
+        shutil.copyfile(tmp, dest)
+    finally:
+        os.unlink(tmp)
+
+
+def reference_load(obj: str, _unused: str = "") -> None:
+    import tarfile
+
+    work = tempfile.mkdtemp(dir=os.path.dirname(obj))
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(obj))
+    os.close(fd)
+    shutil.copyfile(obj, tmp)
+    with tarfile.open(tmp, "r:*") as tar:
+        tar.extractall(work)
+    os.unlink(tmp)
+    _cleanup.append(work)
+
+
+def flyte_save(src: str, dest: str) -> None:
+    import flyte
+
+    flyte.Checkpoint(dest).save_sync(Path(src))
+
+
+def flyte_load(obj: str, _unused: str = "") -> None:
+    import flyte
+
+    cp = flyte.Checkpoint(tempfile.mktemp(), obj)
+    assert cp.load_sync() is not None
+    _keep.append(cp)
+
+
+def tar_save(src: str, dest: str) -> None:
+    """The floor: ``tar cf - -C SRC . > DEST`` (no compression)."""
+    with open(dest, "wb") as out:
+        subprocess.run(["tar", "cf", "-", "-C", src, "."], stdout=out, check=True)
+
+
+def tar_load(obj: str, _unused: str = "") -> None:
+    work = tempfile.mkdtemp(dir=os.path.dirname(obj))
+    subprocess.run(["tar", "xf", obj, "-C", work], check=True)
+    _cleanup.append(work)
+
+
+def boto3_upload(path: str, uri: str) -> None:
+    _s3().upload_file(path, *_bucket_key(uri))
+
+
+def boto3_download(uri: str, path: str) -> None:
+    _s3().download_file(*_bucket_key(uri), path)
+
+
+def plain_get(uri: str, path: str) -> None:
+    body = _s3().get_object(Bucket=_bucket_key(uri)[0], Key=_bucket_key(uri)[1])["Body"]
+    with open(path, "wb") as f:
+        while chunk := body.read(8 * 1024 * 1024):
+            f.write(chunk)
+
+
+def _s3():
+    import boto3
+
+    return boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
+
+
+def _bucket_key(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return bucket, key
+
+
+_keep: list = []
+_cleanup: list[str] = []
+
+
+def main(argv: list[str]) -> None:
+    op = globals()[argv[0]]
+    start = time.perf_counter()
+    op(*argv[1:])
+    seconds = time.perf_counter() - start
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_kib = max(rss_kib, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    for cp in _keep:
+        getattr(cp, "close", lambda: None)()
+    _keep.clear()
+    for path in _cleanup:
+        shutil.rmtree(path, ignore_errors=True)
+    print(json.dumps({"seconds": seconds, "rss_mib": rss_kib / 1024}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
