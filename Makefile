@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
-PLUGINS := plugins/s3 plugins/gcs plugins/azure
+PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+NPM_LOCKS := $(wildcard plugins/*/package-lock.json)
 
 .PHONY: demo test lint setup setup-core bench clean
 
@@ -20,9 +21,9 @@ $(VENV)/.core: $(VENV)/bin/python pyproject.toml
 
 # Everything the tests use: core with dev tools, the three plugins with their test servers
 # (moto's S3 server and a GCS emulator from PyPI; Azurite from npm).
-$(VENV)/.all: $(VENV)/bin/python pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) plugins/azure/package-lock.json
+$(VENV)/.all: $(VENV)/bin/python pyproject.toml $(addsuffix /pyproject.toml,$(PLUGINS)) $(NPM_LOCKS)
 	$(PIP) install -q -e '.[dev]' $(foreach p,$(PLUGINS),-e '$(p)[test]')
-	npm ci --prefix plugins/azure --no-audit --no-fund --loglevel=error
+	$(foreach l,$(NPM_LOCKS),npm ci --prefix $(dir $(l)) --no-audit --no-fund --loglevel=error &&) true
 	touch $(VENV)/.core $@
 
 setup-core: $(VENV)/.core
@@ -42,4 +43,4 @@ bench: setup
 	$(PY) -m benchmarks
 
 clean:
-	rm -rf $(VENV) plugins/azure/node_modules build dist
+	rm -rf $(VENV) plugins/*/node_modules build dist

@@ -1,0 +1,612 @@
+"""The ``flyte-checkpoint`` console script, run in a subprocess against real stores.
+
+The file backend always; S3 (moto), GCS (gcp-storage-emulator) and Azure (Azurite) through
+the servers the plugins' test packages start on 127.0.0.1. A pseudo-terminal test checks
+that push and pull draw a progress bar on a terminal, and none when output is piped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import flyte_checkpoint as fc
+from conftest import require
+from tests.helpers import file_member, link_member, tar_bytes
+
+SCRIPT = Path(sys.executable).with_name("flyte-checkpoint")
+SECRET = "s3cr3t-Pa55word"
+
+#: Variables of the caller's environment that could point a store at a real cloud account.
+FOREIGN_ENV = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "STORAGE_EMULATOR_HOST",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_CLIENT_SECRET",
+)
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    env.update(extra)
+    return env
+
+
+def cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: bytes | None = None,
+    cwd: Path | None = None,
+    ok: bool | None = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed console script; with ``ok=True`` it must exit 0."""
+    require(SCRIPT.exists(), f"the console script {SCRIPT} is not installed (pip install -e .)")
+    proc = subprocess.run(
+        [str(SCRIPT), *args],
+        input=input,
+        capture_output=True,
+        env=env if env is not None else base_env(),
+        cwd=cwd,
+        timeout=120,
+    )
+    out = subprocess.CompletedProcess(
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode("utf-8", "replace"),
+        proc.stderr.decode("utf-8", "replace"),
+    )
+    if ok:
+        assert out.returncode == 0, f"{args}: exit {out.returncode}\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+def cli_json(*args: str, **kw) -> dict:
+    out = cli(*args, "--json", **kw)
+    return json.loads(out.stdout)
+
+
+def one_line_error(out: subprocess.CompletedProcess[str]) -> str:
+    """The failure's single stderr line, checked to be the only one and free of tracebacks."""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("flyte-checkpoint: error: "), out.stderr
+    assert "Traceback" not in out.stderr
+    return lines[0]
+
+
+def make_tree(root: Path) -> Path:
+    (root / "optim").mkdir(parents=True)
+    (root / "model.bin").write_bytes(os.urandom(300_000))
+    (root / "optim" / "adam.bin").write_bytes(b"a" * 5000)
+    (root / "optim" / "empty").write_bytes(b"")
+    (root / "meta.json").write_text('{"epoch": 7}')
+    (root / "latest").symlink_to("model.bin")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            out[rel] = ("link", os.readlink(path))
+        elif path.is_dir():
+            out[rel] = ("dir",)
+        else:
+            out[rel] = ("file", path.read_bytes(), path.stat().st_mode & 0o777)
+    return out
+
+
+def loaded_by_library(uri: str, tmp_path: Path) -> tuple[Path | None, dict[str, object]]:
+    with fc.Checkpoint(str(tmp_path / "unused"), uri) as cp:
+        path = cp.load_sync()
+        if path is None:
+            return None, {}
+        return path.relative_to(cp.path) if path != cp.path else Path("."), snapshot(cp.path)
+
+
+# --------------------------------------------------------------------------- the script itself
+
+
+def test_console_script_runs_and_reports_its_version():
+    out = cli("--version")
+    assert out.stdout.strip() == f"flyte-checkpoint {fc.__version__}"
+
+
+def test_module_runs_like_the_script():
+    out = subprocess.run(
+        [sys.executable, "-m", "flyte_checkpoint.cli", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0
+    for command in ("backends", "inspect", "pull", "push", "ls", "rm"):
+        assert command in out.stdout
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def test_backends_lists_builtins_and_each_plugin_with_its_distribution():
+    result = cli_json("backends")
+    by_name = {b["name"]: b for b in result["backends"]}
+    assert by_name["file"]["schemes"] == ["file"]
+    assert by_name["file"]["distribution"] == "flyte-checkpoint"
+    assert by_name["file"]["version"] == fc.__version__
+    assert by_name["memory"]["source"] == "builtin"
+    for name, dist, scheme in (
+        ("s3", "flyte-checkpoint-s3", "s3"),
+        ("gcs", "flyte-checkpoint-gcs", "gs"),
+        ("azure", "flyte-checkpoint-azure", "az"),
+    ):
+        require(name in by_name, f"the {dist} plugin is not installed (pip install -e plugins/{name})")
+        assert by_name[name]["distribution"] == dist
+        assert by_name[name]["version"]
+        assert scheme in by_name[name]["schemes"]
+    assert result["not_installed"] == []
+    text = cli("backends").stdout
+    assert "file://" in text and "flyte-checkpoint 0.1.0 (built in)" in text
+
+
+def test_backends_names_the_pip_install_for_each_missing_known_scheme():
+    env = base_env(FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD="1")
+    result = cli_json("backends", env=env)
+    assert [b["name"] for b in result["backends"]] == ["file", "memory"]
+    missing = {m["extra"]: m for m in result["not_installed"]}
+    assert missing["s3"]["schemes"] == ["s3", "s3a"]
+    assert missing["s3"]["install"] == "pip install 'flyte-checkpoint[s3]'"
+    assert missing["gcs"]["install"] == "pip install 'flyte-checkpoint[gcs]'"
+    assert missing["azure"]["schemes"] == ["abfs", "abfss", "az"]
+    text = cli("backends", env=env).stdout
+    assert "not installed:" in text
+    assert "pip install 'flyte-checkpoint[azure]'" in text
+
+
+def test_a_uri_of_a_missing_backend_fails_with_the_pip_install():
+    env = base_env(FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD="1")
+    out = cli("inspect", "s3://bucket/run/ckpt", env=env, ok=False)
+    assert out.returncode == 1
+    assert "pip install 'flyte-checkpoint[s3]'" in one_line_error(out)
+
+
+# --------------------------------------------------------------------------- push, inspect, pull: folders
+
+
+def test_folder_push_inspect_pull_matches_load(tmp_path):
+    tree = make_tree(tmp_path / "state")
+    uri = str(tmp_path / "store" / "run" / "ckpt")
+    pushed = cli_json("push", str(tree), uri)
+    assert pushed["ok"] and pushed["kind"] == "tarball" and pushed["size"] == Path(uri).stat().st_size
+
+    info = cli_json("inspect", uri)
+    assert info["kind"] == "tarball" and info["format"] == "tar.gz"
+    assert info["size"] == Path(uri).stat().st_size
+    assert (info["files"], info["dirs"], info["links"]) == (4, 1, 1)
+    assert info["members"] == 6
+    assert info["unpacked_bytes"] == 300_000 + 5000 + len('{"epoch": 7}')
+    assert [e["name"] for e in info["entries"]] == ["model.bin", "optim", "meta.json", "latest"]
+    assert info["entries"][1] == {"name": "optim", "kind": "dir", "size": 5000, "members": 3}
+    assert info["refused"] == []
+
+    text = cli("inspect", uri).stdout
+    assert "tarball (gzip-compressed tar)" in text
+    assert "members:   6 (4 files, 1 folder, 1 link)" in text
+    assert "optim/  (3 members)" in text and "latest@" in text
+
+    pulled = cli_json("pull", uri, str(tmp_path / "out"))
+    assert pulled["kind"] == "tarball" and pulled["path"] == str(tmp_path / "out")
+    where, expected = loaded_by_library(uri, tmp_path)
+    assert where == Path(".")
+    assert snapshot(tmp_path / "out") == expected == snapshot(tree)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "state", "store"]  # no staging left
+
+
+def test_pull_into_an_existing_empty_folder_keeps_it_and_refuses_a_full_one(tmp_path):
+    uri = str(tmp_path / "ckpt")
+    cli("push", str(make_tree(tmp_path / "state")), uri)
+    (tmp_path / "empty").mkdir()
+    cli("pull", uri, str(tmp_path / "empty"))
+    assert snapshot(tmp_path / "empty") == snapshot(tmp_path / "state")
+
+    out = cli("pull", uri, str(tmp_path / "empty"), ok=False)
+    assert out.returncode == 1
+    assert "is not empty: pull into a new or empty folder" in one_line_error(out)
+    out = cli("pull", uri, str(tmp_path / "state" / "meta.json"), ok=False)
+    assert "is not a folder" in one_line_error(out)
+
+
+def test_inspect_members_lists_every_member_and_limit_cuts_the_entries(tmp_path):
+    uri = str(tmp_path / "ckpt")
+    cli("push", str(make_tree(tmp_path / "state")), uri)
+    info = cli_json("inspect", uri, "--members", "--limit", "2")
+    assert [e["name"] for e in info["entries"]] == ["model.bin", "optim"]
+    assert info["entries_total"] == 4
+    names = {m["name"]: m for m in info["member_list"]}
+    assert set(names) == {"model.bin", "optim/", "optim/adam.bin", "optim/empty", "meta.json", "latest"}
+    assert names["latest"]["kind"] == "symlink" and names["latest"]["linkname"] == "model.bin"
+    text = cli("inspect", uri, "--limit", "1").stdout
+    assert "... and 3 more (--limit 0 shows all)" in text
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+def test_file_and_stdin_payloads_pull_to_dir_payload_as_load_does(tmp_path):
+    src = tmp_path / "weights.bin"
+    src.write_bytes(b"\x00weights\xff" * 1000)
+    uri = str(tmp_path / "store" / "w")
+    assert cli_json("push", str(src), uri)["kind"] == "payload"
+    assert Path(uri).read_bytes() == src.read_bytes()
+    info = cli_json("inspect", uri)
+    assert (info["kind"], info["format"], info["size"], info["members"]) == ("payload", "raw", 9000, 0)
+
+    pulled = cli_json("pull", uri, str(tmp_path / "out"))
+    assert pulled["path"] == str(tmp_path / "out" / "payload")
+    assert (tmp_path / "out" / "payload").read_bytes() == src.read_bytes()
+    where, expected = loaded_by_library(uri, tmp_path)
+    assert where == Path("payload") and snapshot(tmp_path / "out") == expected
+
+    step = str(tmp_path / "store" / "step")
+    cli("push", "-", step, input=b"41\n")
+    assert Path(step).read_bytes() == b"41\n"
+    cli("pull", step, str(tmp_path / "step"))
+    assert (tmp_path / "step" / "payload").read_bytes() == b"41\n"
+
+
+def test_inspect_tells_gzip_payloads_and_plain_tarballs_from_content(tmp_path):
+    gz = tmp_path / "gz"
+    gz.write_bytes(gzip.compress(b"not a tar, just text\n" * 100))
+    info = cli_json("inspect", str(gz))
+    assert (info["kind"], info["format"]) == ("payload", "gzip")
+
+    plain = tmp_path / "plain"
+    plain.write_bytes(tar_bytes([file_member("a/b.txt", b"hello")], gz=False))
+    info = cli_json("inspect", str(plain))
+    assert (info["kind"], info["format"], info["files"], info["unpacked_bytes"]) == ("tarball", "tar", 1, 5)
+    assert info["entries"] == [{"name": "a", "kind": "dir", "size": 5, "members": 1}]
+    cli("pull", str(plain), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "a" / "b.txt").read_bytes() == b"hello"
+
+
+# --------------------------------------------------------------------------- bad objects
+
+
+def test_hostile_tarball_is_flagged_by_inspect_and_refused_by_pull(tmp_path):
+    uri = tmp_path / "evil"
+    uri.write_bytes(
+        tar_bytes(
+            [
+                file_member("ok.txt", b"fine"),
+                file_member("../escape.txt", b"x"),
+                link_member("up", "../../etc"),
+            ]
+        )
+    )
+    info = cli_json("inspect", str(uri))
+    assert len(info["refused"]) == 2
+    assert "'../escape.txt': the name leaves the folder" in info["refused"][0]
+    assert "outside the folder" in info["refused"][1]
+    assert "load() would refuse '../escape.txt'" in cli("inspect", str(uri)).stdout
+
+    out = cli("pull", str(uri), str(tmp_path / "out"), ok=False)
+    assert out.returncode == 1
+    assert "'../escape.txt'" in one_line_error(out)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil"]  # no staging folder left
+
+
+def test_truncated_tarball_fails_inspect_and_pull_with_one_line(tmp_path):
+    good = tmp_path / "good"
+    cli("push", str(make_tree(tmp_path / "state")), str(good))
+    bad = tmp_path / "bad"
+    bad.write_bytes(good.read_bytes()[:-5000])
+    for args in (("inspect", str(bad)), ("pull", str(bad), str(tmp_path / "out"))):
+        out = cli(*args, ok=False)
+        assert out.returncode == 1, args
+        line = one_line_error(out)
+        assert "truncated" in line or "damaged" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_and_empty_objects_are_no_checkpoint_exit_3(tmp_path):
+    missing = str(tmp_path / "nothing")
+    out = cli("pull", missing, str(tmp_path / "out"), ok=False)
+    assert out.returncode == 3
+    assert f"no checkpoint at {missing}: there is no object there" in one_line_error(out)
+    assert cli("inspect", missing, ok=False).returncode == 3
+
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    out = cli("pull", str(empty), str(tmp_path / "out"), ok=False)
+    assert out.returncode == 3 and "zero bytes" in one_line_error(out)
+    assert not (tmp_path / "out").exists()
+    info = cli_json("inspect", str(empty))
+    assert (info["kind"], info["size"]) == ("empty", 0)
+
+
+def test_a_folder_is_not_an_object(tmp_path):
+    out = cli("inspect", str(tmp_path), ok=False)
+    assert out.returncode == 1
+    assert "is a directory, not a checkpoint object" in one_line_error(out)
+
+
+# --------------------------------------------------------------------------- ls, rm
+
+
+def test_ls_lists_a_prefix_and_rm_removes_one_object(tmp_path):
+    for name in ("run/1/ckpt", "run/2/ckpt", "other/ckpt"):
+        cli("push", "-", str(tmp_path / name), input=name.encode())
+    prefix = str(tmp_path / "run") + "/"
+    out = cli("ls", prefix).stdout.splitlines()
+    assert out == [str(tmp_path / "run/1/ckpt"), str(tmp_path / "run/2/ckpt")]
+    listed = cli_json("ls", "-l", prefix)
+    assert listed["count"] == 2
+    assert listed["objects"][0] == {"uri": str(tmp_path / "run/1/ckpt"), "size": len("run/1/ckpt")}
+    assert cli_json("ls", str(tmp_path / "nowhere/"))["objects"] == []
+
+    removed = cli_json("rm", str(tmp_path / "run/1/ckpt"))
+    assert removed["removed"] and removed["size"] == len("run/1/ckpt")
+    assert not (tmp_path / "run/1/ckpt").exists()
+    out = cli("rm", str(tmp_path / "run/1/ckpt"), ok=False)
+    assert out.returncode == 3 and "nothing to remove at" in one_line_error(out)
+    assert cli_json("rm", "-f", str(tmp_path / "run/1/ckpt"))["removed"] is False
+    assert cli("ls", prefix).stdout.splitlines() == [str(tmp_path / "run/2/ckpt")]
+
+
+# --------------------------------------------------------------------------- errors, logging
+
+
+def test_failures_are_one_line_with_credentials_removed_and_a_traceback_only_with_debug(tmp_path):
+    uri = f"nosuch://user:{SECRET}@bucket/ckpt?sig={SECRET}"
+    out = cli("inspect", uri, ok=False)
+    assert out.returncode == 1
+    line = one_line_error(out)
+    assert "no backend serves the 'nosuch' scheme" in line
+    assert SECRET not in out.stdout + out.stderr
+
+    out = cli("inspect", uri, "--debug", ok=False)
+    assert out.returncode == 1
+    assert "Traceback (most recent call last)" in out.stderr
+    assert out.stderr.splitlines()[-1].startswith("flyte-checkpoint: error: no backend serves")
+    assert SECRET not in out.stdout + out.stderr
+
+
+def test_json_failures_print_an_error_document(tmp_path):
+    out = cli("pull", str(tmp_path / "none"), str(tmp_path / "out"), "--json", ok=False)
+    doc = json.loads(out.stdout)
+    assert doc["ok"] is False and doc["exit"] == 3 and doc["type"] == "NoCheckpointError"
+    assert "no checkpoint at" in doc["error"]
+    one_line_error(out)
+
+
+def test_usage_errors_exit_2_with_one_line():
+    out = cli("frobnicate", ok=False)
+    assert out.returncode == 2
+    assert "invalid choice: 'frobnicate'" in one_line_error(out)
+    out = cli("pull", "only-one-arg", "--json", ok=False)
+    assert out.returncode == 2
+    assert json.loads(out.stdout)["type"] == "UsageError"
+    assert "the following arguments are required: DIR" in one_line_error(out)
+
+
+def test_verbose_logs_one_info_line_per_transfer_and_debug_logs_store_calls(tmp_path):
+    uri = str(tmp_path / "ckpt")
+    out = cli("push", str(make_tree(tmp_path / "state")), uri, "-v")
+    info = [line for line in out.stderr.splitlines() if "INFO" in line]
+    assert len(info) == 1
+    assert f"saved checkpoint {uri}: " in info[0] and " bytes in " in info[0] and "MB/s" in info[0]
+
+    out = cli("pull", uri, str(tmp_path / "out"), "--debug")
+    assert f"LocalStore.stat({uri}): " in out.stderr
+    assert f"LocalStore.open_read({uri}): opened" in out.stderr
+    assert f"INFO: loaded checkpoint {uri}: " in out.stderr
+    out = cli("pull", uri, str(tmp_path / "out2"))
+    assert out.stderr == ""
+
+
+# --------------------------------------------------------------------------- progress on a terminal
+
+
+def run_in_pty(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run the script with stdin, stdout and stderr on a pseudo-terminal; return (status, output)."""
+    require(SCRIPT.exists(), f"the console script {SCRIPT} is not installed")
+    primary, secondary = pty.openpty()
+    env = base_env(TERM="xterm", COLUMNS="100")
+    proc = subprocess.Popen(
+        [str(SCRIPT), *args], stdin=secondary, stdout=secondary, stderr=secondary, cwd=cwd, env=env
+    )
+    os.close(secondary)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 1.0)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(primary, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(primary)
+        status = proc.wait(timeout=60)
+    return status, b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_push_and_pull_draw_a_progress_bar_on_a_terminal_and_none_when_piped(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "big.bin").write_bytes(os.urandom(12 * 1024 * 1024))
+    status, screen = run_in_pty(["push", "state", "store/ckpt"], tmp_path)
+    assert status == 0, screen
+    assert "\rpush [" in screen and "100%" in screen and "MiB/s" in screen and " in 0:" in screen
+    status, screen = run_in_pty(["pull", "store/ckpt", "out"], tmp_path)
+    assert status == 0, screen
+    assert "\rpull [" in screen and "100%" in screen and "/ 12 MiB" in screen
+    assert (tmp_path / "out" / "big.bin").read_bytes() == (tmp_path / "state" / "big.bin").read_bytes()
+    status, screen = run_in_pty(["pull", "store/ckpt", "out2", "--no-progress"], tmp_path)
+    assert status == 0 and "\r" + "pull [" not in screen
+
+    piped = cli("push", "state", "store/ckpt2", cwd=tmp_path)
+    assert "\r" not in piped.stderr + piped.stdout and "%" not in piped.stderr
+    piped = cli("pull", "store/ckpt2", "out3", cwd=tmp_path)
+    assert piped.stderr == "" and "\r" not in piped.stdout
+    forced = cli("pull", "store/ckpt2", "out4", "--progress", cwd=tmp_path)
+    assert "pull [" in forced.stderr and "100%" in forced.stderr
+
+
+# --------------------------------------------------------------------------- cloud stores
+
+
+def s3_server() -> Iterator[tuple[dict[str, str], str]]:
+    try:
+        from flyte_checkpoint_s3_tests import server
+    except ImportError:
+        require(False, "the S3 plugin's test package (flyte_checkpoint_s3_tests) is not installed")
+        raise
+    require(server.moto_available(), "moto[server] is not installed")
+    import boto3
+
+    with server.moto_s3_server() as endpoint:
+        env = base_env(
+            AWS_ENDPOINT_URL_S3=endpoint,
+            AWS_ACCESS_KEY_ID="AKIATESTCLI000000000",
+            AWS_SECRET_ACCESS_KEY=SECRET,
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_EC2_METADATA_DISABLED="true",
+            AWS_CONFIG_FILE=os.devnull,
+            AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        )
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=SECRET,
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket="cli-tests")
+        client.close()
+        yield env, "s3://cli-tests"
+
+
+def gcs_server() -> Iterator[tuple[dict[str, str], str]]:
+    try:
+        from flyte_checkpoint_gcs_tests.server import GcsEmulator, emulator_installed
+    except ImportError:
+        require(False, "the GCS plugin's test package (flyte_checkpoint_gcs_tests) is not installed")
+        raise
+    require(emulator_installed(), "gcp-storage-emulator is not installed")
+    with GcsEmulator() as emu:
+        emu.create_bucket("cli-tests")
+        yield base_env(STORAGE_EMULATOR_HOST=emu.endpoint), "gs://cli-tests"
+
+
+def azure_server() -> Iterator[tuple[dict[str, str], str]]:
+    try:
+        from flyte_checkpoint_azure_tests.server import AzuriteUnavailable, azurite
+    except ImportError:
+        require(False, "the Azure plugin's test package (flyte_checkpoint_azure_tests) is not installed")
+        raise
+    try:
+        cm = azurite()
+        server = cm.__enter__()
+    except AzuriteUnavailable as exc:
+        require(False, str(exc))
+        raise
+    try:
+        from azure.storage.blob import BlobServiceClient
+
+        with BlobServiceClient.from_connection_string(server.connection_string) as svc:
+            svc.create_container("cli-tests")
+        yield base_env(AZURE_STORAGE_CONNECTION_STRING=server.connection_string), "az://cli-tests"
+    finally:
+        cm.__exit__(None, None, None)
+
+
+SERVERS = {"s3": s3_server, "gcs": gcs_server, "azure": azure_server}
+
+
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def cloud(request: pytest.FixtureRequest) -> Iterator[tuple[dict[str, str], str]]:
+    """(environment pointing the plugin at its test server, a fresh root URI in a bucket)."""
+    gen = SERVERS[request.param]()
+    env, bucket = next(gen)
+    yield env, f"{bucket}/{uuid.uuid4().hex}"
+    gen.close()
+
+
+@pytest.mark.integration
+def test_cloud_round_trip_through_the_script(cloud, tmp_path):
+    env, root = cloud
+    tree = make_tree(tmp_path / "state")
+    ckpt, step = f"{root}/run/1/ckpt", f"{root}/run/1/step"
+
+    pushed = cli_json("push", str(tree), ckpt, env=env)
+    assert pushed["uri"] == ckpt and pushed["kind"] == "tarball" and pushed["size"] > 0
+    cli("push", "-", step, input=b"7\n", env=env)
+
+    listed = cli_json("ls", "-l", f"{root}/run/", env=env)
+    assert [o["uri"] for o in listed["objects"]] == [ckpt, step]
+    assert listed["objects"][0]["size"] == pushed["size"] and listed["objects"][1]["size"] == 2
+
+    info = cli_json("inspect", ckpt, env=env)
+    assert (info["kind"], info["files"], info["dirs"], info["links"]) == ("tarball", 4, 1, 1)
+    assert cli_json("inspect", step, env=env)["kind"] == "payload"
+
+    out = cli("pull", ckpt, str(tmp_path / "out"), "--debug", env=env)
+    assert snapshot(tmp_path / "out") == snapshot(tree)
+    assert "Store.stat(" in out.stderr and "Store.open_read(" in out.stderr
+    assert SECRET not in out.stdout + out.stderr
+    cli("pull", step, str(tmp_path / "step"), env=env)
+    assert (tmp_path / "step" / "payload").read_bytes() == b"7\n"
+
+    cli("rm", step, env=env)
+    assert cli("pull", step, str(tmp_path / "gone"), env=env, ok=False).returncode == 3
+    assert [o["uri"] for o in cli_json("ls", f"{root}/run/", env=env)["objects"]] == [ckpt]
+
+
+@pytest.mark.integration
+def test_cloud_missing_object_is_exit_3_and_bad_tarball_is_exit_1(cloud, tmp_path):
+    env, root = cloud
+    out = cli("inspect", f"{root}/absent", env=env, ok=False)
+    assert out.returncode == 3
+    assert f"{root}/absent" in one_line_error(out)
+
+    bad = tmp_path / "bad"
+    good = io.BytesIO()
+    with tarfile.open(fileobj=good, mode="w:gz") as tf:
+        info = tarfile.TarInfo("x.bin")
+        data = os.urandom(100_000)
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    bad.write_bytes(good.getvalue()[:-3000])
+    cli("push", str(bad), f"{root}/bad", env=env)
+    out = cli("pull", f"{root}/bad", str(tmp_path / "out"), env=env, ok=False)
+    assert out.returncode == 1
+    assert "truncated" in one_line_error(out)
+    assert not (tmp_path / "out").exists()
