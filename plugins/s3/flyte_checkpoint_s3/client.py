@@ -1,0 +1,84 @@
+"""The boto3 S3 client of a store: built once, lazily, under a lock; shared by all threads."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .config import S3Config
+
+#: Region used when neither the arguments, the environment nor a profile name one.
+FALLBACK_REGION = "us-east-1"
+
+
+class ClientProvider:
+    """Builds the client on first :meth:`get` (importing boto3 then) and keeps it until :meth:`close`."""
+
+    def __init__(self, config: S3Config) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._client: Any = None
+
+    def get(self) -> Any:
+        """The shared ``botocore`` S3 client (thread-safe to use).
+
+        Raises:
+            botocore.exceptions.ProfileNotFound: the configured profile does not exist.
+        """
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = _build(self.config)
+                client = self._client
+        return client
+
+    def close(self) -> None:
+        """Close the client's connections; the next :meth:`get` builds a new one."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None and hasattr(client, "close"):
+            client.close()
+
+
+def _build(config: S3Config) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(
+        aws_access_key_id=config.access_key_id,
+        aws_secret_access_key=config.secret_access_key,
+        aws_session_token=config.session_token,
+        profile_name=config.profile,
+        region_name=config.region,
+    )
+    s3_options: dict[str, Any] = {}
+    if config.addressing_style:
+        s3_options["addressing_style"] = config.addressing_style
+    botocore_config = Config(
+        connect_timeout=config.connect_timeout,
+        read_timeout=config.read_timeout,
+        retries={"mode": "standard", "total_max_attempts": config.max_attempts},
+        max_pool_connections=config.pool_connections,
+        s3=s3_options or None,
+        # The store computes and checks checksums itself (per part, combined into the
+        # whole object's), so botocore must not add or verify its own.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        tcp_keepalive=True,
+    )
+    client = session.client(
+        "s3",
+        endpoint_url=config.endpoint_url,
+        region_name=session.region_name or FALLBACK_REGION,
+        config=botocore_config,
+    )
+    client.meta.events.register("before-sign.s3.GetObject", _ask_for_checksum)
+    return client
+
+
+def _ask_for_checksum(request: Any, **_: Any) -> None:
+    # ``ChecksumMode=ENABLED`` as a parameter would also make botocore wrap and verify the
+    # body, which a read that stops early (ranged reads) cannot use; the header alone makes
+    # S3 return the stored checksum, which the reader verifies over the bytes it delivers.
+    request.headers["x-amz-checksum-mode"] = "ENABLED"

@@ -1,0 +1,246 @@
+"""Writes: one PUT for a small object, else a multipart upload with parts sent concurrently.
+
+A :class:`MultipartUpload` holds at most ``upload_concurrency`` parts in flight; submitting
+another blocks until one finishes, so a writer's memory stays under
+``part_size x (upload_concurrency + 1)`` whatever the object's size. Each part carries its
+checksum; the parts' checksums are combined into the whole object's, which S3 stores as a
+``FULL_OBJECT`` checksum. Nothing is visible before ``CompleteMultipartUpload``; any failure
+aborts the upload so that no orphaned parts remain.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import TYPE_CHECKING, Any
+
+from flyte_checkpoint.blobstore import BlobWriter
+from flyte_checkpoint.uri import redact
+
+from .checksums import Buffer, Crc
+from .error_map import error_code
+
+if TYPE_CHECKING:
+    from .store import S3Store
+
+log = logging.getLogger("flyte_checkpoint.s3")
+
+#: S3 accepts at most this many parts in one upload.
+MAX_PARTS = 10_000
+#: and at most this many bytes in one part.
+MAX_PART_SIZE = 5 * 1024**3
+#: Parts are ``part_size`` for the first this-many, then double every this-many after.
+PARTS_PER_SIZE_STEP = 1000
+
+
+def part_size_for(number: int, base: int) -> int:
+    """The size of part ``number`` (1-based): ``base``, doubled every 1000 parts, at most 5 GiB.
+
+    With the default 8 MiB base the 10,000 parts S3 allows hold far more than its 5 TiB
+    object limit, so a stream of unknown length never runs out of parts.
+    """
+    return min(base << ((number - 1) // PARTS_PER_SIZE_STEP), MAX_PART_SIZE)
+
+
+class MultipartUpload:
+    """One S3 multipart upload: parts in, concurrently; then complete or abort.
+
+    Not thread-safe for its caller (one thread submits); its parts run in ``executor``.
+    """
+
+    def __init__(self, store: S3Store, uri: str, bucket: str, key: str, executor: Executor) -> None:
+        self._store = store
+        self._uri = uri
+        self._bucket = bucket
+        self._key = key
+        self._executor = executor
+        self._crc: Crc | None = store.crc
+        self._slots = threading.BoundedSemaphore(store.config.upload_concurrency)
+        self._futures: dict[int, Future[tuple[str, int, int]]] = {}
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        #: The most parts that were in flight at once (for tests of the bound).
+        self.peak_in_flight = 0
+        self.upload_id: str | None = None
+
+    def start(self) -> None:
+        """Create the upload on S3 (raises the project's errors)."""
+        args: dict[str, Any] = {"Bucket": self._bucket, "Key": self._key}
+        if self._crc is not None:
+            args.update(ChecksumAlgorithm=self._crc.name, ChecksumType="FULL_OBJECT")
+        resp = self._store.call(
+            lambda c: c.create_multipart_upload(**args), self._uri, "start an upload to", self._bucket
+        )
+        self.upload_id = resp["UploadId"]
+
+    def submit(self, number: int, load: Callable[[], Buffer]) -> None:
+        """Upload part ``number`` whose bytes ``load()`` returns (called in a worker thread).
+
+        Blocks while ``upload_concurrency`` parts are in flight. Raises the first error of
+        an earlier part, if any, so a failing upload stops early.
+        """
+        if number > MAX_PARTS:
+            raise self._store.error(
+                f"{redact(self._uri)} needs more than {MAX_PARTS} parts: raise part_size"
+                " (FLYTE_CHECKPOINT_S3_PART_SIZE)"
+            )
+        self.raise_failed()
+        self._slots.acquire()
+        with self._lock:
+            self._in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            future = self._executor.submit(self._send, number, load)
+        except BaseException:
+            self._release(None)
+            raise
+        future.add_done_callback(self._release)
+        self._futures[number] = future
+
+    def _release(self, _: object) -> None:
+        with self._lock:
+            self._in_flight -= 1
+        self._slots.release()
+
+    def _send(self, number: int, load: Callable[[], Buffer]) -> tuple[str, int, int]:
+        data = load()
+        args: dict[str, Any] = {
+            "Bucket": self._bucket,
+            "Key": self._key,
+            "UploadId": self.upload_id,
+            "PartNumber": number,
+            "Body": data,
+        }
+        value = 0
+        if self._crc is not None:
+            value = self._crc.compute(data)
+            args["ChecksumAlgorithm"] = self._crc.name
+            args[self._crc.param] = self._crc.encode(value)
+        resp = self._store.call(
+            lambda c: c.upload_part(**args), self._uri, f"upload part {number} of", self._bucket
+        )
+        return resp["ETag"], value, len(data)
+
+    def raise_failed(self) -> None:
+        """Raise the error of the first part that failed, if any has."""
+        for number in sorted(self._futures):
+            future = self._futures[number]
+            if future.done() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+
+    def complete(self) -> None:
+        """Wait for every part, then commit the object (raises the first part's error)."""
+        parts = []
+        whole = 0
+        for number in sorted(self._futures):
+            etag, value, size = self._futures[number].result()
+            part: dict[str, Any] = {"PartNumber": number, "ETag": etag}
+            if self._crc is not None:
+                part[self._crc.param] = self._crc.encode(value)
+                whole = self._crc.combine(whole, value, size) if number > 1 else value
+            parts.append(part)
+        args: dict[str, Any] = {
+            "Bucket": self._bucket,
+            "Key": self._key,
+            "UploadId": self.upload_id,
+            "MultipartUpload": {"Parts": parts},
+        }
+        if self._crc is not None:
+            args.update({"ChecksumType": "FULL_OBJECT", self._crc.param: self._crc.encode(whole)})
+        self._store.call(
+            lambda c: c.complete_multipart_upload(**args), self._uri, "complete the upload of", self._bucket
+        )
+
+    def abort(self) -> None:
+        """Cancel queued parts, wait for running ones, and abort the upload on S3.
+
+        Tries the abort a few times; if it still fails, logs the upload id (a bucket
+        lifecycle rule ``AbortIncompleteMultipartUpload`` then cleans it up) and returns.
+        """
+        for future in self._futures.values():
+            future.cancel()
+        for future in self._futures.values():
+            if not future.cancelled():
+                try:
+                    future.exception()
+                except BaseException:
+                    pass
+        if self.upload_id is None:
+            return
+        args = {"Bucket": self._bucket, "Key": self._key, "UploadId": self.upload_id}
+        last: BaseException | None = None
+        for _ in range(3):
+            try:
+                self._store.call(
+                    lambda c: c.abort_multipart_upload(**args), self._uri, "abort the upload of", self._bucket
+                )
+                return
+            except Exception as exc:
+                if error_code(exc) == "NoSuchUpload":
+                    return
+                last = exc
+        log.warning(
+            "could not abort the multipart upload %s of %s: %s; a bucket lifecycle rule"
+            " (AbortIncompleteMultipartUpload) will remove its parts",
+            self.upload_id,
+            redact(self._uri),
+            last,
+        )
+
+
+class S3Writer(BlobWriter):
+    """Streams bytes into parts; see the module docstring for the guarantees."""
+
+    def __init__(self, store: S3Store, uri: str, bucket: str, key: str) -> None:
+        super().__init__(uri)
+        self._store = store
+        self._bucket = bucket
+        self._key = key
+        self._buf = bytearray()
+        self._upload: MultipartUpload | None = None
+        self._next_part = 1
+
+    @property
+    def upload(self) -> MultipartUpload | None:
+        """The multipart upload, once the object outgrew one part."""
+        return self._upload
+
+    def _part_size(self) -> int:
+        return part_size_for(self._next_part, self._store.config.part_size)
+
+    def _write(self, data: Buffer) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            # A full buffer is sent only when more bytes follow, so an object of at most
+            # one part is always a single PUT.
+            if len(self._buf) >= self._part_size():
+                self._flush_part()
+            room = self._part_size() - len(self._buf)
+            self._buf += view[:room]
+            view = view[room:]
+
+    def _flush_part(self) -> None:
+        if self._upload is None:
+            self._upload = MultipartUpload(
+                self._store, self.uri, self._bucket, self._key, self._store.executor
+            )
+            self._upload.start()
+        part, self._buf = self._buf, bytearray()
+        self._upload.submit(self._next_part, lambda: part)
+        self._next_part += 1
+
+    def _commit(self) -> None:
+        if self._upload is None:
+            data, self._buf = self._buf, bytearray()
+            self._store.put(self.uri, self._bucket, self._key, data)
+            return
+        if self._buf:
+            self._flush_part()
+        self._upload.complete()
+
+    def _abort(self) -> None:
+        self._buf = bytearray()
+        if self._upload is not None:
+            self._upload.abort()

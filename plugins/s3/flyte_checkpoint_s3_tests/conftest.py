@@ -1,0 +1,112 @@
+"""Fixtures: one moto S3 server per session, a bucket on it, and the environment that points at it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, SMALL
+from .server import ServerStartError, moto_available, moto_s3_server
+
+try:  # the repository's root conftest (loaded when pytest runs from the repository)
+    from conftest import require
+except ImportError:  # pragma: no cover - running from inside plugins/s3
+
+    def require(condition: bool, why: str) -> None:
+        """Skip when something is missing, but fail when CI=true."""
+        if not condition:
+            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+                pytest.fail(f"CI=true and {why}: CI must run every test", pytrace=False)
+            pytest.skip(why)
+
+
+#: Variables that would steer boto3 or the store away from the test server.
+_FOREIGN_ENV = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+    "FLYTE_AWS_ENDPOINT",
+    "FLYTE_AWS_ACCESS_KEY_ID",
+    "FLYTE_AWS_SECRET_ACCESS_KEY",
+    "FLYTE_AWS_S3_ADDRESSING_STYLE",
+)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The URL of a moto S3 server on 127.0.0.1, running for the whole session."""
+    require(moto_available(), "moto[server] is not installed (pip install 'moto[server]')")
+    try:
+        with moto_s3_server() as endpoint:
+            yield endpoint
+    except ServerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def s3_env(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Environment pointing boto3 (and the registry's S3 store) at the test server, with small parts."""
+    from flyte_checkpoint.registry import get_registry
+
+    aws_dir = tmp_path_factory.mktemp("aws")
+    env = {
+        "AWS_ENDPOINT_URL_S3": s3_endpoint,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": str(aws_dir / "config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(aws_dir / "credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        **{f"FLYTE_CHECKPOINT_S3_{k.upper()}": str(v) for k, v in SMALL.items()},
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for name in _FOREIGN_ENV:
+            mp.delenv(name, raising=False)
+        for name, value in env.items():
+            mp.setenv(name, value)
+        get_registry().close()  # forget stores built before this environment
+        yield env
+        get_registry().close()
+
+
+@pytest.fixture(scope="session")
+def raw_s3(s3_env: dict[str, str]) -> Iterator[Any]:
+    """A plain boto3 client on the test server, with the test bucket created."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL_S3"])
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def s3_root(raw_s3: Any) -> str:
+    """A fresh, empty prefix in the test bucket."""
+    return f"s3://{BUCKET}/{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def make_s3_store(s3_env: dict[str, str]) -> Iterator[Any]:
+    """Build S3Stores on the test server (small parts by default); closes them after the test."""
+    from flyte_checkpoint_s3.store import S3Store
+
+    stores: list[S3Store] = []
+
+    def make(**settings: Any) -> S3Store:
+        merged = {"endpoint_url": s3_env["AWS_ENDPOINT_URL_S3"], **SMALL, **settings}
+        store = S3Store(**merged)
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close()

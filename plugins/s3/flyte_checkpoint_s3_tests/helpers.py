@@ -1,0 +1,38 @@
+"""Constants and small helpers shared by the S3 plugin's tests."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+BUCKET = "fcp-tests"
+#: Credentials for the test server; the tests check that they never show up in messages.
+ACCESS_KEY = "AKIATESTKEY0000SECRET"
+SECRET_KEY = "test/Secret+Key/0123456789abcdefghijklmnop"
+#: Small sizes so that a few MiB cross many part and range boundaries.
+SMALL = {
+    "part_size": 256 * 1024,
+    "range_size": 256 * 1024,
+    "upload_concurrency": 3,
+    "read_concurrency": 3,
+}
+
+
+def data(size: int, seed: int = 0) -> bytes:
+    """Deterministic bytes that do not compress."""
+    out = bytearray()
+    block = hashlib.sha256(str(seed).encode()).digest()
+    while len(out) < size:
+        block = hashlib.sha256(block).digest()
+        out += block * 64
+    return bytes(out[:size])
+
+
+def key_of(uri: str) -> str:
+    """The key part of ``s3://bucket/key``."""
+    return uri.split("/", 3)[3]
+
+
+def multipart_uploads(raw_s3: Any, uri: str) -> list[dict[str, Any]]:
+    """The unfinished multipart uploads under ``uri``'s key in the test bucket."""
+    return raw_s3.list_multipart_uploads(Bucket=BUCKET, Prefix=key_of(uri)).get("Uploads", [])

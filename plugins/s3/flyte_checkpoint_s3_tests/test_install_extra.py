@@ -1,0 +1,69 @@
+"""``pip install 'flyte-checkpoint[s3]'`` into an empty venv, then a checkpoint round trip on the server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .helpers import BUCKET
+
+try:
+    from conftest import make_venv
+except ImportError:  # pragma: no cover - running from inside plugins/s3
+    import sys
+
+    def make_venv(path: Path) -> Path:
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        return path / "bin" / "python"
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from flyte_checkpoint.checkpoint import Checkpoint
+    from flyte_checkpoint.registry import store_for
+
+    root = os.environ["FCP_TEST_ROOT"]
+    payload = os.urandom(300_000)
+    with Checkpoint(root + "/attempt-0") as cp:
+        cp.save_sync(payload)
+    with Checkpoint(root + "/attempt-1", root + "/attempt-0") as cp:
+        path = cp.load_sync()
+        assert path is not None and path.read_bytes() == payload, "bytes differ"
+    print(type(store_for(root)).__module__, "round trip ok")
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_pip_install_extra_then_save_and_load(
+    wheelhouse: Path, s3_env: dict[str, str], raw_s3: Any, tmp_path: Path
+) -> None:
+    python = make_venv(tmp_path / "venv")
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--find-links", str(wheelhouse), "flyte-checkpoint[s3]"],
+        check=True,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    # Reach the server the way a Flyte task pod would.
+    env.pop("AWS_ENDPOINT_URL_S3", None)
+    env["FLYTE_AWS_ENDPOINT"] = s3_env["AWS_ENDPOINT_URL_S3"]
+    env["FCP_TEST_ROOT"] = f"s3://{BUCKET}/{uuid.uuid4().hex}"
+    out = subprocess.run(
+        [str(python), "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "flyte_checkpoint_s3.store round trip ok" in out.stdout
+    listing = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "flyte-checkpoint-s3==0.1.0" in listing
+    assert "flyte-checkpoint==0.1.0" in listing
+    assert "moto" not in listing

@@ -1,0 +1,196 @@
+"""Integrity: S3 stores a full-object CRC of every object written; reads verify it."""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flyte_checkpoint_s3 import checksums
+from flyte_checkpoint_s3.checksums import Crc
+from flyte_checkpoint_s3.store import S3Store
+
+from flyte_checkpoint.errors import CorruptCheckpointError
+
+from .helpers import BUCKET, data, key_of
+
+PART = 64 * 1024
+HAS_CRT = importlib.util.find_spec("awscrt") is not None
+
+
+def _crc32_b64(payload: bytes) -> str:
+    return base64.b64encode(zlib.crc32(payload).to_bytes(4, "big")).decode()
+
+
+def _stored_checksum(raw_s3: Any, uri: str) -> tuple[str | None, str | None]:
+    resp = raw_s3.get_object(Bucket=BUCKET, Key=key_of(uri), ChecksumMode="ENABLED")
+    resp["Body"].read()
+    return resp.get("ChecksumCRC32"), resp.get("ChecksumType")
+
+
+# -- what is stored ---------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("size", [0, 1000, PART, 9 * PART + 17])
+def test_writer_stores_the_whole_objects_crc32(
+    make_s3_store: Any, raw_s3: Any, s3_root: str, size: int
+) -> None:
+    store = make_s3_store(part_size=PART)
+    uri = f"{s3_root}/obj"
+    payload = data(size)
+    with store.open_write(uri) as w:
+        w.write(payload)
+    value, kind = _stored_checksum(raw_s3, uri)
+    assert value == _crc32_b64(payload)
+    assert kind in (None, "FULL_OBJECT")  # moto omits the type of a single PUT
+
+
+@pytest.mark.integration
+def test_upload_file_stores_the_whole_objects_crc32(
+    make_s3_store: Any, raw_s3: Any, s3_root: str, tmp_path: Path
+) -> None:
+    store = make_s3_store(part_size=PART)
+    src = tmp_path / "f.bin"
+    payload = data(7 * PART + 3)
+    src.write_bytes(payload)
+    store.upload_file(src, f"{s3_root}/f")
+    assert _stored_checksum(raw_s3, f"{s3_root}/f") == (_crc32_b64(payload), "FULL_OBJECT")
+
+
+@pytest.mark.integration
+def test_checksum_none_stores_none(make_s3_store: Any, raw_s3: Any, s3_root: str) -> None:
+    store = make_s3_store(part_size=PART, checksum="NONE")
+    store.write_bytes(f"{s3_root}/a", data(3 * PART))
+    assert _stored_checksum(raw_s3, f"{s3_root}/a")[0] is None
+    assert store.read_bytes(f"{s3_root}/a") == data(3 * PART)
+
+
+# -- what is verified -------------------------------------------------------------------
+
+
+@pytest.fixture
+def corrupt_uri(raw_s3: Any, s3_root: str) -> str:
+    """An object whose stored CRC32 does not match its bytes (moto stores what it is told)."""
+    uri = f"{s3_root}/corrupt"
+    payload = data(6 * PART)
+    wrong = _crc32_b64(payload[:-1] + b"\x00")
+    raw_s3.put_object(
+        Bucket=BUCKET, Key=key_of(uri), Body=payload, ChecksumAlgorithm="CRC32", ChecksumCRC32=wrong
+    )
+    return uri
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("range_size", [PART, 64 * 1024 * 1024], ids=["ranged", "single-get"])
+def test_checksum_mismatch_is_corrupt(make_s3_store: Any, corrupt_uri: str, range_size: int) -> None:
+    store = make_s3_store(range_size=range_size)
+    with pytest.raises(
+        CorruptCheckpointError, match=r"is damaged: S3 stores the CRC32 checksum .* Load it again"
+    ):
+        store.read_bytes(corrupt_uri)
+
+
+@pytest.mark.integration
+def test_corrupt_download_leaves_no_file(make_s3_store: Any, corrupt_uri: str, tmp_path: Path) -> None:
+    with pytest.raises(CorruptCheckpointError):
+        make_s3_store(range_size=PART).download_file(corrupt_uri, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.integration
+def test_corrupt_checkpoint_load_raises(s3_env: dict[str, str], corrupt_uri: str, s3_root: str) -> None:
+    from flyte_checkpoint.checkpoint import Checkpoint
+
+    with Checkpoint(f"{s3_root}/next", corrupt_uri) as cp, pytest.raises(CorruptCheckpointError):
+        cp.load_sync()
+
+
+@pytest.mark.integration
+def test_verification_can_be_turned_off(make_s3_store: Any, corrupt_uri: str) -> None:
+    assert len(make_s3_store(verify_checksums=False).read_bytes(corrupt_uri)) == 6 * PART
+
+
+@pytest.mark.integration
+def test_composite_checksums_of_other_tools_load(
+    s3_env: dict[str, str], make_s3_store: Any, raw_s3: Any, s3_root: str, tmp_path: Path
+) -> None:
+    from boto3.s3.transfer import TransferConfig
+
+    src = tmp_path / "f.bin"
+    payload = data(12 * PART + 5)
+    src.write_bytes(payload)
+    cfg = TransferConfig(multipart_threshold=4 * PART, multipart_chunksize=4 * PART)
+    uri = f"{s3_root}/by-boto3"
+    raw_s3.upload_file(str(src), BUCKET, key_of(uri), Config=cfg, ExtraArgs={"ChecksumAlgorithm": "CRC32"})
+    assert _stored_checksum(raw_s3, uri)[1] == "COMPOSITE"
+    assert make_s3_store(range_size=PART).read_bytes(uri) == payload
+
+
+# -- the arithmetic ---------------------------------------------------------------------
+
+
+def _bitwise(poly: int, width: int, payload: bytes) -> int:
+    """Reference reflected CRC with all-ones init and final XOR, one bit at a time."""
+    mask = (1 << width) - 1
+    crc = mask
+    for byte in payload:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
+    return crc ^ mask
+
+
+def _reference(name: str, width: int, poly: int) -> Crc:
+    def update(buf: Any, value: int) -> int:
+        # continue a CRC: undo the final XOR, feed the bytes, redo it
+        mask = (1 << width) - 1
+        crc = value ^ mask
+        for byte in bytes(buf):
+            crc ^= byte
+            for _ in range(8):
+                crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
+        return crc ^ mask
+
+    return Crc(name, width, poly, update)
+
+
+@pytest.mark.parametrize(
+    ("name", "width", "poly", "check"),
+    [
+        ("CRC32", 32, 0xEDB88320, 0xCBF43926),
+        ("CRC32C", 32, 0x82F63B78, 0xE3069283),
+        ("CRC64NVME", 64, 0x9A6C9329AC4BC9B5, 0xAE8B14860A799888),
+    ],
+)
+def test_combine_matches_the_crc_of_the_concatenation(name: str, width: int, poly: int, check: int) -> None:
+    assert _bitwise(poly, width, b"123456789") == check
+    crc = _reference(name, width, poly)
+    payload = data(3000, seed=width)
+    for cut in (0, 1, 7, 1000, 2999, 3000):
+        a, b = payload[:cut], payload[cut:]
+        assert crc.combine(crc.compute(a), crc.compute(b), len(b)) == crc.compute(payload)
+
+
+def test_crc32_is_zlib_and_round_trips_base64() -> None:
+    crc = checksums.get("crc32")
+    assert crc is not None and crc.param == "ChecksumCRC32"
+    value = crc.compute(b"123456789")
+    assert value == 0xCBF43926
+    assert crc.decode(crc.encode(value)) == value
+    parts = [data(n, seed=n) for n in (5, 70_000, 1, 123_457)]
+    whole = 0
+    for i, p in enumerate(parts):
+        whole = crc.combine(whole, crc.compute(p), len(p)) if i else crc.compute(p)
+    assert whole == zlib.crc32(b"".join(parts))
+
+
+def test_crc32c_needs_awscrt(s3_env: dict[str, str]) -> None:
+    if HAS_CRT:
+        assert S3Store(checksum="crc32c").crc.name == "CRC32C"
+    else:
+        with pytest.raises(ValueError, match=r"needs awscrt: pip install 'flyte-checkpoint-s3\[crt\]'"):
+            S3Store(checksum="CRC32C")
