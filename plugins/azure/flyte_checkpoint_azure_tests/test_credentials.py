@@ -1,0 +1,120 @@
+"""Each configuration form Azurite supports, end to end against it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from azure.core.credentials import AzureNamedKeyCredential
+from azure.storage.blob import (
+    AccountSasPermissions,
+    ContainerSasPermissions,
+    ResourceTypes,
+    generate_account_sas,
+    generate_container_sas,
+)
+from flyte_checkpoint_azure.store import AzureBlobStore
+
+from .conftest import CONTAINER
+from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
+
+pytestmark = pytest.mark.integration
+
+
+def account_sas(**permissions: bool) -> str:
+    """An account SAS token made from Azurite's key."""
+    perms = permissions or {"read": True, "write": True, "delete": True, "list": True, "create": True}
+    return generate_account_sas(
+        ACCOUNT_NAME,
+        ACCOUNT_KEY,
+        resource_types=ResourceTypes(container=True, object=True),
+        permission=AccountSasPermissions(**perms),
+        expiry=datetime.now(timezone.utc) + timedelta(hours=1),
+    )
+
+
+def container_sas(expiry_hours: float = 1, **permissions: bool) -> str:
+    """A container SAS token made from Azurite's key."""
+    return generate_container_sas(
+        ACCOUNT_NAME,
+        CONTAINER,
+        account_key=ACCOUNT_KEY,
+        permission=ContainerSasPermissions(**permissions),
+        expiry=datetime.now(timezone.utc) + timedelta(hours=expiry_hours),
+    )
+
+
+def _round_trip(store: AzureBlobStore, prefix: str) -> None:
+    root = f"az://{CONTAINER}/{prefix}"
+    small, large = f"{root}/small", f"{root}/large"
+    store.write_bytes(small, b"small")
+    data = bytes(range(256)) * 2000  # several blocks with the stores' small block size
+    store.write_bytes(large, data)
+    assert store.stat(small) == 5
+    assert store.read_bytes(small) == b"small"
+    assert store.read_bytes(large) == data
+    assert list(store.list(root + "/")) == [large, small]
+    store.delete(small)
+    assert store.stat(small) is None
+
+
+ENV_FORMS = {
+    "connection string": lambda s: {"AZURE_STORAGE_CONNECTION_STRING": s.connection_string},
+    "account name + key + endpoint": lambda s: {
+        "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME,
+        "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY,
+        "AZURE_STORAGE_BLOB_ENDPOINT": s.blob_endpoint,
+    },
+    "account name + account SAS + endpoint": lambda s: {
+        "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME,
+        "AZURE_STORAGE_SAS_TOKEN": account_sas(),
+        "AZURE_STORAGE_BLOB_ENDPOINT": s.blob_endpoint,
+    },
+    "container SAS with '?' + endpoint (account from the endpoint)": lambda s: {
+        "AZURE_STORAGE_SAS_TOKEN": "?" + container_sas(read=True, write=True, delete=True, list=True),
+        "AZURE_STORAGE_BLOB_ENDPOINT": s.blob_endpoint,
+    },
+    "connection string with a SAS": lambda s: {
+        "AZURE_STORAGE_CONNECTION_STRING": (
+            f"BlobEndpoint={s.blob_endpoint};SharedAccessSignature={account_sas()}"
+        )
+    },
+}
+
+
+@pytest.mark.parametrize("form", list(ENV_FORMS))
+def test_environment_forms(
+    azurite_server: AzuriteServer, clean_env: dict[str, str], prefix: str, form: str
+) -> None:
+    env = clean_env | ENV_FORMS[form](azurite_server) | {"FLYTE_CHECKPOINT_AZURE_BLOCK_SIZE": "100000"}
+    store = AzureBlobStore(environ=env)
+    try:
+        _round_trip(store, prefix)
+    finally:
+        store.close()
+
+
+ARG_FORMS = {
+    "connection_string": lambda s: {"connection_string": s.connection_string},
+    "account_key": lambda s: {"account_name": ACCOUNT_NAME, "account_key": ACCOUNT_KEY},
+    "sas_token": lambda s: {"account_name": ACCOUNT_NAME, "sas_token": account_sas()},
+    "credential": lambda s: {"credential": AzureNamedKeyCredential(ACCOUNT_NAME, ACCOUNT_KEY)},
+}
+
+
+@pytest.mark.parametrize("form", list(ARG_FORMS))
+def test_argument_forms(make_store, azurite_server: AzuriteServer, prefix: str, form: str) -> None:
+    _round_trip(make_store(block_size=100_000, **ARG_FORMS[form](azurite_server)), prefix)
+
+
+def test_arguments_win_over_a_broken_environment(
+    azurite_server: AzuriteServer, clean_env: dict[str, str], prefix: str
+) -> None:
+    env = clean_env | {
+        "AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=http://127.0.0.1:1/nobody;AccountKey=eA=="
+    }
+    store = AzureBlobStore(connection_string=azurite_server.connection_string, environ=env)
+    try:
+        _round_trip(store, prefix)
+    finally:
+        store.close()

@@ -1,0 +1,229 @@
+"""Error mapping and messages: the right class, the URI named, no secret anywhere."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import traceback
+from collections.abc import Iterator
+
+import pytest
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from flyte_checkpoint_azure.error_map import map_error
+from flyte_checkpoint_azure.redaction import install_log_scrubbing, scrub
+
+from flyte_checkpoint.errors import (
+    CheckpointPermissionError,
+    ContainerNotFoundError,
+    CorruptCheckpointError,
+    NotFoundError,
+    StoreError,
+    TransientError,
+)
+
+from .conftest import CONTAINER
+from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
+from .test_credentials import account_sas, container_sas
+
+URI = "az://ckpts/run/attempt-1/state"
+
+
+def _http(status: int, code: str | None, message: str = "The service said no.", cls=HttpResponseError):
+    exc = cls(message=message)
+    exc.status_code = status
+    exc.error_code = code
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected", "words"),
+    [
+        (_http(404, "BlobNotFound", cls=ResourceNotFoundError), NotFoundError, "no checkpoint object at"),
+        (_http(404, "ContainerNotFound"), ContainerNotFoundError, "container 'ckpts' does not exist"),
+        (_http(403, "AuthorizationPermissionMismatch"), CheckpointPermissionError, "refused access"),
+        (_http(403, "AuthenticationFailed"), CheckpointPermissionError, "AZURE_STORAGE_SAS_TOKEN"),
+        (_http(401, "NoAuthenticationInformation"), CheckpointPermissionError, "Storage Blob Data"),
+        (_http(429, None), TransientError, "can be retried"),
+        (_http(500, "InternalError"), TransientError, "HTTP 500 InternalError"),
+        (_http(503, "ServerBusy"), TransientError, "busy"),
+        (_http(408, "OperationTimedOut"), TransientError, "can be retried"),
+        (_http(412, "ConditionNotMet", cls=ResourceModifiedError), TransientError, "changed while"),
+        (_http(400, "InvalidBlockList"), TransientError, "another writer"),
+        (_http(400, "Md5Mismatch"), TransientError, "damaged bytes"),
+        (_http(412, "LeaseIdMissing"), StoreError, "locked by a lease"),
+        (_http(400, "InvalidResourceName"), StoreError, "3-63 lower-case"),
+        (_http(409, "BlobArchived"), StoreError, "HTTP 409 BlobArchived"),
+        (ServiceRequestError("connection refused"), TransientError, "failed or timed out"),
+        (ServiceResponseError("read timed out"), TransientError, "failed or timed out"),
+        (ConnectionResetError("reset"), TransientError, "failed or timed out"),
+        (ClientAuthenticationError("no token: sig=abc"), CheckpointPermissionError, "no Azure AD token"),
+        (ValueError("odd"), StoreError, "ValueError: odd"),
+    ],
+)
+def test_map_error(exc: BaseException, expected: type, words: str) -> None:
+    err = map_error(exc, URI, "read", account="acct")
+    assert type(err) is expected
+    assert words in str(err)
+    assert URI in str(err) or (expected is NotFoundError and URI in str(err))
+
+
+def test_exact_types_for_the_core() -> None:
+    """A missing blob is exactly NotFoundError (loads as "no checkpoint"); a missing
+    container is the subclass that load() raises."""
+    assert type(map_error(_http(404, "BlobNotFound"), URI, "read")) is NotFoundError
+    assert isinstance(map_error(_http(404, "ContainerNotFound"), URI, "read"), NotFoundError)
+    own = CorruptCheckpointError("x")
+    assert map_error(own, URI, "read") is own
+
+
+def test_messages_redact_uri_credentials() -> None:
+    err = map_error(_http(500, None), "abfs://ckpts@acct.dfs.core.windows.net/x?sig=SECRET", "read")
+    assert "SECRET" not in str(err)
+
+
+def test_scrub_removes_known_and_signature_like_secrets() -> None:
+    text = (
+        "GET https://a.blob.core.windows.net/c/x?sv=1&sig=abc%2Bdef&se=2 AccountKey=KKKK==; token zzzz-yyyy"
+    )
+    out = scrub(text, ["zzzz-yyyy"])
+    assert "abc%2Bdef" not in out and "KKKK" not in out and "zzzz-yyyy" not in out
+    assert "sig=<redacted>" in out and "AccountKey=<redacted>" in out
+
+
+@pytest.mark.integration
+def test_missing_container_names_it_and_the_account(make_store, prefix: str) -> None:
+    store = make_store()
+    uri = f"az://absent-container/{prefix}/x"
+    for call in (
+        lambda: store.stat(uri),
+        lambda: store.open_read(uri),
+        lambda: store.read_range(uri, 0, 5),
+        lambda: list(store.list(f"az://absent-container/{prefix}/")),
+        lambda: store.delete(uri),
+    ):
+        with pytest.raises(ContainerNotFoundError) as info:
+            call()
+        text = str(info.value)
+        assert "'absent-container' does not exist" in text
+        assert f"storage account '{ACCOUNT_NAME}'" in text
+        assert "Create it" in text and prefix in text
+
+
+@pytest.mark.integration
+def test_missing_object_and_missing_delete(make_store, prefix: str) -> None:
+    store = make_store()
+    uri = f"az://{CONTAINER}/{prefix}/absent"
+    with pytest.raises(NotFoundError, match=f"no checkpoint object at {uri}"):
+        store.open_read(uri)
+    store.delete(uri)
+
+
+def _secret_free(text: str, *secrets: str) -> None:
+    for secret in secrets:
+        assert secret not in text, f"a secret leaked into: {text[:300]}"
+
+
+def _sig_of(sas: str) -> str:
+    return next(v for k, _, v in (p.partition("=") for p in sas.split("&")) if k == "sig")
+
+
+@pytest.fixture
+def all_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """Every log record of every logger (the Azure SDK's HTTP logging included)."""
+    caplog.set_level(logging.DEBUG)
+    yield caplog
+
+
+@pytest.mark.integration
+def test_wrong_key_is_a_permission_error_without_the_key(make_store, prefix: str, all_logs) -> None:
+    wrong_key = "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ=="
+    store = make_store(account_key=wrong_key)
+    uri = f"az://{CONTAINER}/{prefix}/x"
+    for call in (lambda: store.stat(uri), lambda: store.write_bytes(uri, b"x" * 200_000)):
+        with pytest.raises(CheckpointPermissionError, match="refused access") as info:
+            call()
+        _secret_free("".join(traceback.format_exception(info.value)), wrong_key, ACCOUNT_KEY)
+    _secret_free(all_logs.text + repr(store), wrong_key, ACCOUNT_KEY)
+
+
+@pytest.mark.integration
+def test_sas_never_shows_in_errors_logs_or_repr(make_store, prefix: str, all_logs) -> None:
+    read_only = container_sas(read=True, list=True)
+    store = make_store(account_name=ACCOUNT_NAME, sas_token=read_only, block_size=64 * 1024)
+    secrets = (read_only, _sig_of(read_only))
+    uri = f"az://{CONTAINER}/{prefix}/x"
+    assert store.stat(uri) is None  # reading is allowed
+    for data in (b"small", b"x" * 200_000):  # a single put, then blocks
+        with pytest.raises(CheckpointPermissionError, match="refused access") as info:
+            store.write_bytes(uri, data)
+        _secret_free("".join(traceback.format_exception(info.value)), *secrets)
+    _secret_free(all_logs.text + repr(store) + repr(store.config), *secrets)
+    assert any("fcp" not in r.name for r in all_logs.records)  # the SDK's logs were captured
+
+
+@pytest.mark.integration
+def test_expired_sas_is_a_permission_error(make_store, prefix: str) -> None:
+    expired = container_sas(expiry_hours=-1, read=True)
+    store = make_store(account_name=ACCOUNT_NAME, sas_token=expired)
+    with pytest.raises(CheckpointPermissionError) as info:
+        store.stat(f"az://{CONTAINER}/{prefix}/x")
+    _secret_free(str(info.value), expired, _sig_of(expired))
+
+
+@pytest.mark.integration
+def test_account_sas_in_connection_string_never_shows(
+    azurite_server: AzuriteServer, make_store, prefix: str
+) -> None:
+    sas = account_sas(read=True, list=True)
+    cs = f"BlobEndpoint={azurite_server.blob_endpoint};SharedAccessSignature={sas}"
+    store = make_store(connection_string=cs)
+    with pytest.raises(CheckpointPermissionError) as info:
+        store.write_bytes(f"az://{CONTAINER}/{prefix}/x", b"x")
+    _secret_free(str(info.value) + repr(store), sas, _sig_of(sas))
+
+
+def test_log_filter_scrubs_signatures_from_http_library_records() -> None:
+    install_log_scrubbing()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("urllib3.connectionpool")
+    handler, level = Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        logger.debug('%s "%s %s"', "http://h", "GET", "/c/x?sv=1&sig=TOPSECRET%3D&sp=r")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert seen == ['http://h "GET /c/x?sv=1&sig=<redacted>&sp=r"']
+
+
+def test_stalled_server_times_out_as_transient(make_store) -> None:
+    """A server that accepts connections and never answers: the read timeout ends it."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        store = make_store(blob_endpoint=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", read_timeout=1, retries=0)
+        with pytest.raises(TransientError, match="failed or timed out"):
+            store.stat(f"az://{CONTAINER}/x")
+
+
+def test_refused_connection_is_transient(make_store) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        store = make_store(blob_endpoint=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", retries=0)
+        with pytest.raises(TransientError, match=f"az://{CONTAINER}/x"):
+            store.stat(f"az://{CONTAINER}/x")
