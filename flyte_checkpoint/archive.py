@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from . import tarstream as ts
-from .errors import CorruptCheckpointError, UnsafeArchiveError, UnsupportedDataError
+from .compression import GZIP_ERRORS
+from .errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    StoreError,
+    UnsafeArchiveError,
+    UnsupportedDataError,
+)
 
 _CHUNK = 1024 * 1024
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
@@ -202,13 +209,29 @@ def unpack(stream: BinaryIO, dest: str | os.PathLike[str], *, max_bytes: int | N
     """Extract a tar stream under ``dest`` (an existing, empty directory of ours).
 
     Reads ``stream`` to its end, so a compressed stream's checksums are verified.
-    On an error, ``dest`` may hold part of the tree: the caller discards it.
+    On an error, ``dest`` may hold part of the tree (never a link that leaves it):
+    the caller discards it.
 
     Raises:
         UnsafeArchiveError: a member would land outside ``dest``, is a device or FIFO,
             or the tree would exceed ``max_bytes``.
         CorruptCheckpointError: the stream is truncated or a header is damaged.
+        StoreError: the file system refused a member (a name too long, no space left...).
     """
+    try:
+        return _unpack(stream, dest, max_bytes)
+    except CheckpointError:
+        raise
+    except OSError as exc:
+        if isinstance(exc, GZIP_ERRORS):
+            raise
+        raise StoreError(
+            f"cannot restore the checkpoint into {dest}: {exc.strerror or exc}"
+            + (f" ({exc.filename})" if exc.filename else "")
+        ) from exc
+
+
+def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | None) -> UnpackStats:
     root = os.path.realpath(dest)
     reader = _Reader(stream)
     stats = UnpackStats()
@@ -312,19 +335,22 @@ def unpack(stream: BinaryIO, dest: str | os.PathLike[str], *, max_bytes: int | N
         elif t == ts.LNKTYPE:
             _skip(reader, size)
             src_rel = _safe_name(linkname, what=f"hard link {name!r} to")
-            target = ensure_parent(rel)
-            if src_rel in symlinks:
-                clear(rel, target)
-                symlinks[rel] = symlinks[src_rel]
-            elif src_rel in files:
-                clear(rel, target)
-                os.link(os.path.join(root, src_rel), target)
-                files.add(rel)
-            else:
+            if not rel or (src_rel not in files and src_rel not in symlinks):
                 raise UnsafeArchiveError(
                     f"hard link {name!r} points to {linkname!r}, which is not an earlier file of the"
                     " archive; refusing to extract"
                 )
+            if src_rel == rel:  # a link to itself: the member is already there
+                continue
+            target = ensure_parent(rel)
+            if src_rel in symlinks:
+                link_to = symlinks[src_rel]
+                clear(rel, target)
+                symlinks[rel] = link_to
+            else:
+                clear(rel, target)
+                os.link(os.path.join(root, src_rel), target)
+                files.add(rel)
         elif t in (ts.CHRTYPE, ts.BLKTYPE, ts.FIFOTYPE):
             kind = "a FIFO" if t == ts.FIFOTYPE else "a device file"
             raise UnsafeArchiveError(f"member {name!r} is {kind}; a checkpoint cannot hold one")
@@ -380,15 +406,23 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _make_links(root: str, symlinks: dict[str, str]) -> None:
-    for rel, linkname in symlinks.items():
-        os.symlink(linkname, os.path.join(root, rel))
-    prefix = root.rstrip("/") + "/"
-    for rel, linkname in symlinks.items():
-        real = os.path.realpath(os.path.join(root, rel))
-        if real != root and not real.startswith(prefix):
-            raise UnsafeArchiveError(
-                f"symbolic link {rel!r} -> {linkname!r} resolves outside the checkpoint; refusing"
-            )
+    """Create the links, then check where each resolves; on any escape, remove them all."""
+    made = []
+    try:
+        for rel, linkname in symlinks.items():
+            os.symlink(linkname, os.path.join(root, rel))
+            made.append(rel)
+        prefix = root.rstrip("/") + "/"
+        for rel, linkname in symlinks.items():
+            real = os.path.realpath(os.path.join(root, rel))
+            if real != root and not real.startswith(prefix):
+                raise UnsafeArchiveError(
+                    f"symbolic link {rel!r} -> {linkname!r} resolves outside the checkpoint; refusing"
+                )
+    except BaseException:
+        for rel in made:
+            os.unlink(os.path.join(root, rel))
+        raise
 
 
 def tree_size(path: str | os.PathLike[str]) -> int:
