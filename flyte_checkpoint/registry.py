@@ -228,14 +228,21 @@ class Registry:
         raise self._no_backend_error(scheme, uri)
 
     def store_for(self, uri: str) -> BlobStore:
-        """The store instance (built on first use, then shared) for the URI's scheme."""
+        """The store instance (built on first use, then shared) for the URI's scheme.
+
+        While the ``flyte_checkpoint`` logger is set to ``DEBUG``, the store
+        comes wrapped in a :class:`~flyte_checkpoint.storelog.LoggedStore` that logs each call
+        (see :mod:`flyte_checkpoint.storelog`).
+        """
+        from .storelog import wrap
+
         backend = self.backend_for(uri)
         with self._lock:
             store = self._stores.get(backend.name)
             if store is None:
                 store = self._build(backend)
                 self._stores[backend.name] = store
-            return store
+        return wrap(store)
 
     def close(self) -> None:
         """Close every store built so far (they are rebuilt on next use)."""

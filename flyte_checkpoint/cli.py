@@ -1,0 +1,620 @@
+"""``flyte-checkpoint``: see, fetch and seed checkpoints from a shell.
+
+Commands::
+
+    flyte-checkpoint backends              installed backends; the pip install for missing ones
+    flyte-checkpoint inspect URI           tarball or payload, size, members (nothing extracted)
+    flyte-checkpoint pull URI DIR          restore into DIR, as Checkpoint.load() would
+    flyte-checkpoint push PATH URI         save a file, a folder or stdin (-), as save() would
+    flyte-checkpoint ls PREFIX             the objects under a prefix
+    flyte-checkpoint rm URI                remove one object
+
+Every command takes ``--json`` (one JSON document on stdout, for scripts), ``--debug``
+(debug logging of retries and store calls, and the traceback of a failure) and ``-v``
+(the info line of each transfer). ``push`` and ``pull`` show a progress bar on stderr
+when it is a terminal (``--no-progress`` hides it, ``--progress`` forces it).
+
+Exit status: 0 on success; 1 on a failure, with one line on stderr; 2 for a usage
+error; 3 when there is no checkpoint at the URI (``pull``, ``inspect``, ``rm``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .errors import ContainerNotFoundError, NotFoundError
+from .progress import ProgressBar, format_bytes, progress_bar
+from .uri import redact
+
+PROG = "flyte-checkpoint"
+
+#: The progress bars being drawn (log lines blank the newest before they print).
+_bars: list[ProgressBar] = []
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NO_CHECKPOINT = 3
+
+__all__ = ["EXIT_ERROR", "EXIT_NO_CHECKPOINT", "EXIT_OK", "EXIT_USAGE", "NoCheckpointError", "main"]
+
+
+class NoCheckpointError(NotFoundError):
+    """There is no checkpoint at the URI: no object, or a zero-byte one (exit status 3)."""
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that reports a usage error in one line (raised, not printed)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _size_text(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{format_bytes(n)} ({n} bytes)" if n >= 1024 else f"{n} bytes"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+#: Marks after an entry's name, as ``ls -F`` puts them.
+_MARKS = {"dir": "/", "symlink": "@", "hardlink": "@"}
+
+
+def _retry() -> Any:
+    from .retry import RetryPolicy
+
+    return RetryPolicy.from_env()
+
+
+def _normalize(uri: str, param: str) -> str:
+    from .uri import normalize
+
+    return normalize(uri, param=param)
+
+
+@contextlib.contextmanager
+def _bar(args: argparse.Namespace, label: str) -> Iterator[ProgressBar | None]:
+    """A progress bar on stderr when it is a terminal (or as ``--progress`` says), else ``None``."""
+    with progress_bar(label, enabled=getattr(args, "progress", None)) as bar:
+        if bar is not None:
+            _bars.append(bar)
+        try:
+            yield bar
+        finally:
+            if bar is not None:
+                _bars.remove(bar)
+
+
+# --------------------------------------------------------------------------- backends
+
+
+def cmd_backends(args: argparse.Namespace) -> dict[str, Any]:
+    """Installed backends (winners first), known schemes not installed, plugins that failed."""
+    from .registry import KNOWN_SCHEMES, get_registry, install_hint
+
+    registry = get_registry()
+    backends = registry.backends()
+    winner: dict[str, str] = {}
+    for b in backends:
+        for scheme in b.schemes:
+            winner.setdefault(scheme, b.name)
+    installed = []
+    for b in backends:
+        builtin = b.source == "builtin"
+        installed.append(
+            {
+                "name": b.name,
+                "schemes": list(b.schemes),
+                "shadowed": {s: winner[s] for s in b.schemes if winner[s] != b.name},
+                "description": b.spec.description,
+                "source": b.source,
+                "plugin": b.plugin,
+                "distribution": "flyte-checkpoint" if builtin else b.distribution,
+                "version": __version__ if builtin else b.version,
+            }
+        )
+    missing: dict[str, dict[str, Any]] = {}
+    for scheme, (extra, label) in KNOWN_SCHEMES.items():
+        if scheme in winner:
+            continue
+        item = missing.setdefault(extra, {"extra": extra, "label": label, "schemes": [], "install": ""})
+        item["schemes"].append(scheme)
+        item["install"] = install_hint(scheme)
+    broken = [
+        {"plugin": p.name, "distribution": p.distribution, "error": f"{type(p.error).__name__}: {p.error}"}
+        for p in registry.broken_plugins
+    ]
+    return {"backends": installed, "not_installed": list(missing.values()), "broken": broken}
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows
+    ]
+
+
+def show_backends(result: dict[str, Any]) -> None:
+    print("installed backends:")
+    rows = []
+    for b in result["backends"]:
+        schemes = ", ".join(
+            s + "://" + (f" (shadowed by {b['shadowed'][s]})" if s in b["shadowed"] else "")
+            for s in b["schemes"]
+        )
+        dist = " ".join(x for x in (b["distribution"], b["version"]) if x) or b["plugin"]
+        if b["source"] == "builtin":
+            dist += " (built in)"
+        elif b["source"] == "runtime":
+            dist = "registered at runtime"
+        rows.append([b["name"], schemes, dist, b["description"]])
+    for line in _table(rows):
+        print(line.rstrip())
+    if result["not_installed"]:
+        print("not installed:")
+        rows = [
+            [m["extra"], ", ".join(s + "://" for s in m["schemes"]), m["label"], m["install"]]
+            for m in result["not_installed"]
+        ]
+        for line in _table(rows):
+            print(line)
+    if result["broken"]:
+        print("failed to load:")
+        for p in result["broken"]:
+            dist = f" (from {p['distribution']})" if p["distribution"] else ""
+            print(f"  {p['plugin']}{dist}: {p['error']}")
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
+    """Describe the object at ``args.uri`` without extracting it."""
+    from .inspection import Member, inspect_uri
+
+    uri = _normalize(args.uri, "URI")
+    listed: list[dict[str, Any]] = []
+
+    def keep(m: Member) -> None:
+        listed.append({"name": m.name, "kind": m.kind, "size": m.size, "linkname": m.linkname})
+
+    def once() -> Any:
+        listed.clear()
+        with _bar(args, "inspect") as bar:
+            return inspect_uri(uri, progress=bar, on_member=keep if args.members else None)
+
+    try:
+        info = _retry().call(once, f"inspect of {redact(uri)}")
+    except NotFoundError as exc:
+        if isinstance(exc, ContainerNotFoundError):
+            raise
+        raise NoCheckpointError(str(exc)) from exc
+    out = info.to_dict()
+    out["uri"] = redact(uri)
+    total_entries = len(out["entries"])
+    if args.limit:
+        out["entries"] = out["entries"][: args.limit]
+    out["entries_total"] = total_entries
+    if args.members:
+        out["member_list"] = listed
+    return out
+
+
+_FORMATS = {
+    "tar.gz": "gzip-compressed tar",
+    "tar": "uncompressed tar",
+    "gzip": "gzip-compressed bytes",
+    "raw": "raw bytes",
+    "empty": "zero bytes",
+}
+
+
+def show_inspect(r: dict[str, Any]) -> None:
+    print(r["uri"])
+    print(f"  kind:      {r['kind']} ({_FORMATS[r['format']]})")
+    print(f"  size:      {_size_text(r['size'])}")
+    if r["kind"] == "empty":
+        print("  load() treats a zero-byte object as no checkpoint")
+        return
+    if r["kind"] == "payload":
+        print("  load() restores it as the file payload")
+        return
+    counts = ", ".join(
+        _plural(r[k], word) for k, word in (("files", "file"), ("dirs", "folder"), ("links", "link"))
+    )
+    print(f"  members:   {r['members']} ({counts})")
+    print(f"  unpacked:  {_size_text(r['unpacked_bytes'])}")
+    if r["entries"]:
+        print("  top entries (largest first):")
+        width = max(len(format_bytes(e["size"])) for e in r["entries"])
+        for e in r["entries"]:
+            name = e["name"] + _MARKS.get(e["kind"], "")
+            count = f"  ({e['members']} members)" if e["kind"] == "dir" else ""
+            print(f"    {format_bytes(e['size']).rjust(width)}  {name}{count}")
+        more = r["entries_total"] - len(r["entries"])
+        if more > 0:
+            print(f"    ... and {more} more (--limit 0 shows all)")
+    for reason in r["refused"]:
+        print(f"  load() would refuse {reason}")
+    for m in r.get("member_list", []):
+        link = f" -> {m['linkname']}" if m["linkname"] else ""
+        print(f"  {m['kind']:<8} {m['size']:>12}  {m['name']}{link}")
+
+
+# --------------------------------------------------------------------------- pull
+
+
+def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
+    from .checkpoint import _max_unpacked
+    from .pipeline import ReadAhead
+    from .restore import restore
+
+    size = store.stat(uri)
+    if size is None:
+        raise NoCheckpointError(f"no checkpoint at {redact(uri)}: there is no object there")
+    if size == 0:
+        raise NoCheckpointError(f"no checkpoint at {redact(uri)}: the object is empty (zero bytes)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".fcp-pull-", dir=dest.parent)
+    try:
+        done = 0
+
+        def counted(n: int) -> None:
+            nonlocal done
+            done += n
+            if bar is not None:
+                bar(done, size)
+
+        if bar is not None:
+            bar(0, size)
+        with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=counted) as ahead:
+            is_tar = restore(ahead, staging, size, max_bytes=_max_unpacked())  # type: ignore[arg-type]
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(staging, 0o777 & ~mask)
+        if dest.exists():  # an empty folder: keep it, fill it
+            for name in os.listdir(staging):
+                os.rename(os.path.join(staging, name), dest / name)
+            os.rmdir(staging)
+        else:
+            os.rename(staging, dest)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return is_tar, size
+
+
+def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
+    """Restore the checkpoint at ``args.uri`` into the new or empty folder ``args.dir``."""
+    from .checkpoint import _log_transfer
+    from .registry import store_for
+    from .restore import PAYLOAD
+
+    uri = _normalize(args.uri, "URI")
+    dest = Path(args.dir).expanduser().absolute()
+    if dest.exists() and not dest.is_dir():
+        raise FileExistsError(f"{dest} exists and is not a folder: pull into a new or empty folder")
+    if dest.is_dir() and any(dest.iterdir()):
+        raise FileExistsError(f"{dest} is not empty: pull into a new or empty folder")
+    store = store_for(uri)
+    started = time.monotonic()
+    with _bar(args, "pull") as bar:
+        is_tar, size = _retry().call(lambda: _pull_once(store, uri, dest, bar), f"pull of {redact(uri)}")
+    seconds = time.monotonic() - started
+    _log_transfer("loaded", uri, size, seconds)
+    path = dest if is_tar else dest / PAYLOAD
+    return {
+        "uri": redact(uri),
+        "dir": str(dest),
+        "kind": "tarball" if is_tar else "payload",
+        "path": str(path),
+        "size": size,
+        "seconds": round(seconds, 3),
+    }
+
+
+def show_pull(r: dict[str, Any]) -> None:
+    what = f"into {r['dir']}" if r["kind"] == "tarball" else f"as {r['path']}"
+    print(f"restored {r['kind']} {r['uri']} ({format_bytes(r['size'])}) {what} in {r['seconds']:.2f}s")
+
+
+# --------------------------------------------------------------------------- push
+
+
+def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
+    """Save ``args.path`` (a file, a folder, or ``-`` for stdin) as the checkpoint at ``args.uri``."""
+    from .checkpoint import Checkpoint
+    from .registry import store_for
+    from .uri import local_path
+
+    uri = _normalize(args.uri, "URI")
+    data: Any
+    if args.path == "-":
+        data, source, kind = sys.stdin.buffer.read(), "-", "payload"
+    else:
+        src = local_path(args.path)
+        if not src.exists():
+            raise NotFoundError(f"nothing to push at {src}: the path does not exist")
+        data, source, kind = src, str(src), "tarball" if src.is_dir() else "payload"
+    started = time.monotonic()
+    with _bar(args, "push") as bar, Checkpoint(uri, progress=bar) as cp:
+        cp.save_sync(data)
+    seconds = time.monotonic() - started
+    size = _retry().call(lambda: store_for(uri).stat(uri), f"stat of {redact(uri)}")
+    return {"uri": redact(uri), "source": source, "kind": kind, "size": size, "seconds": round(seconds, 3)}
+
+
+def show_push(r: dict[str, Any]) -> None:
+    source = "stdin" if r["source"] == "-" else r["source"]
+    print(f"saved {source} as {r['kind']} {r['uri']} ({format_bytes(r['size'])}) in {r['seconds']:.2f}s")
+
+
+# --------------------------------------------------------------------------- ls, rm
+
+
+def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
+    """The objects whose URI starts with ``args.prefix`` (sizes too with ``--long``)."""
+    from .registry import store_for
+
+    prefix = _normalize(args.prefix, "PREFIX")
+    if args.prefix.rstrip().endswith("/") and not prefix.endswith("/"):
+        prefix += "/"
+    store = store_for(prefix)
+    uris = _retry().call(lambda: list(store.list(prefix)), f"listing of {redact(prefix)}")
+    objects: list[dict[str, Any]] = []
+    for u in uris:
+        item: dict[str, Any] = {"uri": redact(u)}
+        if args.long:
+            item["size"] = _retry().call(lambda u=u: store.stat(u), f"stat of {redact(u)}")
+        objects.append(item)
+    return {"prefix": redact(prefix), "count": len(objects), "objects": objects}
+
+
+def show_ls(r: dict[str, Any]) -> None:
+    for o in r["objects"]:
+        if "size" in o:
+            size = "-" if o["size"] is None else str(o["size"])
+            print(f"{size:>14}  {o['uri']}")
+        else:
+            print(o["uri"])
+
+
+def cmd_rm(args: argparse.Namespace) -> dict[str, Any]:
+    """Remove the object at ``args.uri``; its absence is an error unless ``--force``."""
+    from .registry import store_for
+
+    uri = _normalize(args.uri, "URI")
+    store = store_for(uri)
+
+    def once() -> int | None:
+        size = store.stat(uri)
+        if size is not None:
+            store.delete(uri)
+        return size
+
+    size = _retry().call(once, f"removal of {redact(uri)}")
+    if size is None and not args.force:
+        raise NoCheckpointError(
+            f"nothing to remove at {redact(uri)}: there is no object there (--force ignores this)"
+        )
+    return {"uri": redact(uri), "removed": size is not None, "size": size}
+
+
+def show_rm(r: dict[str, Any]) -> None:
+    if r["removed"]:
+        print(f"removed {r['uri']} ({format_bytes(r['size'])})")
+    else:
+        print(f"nothing at {r['uri']}")
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``flyte-checkpoint`` (each command's ``func`` and ``show`` are set)."""
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document"
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging; tracebacks of failures",
+    )
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log each transfer (info lines)",
+    )
+    common.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,
+        help="force the progress bar on or off (default: on when stderr is a terminal)",
+    )
+    parser = _Parser(
+        prog=PROG,
+        description="See, fetch and seed checkpoints (local paths or any installed backend).",
+        epilog="Exit status: 0 success, 1 failure, 2 usage error, 3 no checkpoint at the URI.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    def command(name: str, helptext: str, func: Callable[..., Any], show: Callable[..., None]) -> _Parser:
+        p = sub.add_parser(name, help=helptext, description=helptext, parents=[common])
+        p.set_defaults(func=func, show=show)
+        return p
+
+    command(
+        "backends", "list installed backends, and how to add the missing ones", cmd_backends, show_backends
+    )
+    p = command("inspect", "describe a checkpoint without extracting it", cmd_inspect, show_inspect)
+    p.add_argument("uri", metavar="URI")
+    p.add_argument("--limit", type=int, default=10, help="top entries to show (0: all; default 10)")
+    p.add_argument("--members", action="store_true", help="also list every member of a tarball")
+    p = command(
+        "pull", "restore a checkpoint into a new or empty folder, as load() would", cmd_pull, show_pull
+    )
+    p.add_argument("uri", metavar="URI")
+    p.add_argument("dir", metavar="DIR")
+    p = command(
+        "push", "save a file, a folder or stdin (-) as a checkpoint, as save() would", cmd_push, show_push
+    )
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("uri", metavar="URI")
+    p = command("ls", "list the objects under a prefix", cmd_ls, show_ls)
+    p.add_argument("prefix", metavar="PREFIX")
+    p.add_argument("-l", "--long", action="store_true", help="show each object's size in bytes")
+    p = command("rm", "remove one checkpoint object", cmd_rm, show_rm)
+    p.add_argument("uri", metavar="URI")
+    p.add_argument("-f", "--force", action="store_true", help="no error when there is no object")
+    return parser
+
+
+# --------------------------------------------------------------------------- main
+
+
+class _Handler(logging.StreamHandler):
+    """Log lines on stderr that first blank the progress bar's line, if one is drawn."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        bar = _active_bar()
+        if bar is not None:
+            bar.clear()
+        super().emit(record)
+
+
+def _active_bar() -> ProgressBar | None:
+    return _bars[-1] if _bars else None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _message(exc: BaseException) -> str:
+    from .errors import CheckpointError
+
+    text = _one_line(str(exc))
+    if isinstance(exc, (CheckpointError, OSError)) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, NotFoundError) and not isinstance(exc, ContainerNotFoundError):
+        return EXIT_NO_CHECKPOINT
+    return EXIT_ERROR
+
+
+def _fail(message: str, code: int, *, as_json: bool, error_type: str) -> int:
+    if as_json:
+        print(json.dumps({"ok": False, "error": message, "type": error_type, "exit": code}))
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return code
+
+
+def _setup_logging(level: int) -> Callable[[], None]:
+    logger = logging.getLogger("flyte_checkpoint")
+    handler = _Handler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+    saved = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+    def undo() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+    return undo
+
+
+def _show_warning(
+    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    sys.stderr.write(f"{PROG}: warning: {_one_line(str(message))}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``flyte-checkpoint`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
+
+    Never raises for a failure of the command: it prints one line on stderr (and the
+    traceback with ``--debug``) and returns a non-zero status.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE, as_json=as_json, error_type="UsageError")
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    as_json = getattr(args, "json", False)
+    debug = getattr(args, "debug", False)
+    level = logging.DEBUG if debug else logging.INFO if getattr(args, "verbose", False) else logging.WARNING
+    undo_logging = _setup_logging(level)
+    saved_showwarning = warnings.showwarning
+    warnings.showwarning = _show_warning
+    try:
+        result = args.func(args)
+        if as_json:
+            print(json.dumps({"ok": True, "command": args.command, **result}, indent=None))
+        else:
+            args.show(result)
+        sys.stdout.flush()
+        return EXIT_OK
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\n{PROG}: interrupted\n")
+        return 130
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
+    except Exception as exc:
+        from .errors import CheckpointError
+
+        if debug:
+            traceback.print_exc()
+        expected = isinstance(exc, (CheckpointError, OSError))
+        hint = "" if debug or expected else " (unexpected: run again with --debug for the traceback)"
+        return _fail(_message(exc) + hint, _exit_code(exc), as_json=as_json, error_type=type(exc).__name__)
+    finally:
+        warnings.showwarning = saved_showwarning
+        undo_logging()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,396 @@
+"""Describe a stored checkpoint without extracting it: tarball or payload, size, members.
+
+:func:`inspect_uri` reads the object once, as a stream, and writes nothing to disk. A
+payload is told from its first 64 KiB; a tarball is read to its end (a tar stream has no
+index), which also verifies its gzip checksums and its length, as a load would.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
+
+from . import tarstream as ts
+from .compression import GZIP_ERRORS, decompressor
+from .errors import CheckpointError, CorruptCheckpointError, NotFoundError, TransientError
+from .restore import sniff
+from .uri import redact
+
+__all__ = ["Entry", "Inspection", "Member", "inspect_stream", "inspect_uri", "iter_members"]
+
+_HEAD = 64 * 1024
+_CHUNK = 1024 * 1024
+_MAX_META = 1024 * 1024
+
+_KINDS = {
+    ts.REGTYPE: "file",
+    ts.AREGTYPE: "file",
+    ts.CONTTYPE: "file",
+    ts.DIRTYPE: "dir",
+    ts.SYMTYPE: "symlink",
+    ts.LNKTYPE: "hardlink",
+    ts.CHRTYPE: "device",
+    ts.BLKTYPE: "device",
+    ts.FIFOTYPE: "fifo",
+}
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member of a tarball, as its header describes it.
+
+    Attributes:
+        name: the member's path in the archive, as stored (``dir/`` keeps its slash).
+        kind: ``file``, ``dir``, ``symlink``, ``hardlink``, ``device``, ``fifo`` or ``other``.
+        size: bytes of file data (0 for anything but a file).
+        mode: permission bits.
+        mtime: modification time, seconds since the epoch.
+        linkname: the target of a link, else ``""``.
+    """
+
+    name: str
+    kind: str
+    size: int
+    mode: int
+    mtime: int
+    linkname: str = ""
+
+
+@dataclass
+class Entry:
+    """A top-level entry of a tarball: what ``load()`` puts directly in its folder.
+
+    Attributes:
+        name: the entry's name.
+        kind: ``dir`` for a folder (declared, or implied by members under it), else the
+            kind of the single member with that name.
+        size: bytes of file data in it, recursively.
+        members: members of the archive at or under it.
+    """
+
+    name: str
+    kind: str
+    size: int = 0
+    members: int = 0
+
+
+@dataclass
+class Inspection:
+    """What a stored object holds.
+
+    Attributes:
+        uri: where it was read (credentials removed), if it came from a store.
+        size: the object's size in bytes.
+        format: ``tar.gz``, ``tar``, ``gzip`` (a gzip payload), ``raw`` or ``empty``.
+        members: members of a tarball (0 for a payload).
+        files, dirs, links: members of each kind (links: symbolic and hard).
+        unpacked_bytes: bytes of file data a tarball restores to.
+        entries: the top-level entries, largest first (ties by name).
+        refused: members ``load()`` would refuse, each with the reason (names, types,
+            links that point out; a chain of links that escapes is caught only by ``load()``).
+    """
+
+    uri: str | None
+    size: int
+    format: str
+    members: int = 0
+    files: int = 0
+    dirs: int = 0
+    links: int = 0
+    unpacked_bytes: int = 0
+    entries: list[Entry] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """``tarball``, ``payload`` or ``empty`` (a zero-byte object: no checkpoint)."""
+        if self.format in ("tar.gz", "tar"):
+            return "tarball"
+        return "empty" if self.format == "empty" else "payload"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the fields plus ``kind``."""
+        out = asdict(self)
+        out["kind"] = self.kind
+        return out
+
+
+class _Exact:
+    """Exact reads from a stream; a short read means the tarball is truncated."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._read = stream.read
+        self.offset = 0
+
+    def read(self, n: int) -> bytes:
+        parts: list[bytes] = []
+        got = 0
+        while got < n:
+            chunk = self._read(n - got)
+            if not chunk:
+                raise CorruptCheckpointError(
+                    f"the tarball ends early (at byte {self.offset + got}): the object is truncated"
+                )
+            parts.append(chunk)
+            got += len(chunk)
+        self.offset += n
+        return b"".join(parts)
+
+    def skip(self, n: int) -> None:
+        while n > 0:
+            step = min(n, _CHUNK)
+            self.read(step)
+            n -= step
+
+    def drain(self) -> None:
+        while self._read(_CHUNK):
+            pass
+
+
+def iter_members(stream: BinaryIO) -> Iterator[Member]:
+    """Yield the members of an uncompressed tar stream, reading past their data.
+
+    PAX and GNU long names, links and sizes are applied; the metadata members themselves
+    are not yielded. Stops at the end-of-archive block, then reads ``stream`` to its end.
+
+    Raises:
+        CorruptCheckpointError: a damaged header, or a stream that ends early.
+    """
+    reader = _Exact(stream)
+    pax: dict[str, str] = {}
+    long_name: str | None = None
+    long_link: str | None = None
+    while True:
+        block = reader.read(ts.BLOCK)
+        if block == ts.ZERO_BLOCK:
+            break
+        try:
+            h = ts.parse(block)
+        except ts.HeaderError as exc:
+            raise CorruptCheckpointError(
+                f"damaged tar header at byte {reader.offset - ts.BLOCK} ({exc}): the object is corrupt"
+            ) from None
+        if h.typeflag in (ts.PAX_HEADER, ts.PAX_GLOBAL, ts.GNU_LONGNAME, ts.GNU_LONGLINK):
+            if h.size > _MAX_META:
+                raise CorruptCheckpointError(f"a {h.size}-byte tar metadata member: the object is corrupt")
+            data = reader.read(h.size + ts.padding(h.size))[: h.size]
+            try:
+                if h.typeflag == ts.PAX_HEADER:
+                    pax = ts.parse_pax(data)
+                elif h.typeflag == ts.GNU_LONGNAME:
+                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif h.typeflag == ts.GNU_LONGLINK:
+                    long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            except ts.HeaderError as exc:
+                raise CorruptCheckpointError(f"damaged tar metadata: {exc}") from None
+            continue
+        name = pax.get("path", long_name or h.name)
+        linkname = pax.get("linkpath", long_link or h.linkname)
+        try:
+            size = int(pax["size"]) if "size" in pax else h.size
+        except ValueError:
+            raise CorruptCheckpointError(f"damaged PAX size for member {name!r}") from None
+        pax, long_name, long_link = {}, None, None
+        kind = _KINDS.get(h.typeflag, "other")
+        if h.typeflag == ts.AREGTYPE and name.endswith("/"):
+            kind = "dir"
+        reader.skip(size + ts.padding(size))
+        yield Member(name, kind, size if kind == "file" else 0, h.mode & 0o7777, h.mtime, linkname)
+    reader.drain()
+
+
+def _refusal(member: Member, rel: str, files: set[str]) -> str | None:
+    """Why ``load()`` would refuse the member, judged from its header alone, or ``None``."""
+    name = member.name
+    if "\0" in name or name.startswith("/") or ".." in name.split("/"):
+        return f"{name!r}: the name leaves the folder"
+    if member.kind in ("device", "fifo", "other"):
+        return f"{name!r}: a {member.kind} member, which a checkpoint cannot hold"
+    if member.kind == "symlink":
+        target = member.linkname
+        if target.startswith("/") or "\0" in target:
+            return f"{name!r}: a link to the absolute path {target!r}"
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+        if resolved == ".." or resolved.startswith("../"):
+            return f"{name!r}: a link to {target!r}, outside the folder"
+    if member.kind == "hardlink":
+        target = "/".join(p for p in member.linkname.split("/") if p not in ("", "."))
+        if target not in files:
+            return f"{name!r}: a hard link to {member.linkname!r}, not an earlier file of the archive"
+    return None
+
+
+def _summarize(
+    members: Iterator[Member], result: Inspection, on_member: Callable[[Member], None] | None
+) -> None:
+    entries: dict[str, Entry] = {}
+    files: set[str] = set()
+    for m in members:
+        if on_member is not None:
+            on_member(m)
+        rel = "/".join(p for p in m.name.split("/") if p not in ("", "."))
+        reason = _refusal(m, rel, files)
+        if reason is not None:
+            result.refused.append(reason)
+        if not rel:  # "./": the archive's root folder
+            continue
+        result.members += 1
+        if m.kind == "file":
+            result.files += 1
+            result.unpacked_bytes += m.size
+            files.add(rel)
+        elif m.kind == "dir":
+            result.dirs += 1
+        elif m.kind in ("symlink", "hardlink"):
+            result.links += 1
+        top, _, rest = rel.partition("/")
+        entry = entries.get(top)
+        if entry is None:
+            entry = entries[top] = Entry(top, "dir" if rest else m.kind)
+        elif rest:
+            entry.kind = "dir"
+        entry.size += m.size
+        entry.members += 1
+    result.entries = sorted(entries.values(), key=lambda e: (-e.size, e.name))
+
+
+class _Counting:
+    """Serves ``head`` and then ``raw``, counting the bytes served."""
+
+    def __init__(self, head: bytes, raw: BinaryIO) -> None:
+        self._head = head
+        self._raw = raw
+        self.count = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            if n < 0 or n >= len(self._head):
+                out, self._head = self._head, b""
+            else:
+                out, self._head = self._head[:n], self._head[n:]
+        else:
+            out = self._raw.read(n)
+        self.count += len(out)
+        return out
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _read_head(raw: BinaryIO) -> bytes:
+    parts, got = [], 0
+    while got < _HEAD:
+        chunk = raw.read(_HEAD - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def inspect_stream(
+    raw: BinaryIO,
+    size: int,
+    *,
+    uri: str | None = None,
+    on_member: Callable[[Member], None] | None = None,
+) -> Inspection:
+    """Describe the object read from ``raw``, whose store reported ``size`` bytes.
+
+    A payload is read no further than its head. A tarball is read to its end: every
+    member goes to ``on_member`` (if given) and into the summary.
+
+    Raises:
+        CorruptCheckpointError: a damaged gzip stream or tar header, or a truncated tarball.
+        TransientError: a tarball's length differs from ``size`` (the object changed).
+    """
+    if size == 0:
+        return Inspection(redact(uri) if uri else None, 0, "empty")
+    head = _read_head(raw)
+    return _inspect(head, sniff(head), raw, size, uri, on_member)
+
+
+def _inspect(
+    head: bytes,
+    fmt: str,
+    rest: BinaryIO,
+    size: int,
+    uri: str | None,
+    on_member: Callable[[Member], None] | None,
+) -> Inspection:
+    result = Inspection(redact(uri) if uri else None, size, fmt)
+    if fmt not in ("tar.gz", "tar"):
+        return result
+    stream = _Counting(head, rest)
+    try:
+        if fmt == "tar.gz":
+            inflated = decompressor(stream)  # type: ignore[arg-type]
+            _summarize(iter_members(inflated), result, on_member)
+            while inflated.read(_CHUNK):  # the rest of the gzip stream: verifies its checksums
+                pass
+        else:
+            _summarize(iter_members(stream), result, on_member)  # type: ignore[arg-type]
+    except CheckpointError:
+        raise
+    except GZIP_ERRORS as exc:
+        raise CorruptCheckpointError(f"the tarball's gzip stream is damaged or truncated ({exc})") from None
+    if stream.count != size:
+        raise TransientError(
+            f"read {stream.count} bytes where the store reported {size}: the object changed or the"
+            " connection was cut; try again"
+        )
+    return result
+
+
+def inspect_uri(
+    uri: str,
+    *,
+    progress: Callable[[int, int | None], None] | None = None,
+    on_member: Callable[[Member], None] | None = None,
+) -> Inspection:
+    """Describe the object at ``uri`` (any installed backend) without writing to disk.
+
+    ``progress(done, total)`` is called as a tarball's bytes are read; a payload is read
+    no further than its first 64 KiB and reports no progress. A zero-byte object is
+    ``format="empty"`` (``load()`` treats it as no checkpoint).
+
+    Raises:
+        NotFoundError: there is no object at ``uri``.
+        CorruptCheckpointError, TransientError: see :func:`inspect_stream`; and the store's
+            own errors (permission, missing bucket...).
+    """
+    from .pipeline import ReadAhead
+    from .registry import store_for
+    from .uri import normalize
+
+    uri = normalize(uri)
+    store = store_for(uri)
+    size = store.stat(uri)
+    if size is None:
+        raise NotFoundError(f"no checkpoint object at {redact(uri)}: check the URI (ls lists a prefix)")
+    if size == 0:
+        return Inspection(redact(uri), 0, "empty")
+    with store.open_read(uri) as raw:
+        head = _read_head(raw)
+        fmt = sniff(head)
+        if fmt not in ("tar.gz", "tar"):
+            return Inspection(redact(uri), size, fmt)
+        done = len(head)
+        if progress is not None:
+            progress(done, size)
+
+        def counted(n: int) -> None:
+            nonlocal done
+            done += n
+            if progress is not None:
+                progress(done, size)
+
+        with ReadAhead(raw, on_chunk=counted) as ahead:
+            return _inspect(head, fmt, ahead, size, uri, on_member)  # type: ignore[arg-type]
