@@ -99,10 +99,12 @@ class Checkpoint(BaseCheckpoint):
             src = normalize(checkpoint_src, param="checkpoint_src")
             if not is_local(src):
                 from .context import current_names
-                from .paths import repair_union_prev_checkpoint_uri
+                from .paths import points_at_same_attempt, repair_union_prev_checkpoint_uri
 
                 names = current_names()
-                if names is not None:
+                if names is not None and points_at_same_attempt(
+                    src, self._dest, run_name=names[0], action_name=names[1]
+                ):
                     src = repair_union_prev_checkpoint_uri(src, run_name=names[0], action_name=names[1])
             self._src = src
         self._retry = retry or RetryPolicy.from_env()
@@ -160,8 +162,8 @@ class Checkpoint(BaseCheckpoint):
         return await asyncio.to_thread(self.load_sync)
 
     def _download(self) -> tuple[Path | None, int]:
-        from .registry import store_for
         from .pipeline import ReadAhead
+        from .registry import store_for
         from .restore import PAYLOAD, restore
 
         assert self._src is not None

@@ -1,7 +1,10 @@
 """The running task's context, and a local runner that retries a function like Flyte does.
 
 ``ctx()`` is the context of the task running now: inside ``@task`` it is the local
-runner's; outside any task it is a falsy :class:`NoContext`.
+runner's; inside a Flyte v2 task it is built from Flyte's own ``TaskContext`` (see
+:mod:`flyte_checkpoint.integrations.flyte`); outside any task it is a falsy :class:`NoContext`.
+Flyte is consulted only if the ``flyte`` package is already imported (it always is inside a
+Flyte task), so importing this module stays light.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -89,13 +93,37 @@ _current: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
 
 
 def ctx() -> TaskContext | NoContext:
-    """The running task's context; a falsy ``NoContext`` outside any task."""
+    """The running task's context; a falsy ``NoContext`` outside any task.
+
+    In order: the local runner's (inside ``@task``), then the running Flyte v2 task's (a
+    :class:`~flyte_checkpoint.integrations.flyte.FlyteTaskContext` with the destination and
+    previous paths and the attempt number Flyte gave this attempt; looked up only when
+    ``flyte`` is in ``sys.modules``), else ``NoContext``. Within one task attempt every call
+    returns the same object, so ``ctx().checkpoint`` is one checkpoint.
+    """
     current = _current.get()
-    return current if current is not None else _NO_CONTEXT
+    if current is not None:
+        return current
+    flyte_ctx = _flyte_context()
+    return flyte_ctx if flyte_ctx is not None else _NO_CONTEXT
+
+
+def _flyte_context() -> TaskContext | None:
+    """The running Flyte task's context, or ``None``; imports nothing unless Flyte is loaded."""
+    if "flyte" not in sys.modules:
+        return None
+    from .integrations.flyte import current_context
+
+    return current_context()
 
 
 def current_names() -> tuple[str, str] | None:
-    """(run name, action name) of the running task, if there is one that has them."""
+    """(run name, action name) of the local runner's task, if there is one that has them.
+
+    Only the local runner's: ``Checkpoint`` uses these to repair a previous-attempt URI, and
+    inside a Flyte task that repair is decided by the Flyte adapter instead (it must not
+    undo a deliberate "resume from this attempt's own destination").
+    """
     current = _current.get()
     if current is not None and current.run_name and current.action_name:
         return current.run_name, current.action_name
@@ -134,6 +162,13 @@ def task(
     starts the next attempt; when attempts run out the last exception is raised.
     Works on ``def`` and ``async def`` functions. ``root`` is ``checkpoint_root``,
     else ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
+
+    Inside a Flyte v2 task the function runs once, as it is: Flyte owns the retries and
+    ``ctx()`` gives Flyte's paths and attempt number, so the same decorated code runs
+    locally and on Flyte.
+
+    Raises:
+        ValueError: ``retries`` is negative.
     """
     if retries < 0:
         raise ValueError("retries must be 0 or more")
@@ -143,6 +178,8 @@ def task(
 
             @functools.wraps(func)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
+                if _current.get() is None and _flyte_context() is not None:
+                    return await func(*args, **kwargs)
                 error: BaseException | None = None
                 for tctx in _attempts(func, retries, checkpoint_root, run_name):
                     token = _current.set(tctx)
@@ -159,6 +196,8 @@ def task(
 
         @functools.wraps(func)
         def run(*args: Any, **kwargs: Any) -> Any:
+            if _current.get() is None and _flyte_context() is not None:
+                return func(*args, **kwargs)
             error: BaseException | None = None
             for tctx in _attempts(func, retries, checkpoint_root, run_name):
                 token = _current.set(tctx)

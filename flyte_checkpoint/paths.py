@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .uri import scheme_of
+from .uri import is_local, scheme_of
 
 #: Schemes whose previous-attempt URIs the platform could get wrong (see below).
 REMOTE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
@@ -50,3 +50,24 @@ def repair_union_prev_checkpoint_uri(prev_uri: str, *, run_name: str, action_nam
         return m.group(1) + (str(n - 1) if n > 1 else m.group(2))
 
     return pattern.sub(step_back, prev_uri, count=1)
+
+
+def points_at_same_attempt(prev_uri: str, dest_uri: str, *, run_name: str, action_name: str) -> bool:
+    """True when the remote ``prev_uri`` names the same ``.../{run}/{action}/{n}`` folder as ``dest_uri``.
+
+    That is the platform bug :func:`repair_union_prev_checkpoint_uri` fixes; any other
+    previous URI is taken as given.
+    """
+    if not run_name or not action_name or is_local(prev_uri):
+        return False
+    marker = f"/{run_name}/{action_name}/"
+
+    def folder(uri: str) -> str | None:
+        at = uri.find(marker)
+        if at < 0:
+            return None
+        number = uri[at + len(marker) :].split("/", 1)[0]
+        return uri[: at + len(marker)] + number if number.isdigit() else None
+
+    here = folder(dest_uri)
+    return here is not None and folder(prev_uri) == here

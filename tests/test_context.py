@@ -141,12 +141,33 @@ def test_repair_union_prev_checkpoint_uri(uri, expected):
 def test_checkpoint_repairs_remote_source_inside_a_task_only():
     @fc.task(run_name="r1")
     def a0():
-        remote = fc.Checkpoint("memory://d", "s3://b/r1/a0/3/ckpt").remote_source
-        local = fc.Checkpoint("memory://d", "/x/r1/a0/3/ckpt").remote_source
-        return remote, local
+        dest = "s3://b/r1/a0/3/out"
+        buggy = fc.Checkpoint(dest, "s3://b/r1/a0/3/ckpt").remote_source  # names this attempt
+        other = fc.Checkpoint(dest, "s3://b/r1/a0/1/ckpt").remote_source  # a deliberate choice
+        local = fc.Checkpoint("/x/r1/a0/3/out", "/x/r1/a0/3/ckpt").remote_source
+        return buggy, other, local
 
-    assert a0() == ("s3://b/r1/a0/2/ckpt", "/x/r1/a0/3/ckpt")
-    assert fc.Checkpoint("memory://d", "s3://b/r1/a0/3/ckpt").remote_source == "s3://b/r1/a0/3/ckpt"
+    assert a0() == ("s3://b/r1/a0/2/ckpt", "s3://b/r1/a0/1/ckpt", "/x/r1/a0/3/ckpt")
+    outside = fc.Checkpoint("s3://b/r1/a0/3/out", "s3://b/r1/a0/3/ckpt").remote_source
+    assert outside == "s3://b/r1/a0/3/ckpt"
+
+
+def test_runner_with_a_remote_root_loads_the_previous_attempt(monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", "memory://runs")
+    starts = []
+
+    @fc.task(retries=3, run_name="chain")
+    def step():
+        cp = fc.ctx().checkpoint
+        path = cp.load_sync()
+        n = int(path.read_bytes()) if path else 0
+        starts.append(n)
+        cp.save_sync(str(n + 1).encode())
+        if n < 3:
+            raise RuntimeError("again")
+        return n
+
+    assert step() == 3 and starts == [0, 1, 2, 3]
 
 
 def test_task_without_parentheses_and_negative_retries(tmp_path):

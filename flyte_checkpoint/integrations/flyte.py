@@ -1,0 +1,241 @@
+"""``fc.ctx()`` inside a Flyte v2 task: the paths and attempt number Flyte gave this attempt.
+
+:func:`flyte_checkpoint.ctx` calls :func:`current_context` when the ``flyte`` package is
+loaded, so task code needs nothing from here::
+
+    @env.task(retries=3)                   # a Flyte task; the same body runs under @fc.task
+    def train(n: int) -> int:
+        cp = fc.ctx().checkpoint           # dest/prev from Flyte's TaskContext.checkpoint_paths
+        path = cp.load_sync()
+        ...
+
+What is taken from Flyte's ``TaskContext`` (``flyte.ctx()``):
+
+- ``checkpoint_paths.checkpoint_path``: where this attempt saves;
+- ``checkpoint_paths.prev_checkpoint_path``: the previous attempt's checkpoint (blank: none);
+- ``attempt_number`` (Flyte reads ``FLYTE_ATTEMPT_NUMBER``; Flyte's local mode leaves it 0);
+- ``action.run_name`` / ``action.name``;
+- ``restart_attempt`` (``JOBSET_RESTART_ATTEMPT``, set on the pods of clustered tasks).
+
+Where ``load()`` reads (:func:`resolve_source`):
+
+1. **A pod restarted within one attempt.** A clustered (JobSet) task whose pod set restarts
+   keeps the same Flyte attempt: the previous path stays what it was (blank on the first
+   attempt) while this attempt's destination already holds what the earlier pods saved. When
+   ``JOBSET_RESTART_ATTEMPT > 0`` or the previous path is blank, and the destination holds a
+   non-empty object, ``load()`` resumes from the destination. (Flyte's own
+   ``TaskContext.checkpoint`` does this on ``JOBSET_RESTART_ATTEMPT > 0`` alone, and then
+   reads only the destination, even when it is still empty and an earlier attempt's
+   checkpoint exists; here the previous attempt's is used in that case.)
+2. Otherwise the previous path, as Flyte gave it, except that a remote previous URI naming
+   this very attempt's ``{run}/{action}/{n}`` folder is stepped back to ``n - 1``
+   (:func:`flyte_checkpoint.repair_union_prev_checkpoint_uri`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..context import CheckpointPaths, TaskContext
+from ..paths import points_at_same_attempt
+from ..uri import redact
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpoint
+    from ..retry import RetryPolicy
+
+log = logging.getLogger("flyte_checkpoint")
+
+#: Key under which our context is cached in the Flyte ``TaskContext.data`` of the attempt.
+CONTEXT_KEY = "__flyte_checkpoint_context__"
+#: Set by JobSet on the pods of clustered tasks: how often the pod set restarted in this attempt.
+RESTART_ENV = "JOBSET_RESTART_ATTEMPT"
+
+_lock = threading.Lock()
+
+
+@dataclass
+class FlyteTaskContext(TaskContext):
+    """``fc.ctx()`` inside a Flyte task: :class:`~flyte_checkpoint.TaskContext` plus Flyte's own.
+
+    ``attempt_number``, ``checkpoint_paths``, ``run_name`` and ``action_name`` are Flyte's (a
+    blank previous path is ``None``). ``restart_attempt`` is the JobSet restart count (``None``
+    outside clustered tasks); ``flyte_context`` is Flyte's ``TaskContext`` itself.
+    """
+
+    restart_attempt: int | None = None
+    flyte_context: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """This attempt's checkpoint, made on first use; ``None`` when Flyte gave no destination.
+
+        Saves go to Flyte's destination; loads read what :func:`resolve_source` picks.
+
+        Raises:
+            OSError: deciding whether a restarted pod resumes from the destination needed
+                the size of the object there and the store could not tell (only when
+                ``JOBSET_RESTART_ATTEMPT > 0``; with a blank previous path the error is
+                logged and the previous path is used).
+        """
+        if self._checkpoint is None and self.checkpoint_paths.checkpoint_path:
+            with _lock:
+                if self._checkpoint is None:
+                    from ..checkpoint import Checkpoint
+
+                    dest = self.checkpoint_paths.checkpoint_path
+                    src = resolve_source(
+                        dest,
+                        self.checkpoint_paths.prev_checkpoint_path,
+                        restart_attempt=self.restart_attempt,
+                        run_name=self.run_name,
+                        action_name=self.action_name,
+                    )
+                    self._checkpoint = Checkpoint(dest, src)
+        return self._checkpoint
+
+
+def flyte_task_context() -> Any | None:
+    """Flyte's ``TaskContext`` of the running task, or ``None`` outside one.
+
+    Never imports Flyte: without ``flyte`` in ``sys.modules`` there is no Flyte task.
+    """
+    module = sys.modules.get("flyte")
+    if module is None:
+        return None
+    get = getattr(module, "ctx", None)
+    if get is None:  # a partly imported or unrelated "flyte" module
+        return None
+    tctx = get()
+    return tctx if tctx else None
+
+
+def current_context() -> FlyteTaskContext | None:
+    """Our context for the running Flyte task (the same object on every call), or ``None``."""
+    tctx = flyte_task_context()
+    if tctx is None:
+        return None
+    data = getattr(tctx, "data", None)
+    cached = data.get(CONTEXT_KEY) if isinstance(data, dict) else None
+    if isinstance(cached, FlyteTaskContext):
+        return cached
+    made = from_flyte(tctx)
+    if isinstance(data, dict):
+        with _lock:
+            made = data.setdefault(CONTEXT_KEY, made)
+    return made
+
+
+def from_flyte(tctx: Any) -> FlyteTaskContext:
+    """Build our context from a Flyte ``TaskContext`` (``flyte.models.TaskContext``)."""
+    paths = getattr(tctx, "checkpoint_paths", None)
+    dest = _blank_to_none(getattr(paths, "checkpoint_path", None))
+    prev = _blank_to_none(getattr(paths, "prev_checkpoint_path", None))
+    action = getattr(tctx, "action", None)
+    return FlyteTaskContext(
+        attempt_number=int(getattr(tctx, "attempt_number", 0) or 0),
+        checkpoint_paths=CheckpointPaths(dest, prev),
+        run_name=str(getattr(action, "run_name", "") or ""),
+        action_name=str(getattr(action, "name", "") or ""),
+        restart_attempt=_restart_attempt(tctx),
+        flyte_context=tctx,
+    )
+
+
+def resolve_source(
+    dest: str,
+    prev: str | None,
+    *,
+    restart_attempt: int | None = None,
+    run_name: str = "",
+    action_name: str = "",
+    retry: RetryPolicy | None = None,
+) -> str | None:
+    """The URI ``load()`` should read for a Flyte attempt saving to ``dest`` (see the module doc).
+
+    Looks at the store (one size query of ``dest``) only when ``restart_attempt > 0`` or
+    ``prev`` is blank.
+
+    Raises:
+        OSError: with ``restart_attempt > 0``, the size of the object at ``dest`` could not
+            be read (after retries of transient errors). With a blank ``prev`` and no restart
+            the error is logged and ``None`` returned, which is what Flyte itself would load.
+    """
+    prev = _blank_to_none(prev)
+    restarted = restart_attempt is not None and restart_attempt > 0
+    if restarted or prev is None:
+        try:
+            size = _size_of(dest, retry)
+        except OSError as exc:
+            if restarted:
+                raise type(exc)(
+                    f"pod restart {restart_attempt} of this attempt: could not check for this "
+                    f"attempt's own checkpoint at {redact(dest)} ({exc}); check the store's "
+                    "credentials and that the task may read its checkpoint destination"
+                ) from exc
+            log.warning(
+                "could not check %s for a checkpoint saved earlier in this attempt (%s): "
+                "starting without one",
+                redact(dest),
+                exc,
+            )
+            size = None
+        if size:
+            log.info(
+                "this attempt's destination %s already holds a checkpoint (%d bytes): the pod "
+                "restarted within the attempt%s, resuming from it",
+                redact(dest),
+                size,
+                f" (JobSet restart {restart_attempt})" if restarted else "",
+            )
+            return dest
+    if prev is not None and points_at_same_attempt(prev, dest, run_name=run_name, action_name=action_name):
+        from ..paths import repair_union_prev_checkpoint_uri
+
+        fixed = repair_union_prev_checkpoint_uri(prev, run_name=run_name, action_name=action_name)
+        if fixed != prev:
+            log.info("previous checkpoint URI %s names this attempt: using %s", redact(prev), redact(fixed))
+        return fixed
+    return prev
+
+
+def _size_of(uri: str, retry: RetryPolicy | None) -> int | None:
+    from ..registry import store_for
+    from ..retry import RetryPolicy
+
+    policy = retry or RetryPolicy.from_env()
+    return policy.call(lambda: store_for(uri).stat(uri), f"size of {redact(uri)}")
+
+
+def _restart_attempt(tctx: Any) -> int | None:
+    value = getattr(type(tctx), "restart_attempt", None)
+    if value is not None:  # Flyte >= 2.12 has the property
+        return getattr(tctx, "restart_attempt", None)
+    raw = os.environ.get(RESTART_ENV)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        log.warning("ignoring %s=%r: not an integer", RESTART_ENV, raw)
+        return None
+
+
+def _blank_to_none(value: object) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip().strip('"').strip()
+    return text or None
+
+
+__all__ = [
+    "CONTEXT_KEY",
+    "FlyteTaskContext",
+    "current_context",
+    "flyte_task_context",
+    "from_flyte",
+    "resolve_source",
+]

@@ -1,0 +1,366 @@
+"""``fc.ctx()`` inside real Flyte v2 tasks: Flyte's local mode, and Flyte's pod entrypoint.
+
+- Local mode (``flyte.with_runcontext(mode="local")``): a task with retries crashes and
+  resumes through our checkpoint, at the paths Flyte gives it.
+- The pod entrypoint (``a0``, the command a Flyte task's container runs) started as a
+  subprocess, as a pod would be: attempts, and a pod restarted within one attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+import flyte_checkpoint as fc
+from conftest import require
+from flyte_checkpoint.integrations.flyte import FlyteTaskContext, resolve_source
+
+try:
+    import flyte
+except ImportError:  # the fixture below skips, or fails under CI=true
+    flyte = None
+
+WHY = "flyte is not installed (pip install flyte==2.12.1)"
+
+
+@pytest.fixture
+def flyte_local(tmp_path, monkeypatch):
+    """Run a Flyte task in Flyte's local mode with its data under tmp_path; returns a runner."""
+    require(flyte is not None, WHY)
+    for name in ("FLYTE_ATTEMPT_NUMBER", "JOBSET_RESTART_ATTEMPT"):
+        monkeypatch.delenv(name, raising=False)
+    flyte.init()
+    raw = tmp_path / "raw"
+    SEEN.clear()
+
+    def run(task, *args):
+        run_ctx = flyte.with_runcontext(
+            mode="local", raw_data_path=str(raw), run_base_dir=str(tmp_path / "meta"), disable_run_cache=True
+        )
+        return run_ctx.run(task, *args).outputs()[0]
+
+    run.raw = raw  # type: ignore[attr-defined]
+    return run
+
+
+SEEN: list[dict] = []
+
+
+def _count(n: int) -> int:
+    """Count to n, saving after each step; crash on every third step of an attempt."""
+    c = fc.ctx()
+    cp = c.checkpoint
+    path = cp.load_sync()
+    start = int(path.read_bytes()) if path else 0
+    fctx = flyte.ctx() if flyte is not None else None
+    SEEN.append(
+        {
+            "type": type(c),
+            "start": start,
+            "attempt": c.attempt_number,
+            "flyte_attempt": fctx.attempt_number if fctx else None,
+            "paths": c.checkpoint_paths,
+            "flyte_paths": fctx.checkpoint_paths if fctx else None,
+            "same": fc.ctx() is c and c.checkpoint is cp,
+            "dest": cp.remote_destination,
+        }
+    )
+    for i in range(start, n):
+        if i > start and i % 3 == 0:
+            raise RuntimeError(f"crash at {i}")
+        cp.save_sync(str(i + 1).encode())
+    return n
+
+
+if flyte is not None:
+    env = flyte.TaskEnvironment(name="fc_tests")
+    quick = flyte.RetryStrategy(count=3, backoff=flyte.Backoff(base=timedelta(0)))
+
+    @env.task(retries=quick)
+    def count(n: int) -> int:
+        return _count(n)
+
+    @env.task(retries=quick)
+    @fc.task(retries=3)
+    def count_anywhere(n: int) -> int:
+        return _count(n)
+
+    @env.task(retries=quick)
+    async def count_async(n: int) -> int:
+        cp = fc.ctx().checkpoint
+        path = await cp.load()
+        start = int(path.read_bytes()) if path else 0
+        SEEN.append({"start": start, "type": type(fc.ctx())})
+        for i in range(start, n):
+            if i > start and i % 3 == 0:
+                raise RuntimeError(f"crash at {i}")
+            await cp.save(str(i + 1).encode())
+        return n
+
+    @env.task
+    def main(n: int) -> int:
+        return count(n)
+
+    @env.task
+    def main_anywhere(n: int) -> int:
+        return count_anywhere(n)
+
+    @env.task
+    async def main_async(n: int) -> int:
+        return await count_async(n)
+
+    @env.task
+    def where() -> str:
+        c = fc.ctx()
+        return json.dumps([c.attempt_number, type(c).__name__, flyte.ctx().attempt_number])
+
+
+def test_local_flyte_run_crashes_and_resumes_through_our_checkpoint(flyte_local):
+    assert flyte_local(main, 10) == 10
+    assert [s["start"] for s in SEEN] == [0, 3, 6, 9]
+    for s in SEEN:
+        assert s["type"] is FlyteTaskContext and s["same"]
+        flyte_paths = s["flyte_paths"]
+        assert s["paths"] == fc.CheckpointPaths(flyte_paths.checkpoint_path, flyte_paths.prev_checkpoint_path)
+        assert s["dest"] == str(flyte_local.raw / "checkpoint")
+        assert s["attempt"] == s["flyte_attempt"]
+    # The object at Flyte's destination is ours: the last count, as plain bytes.
+    assert (flyte_local.raw / "checkpoint").read_bytes() == b"10"
+
+
+def test_same_decorated_code_runs_locally_and_in_flyte(flyte_local, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path / "local-root"))
+    # Outside Flyte: the local runner retries, numbering attempts itself.
+    assert count_anywhere.func(10) == 10
+    local = list(SEEN)
+    assert [(s["start"], s["attempt"]) for s in local] == [(0, 0), (3, 1), (6, 2), (9, 3)]
+    assert all(s["type"] is fc.TaskContext and s["flyte_paths"] is None for s in local)
+    assert all(s["dest"].startswith(str(tmp_path / "local-root")) for s in local)
+    # In Flyte: one call per Flyte attempt (Flyte retries), Flyte's paths.
+    SEEN.clear()
+    assert flyte_local(main_anywhere, 10) == 10
+    assert [s["start"] for s in SEEN] == [0, 3, 6, 9]
+    assert all(s["type"] is FlyteTaskContext for s in SEEN)
+    assert all(s["dest"] == str(flyte_local.raw / "checkpoint") for s in SEEN)
+
+
+def test_async_flyte_task(flyte_local):
+    assert flyte_local(main_async, 7) == 7
+    assert [s["start"] for s in SEEN] == [0, 3, 6]
+    assert all(s["type"] is FlyteTaskContext for s in SEEN)
+
+
+def test_attempt_number_is_flytes(flyte_local, monkeypatch):
+    assert json.loads(flyte_local(where)) == [0, "FlyteTaskContext", 0]
+    monkeypatch.setenv("FLYTE_ATTEMPT_NUMBER", "4")
+    assert json.loads(flyte_local(where)) == [4, "FlyteTaskContext", 4]
+
+
+def test_outside_flyte_tasks_ctx_is_the_local_one(flyte_local):
+    # flyte is imported in this process, but no Flyte task runs: nothing changes.
+    assert "flyte" in sys.modules
+    assert not fc.ctx() and fc.ctx().checkpoint is None
+
+    @fc.task(retries=1)
+    def local() -> str:
+        return type(fc.ctx()).__name__
+
+    assert local() == "TaskContext"
+    assert asyncio.run(fc.task(_async_kind)()) == "TaskContext"
+
+
+async def _async_kind() -> str:
+    return type(fc.ctx()).__name__
+
+
+# -- the pod entrypoint --------------------------------------------------------------------
+
+POD_TASK = """
+import json, os
+import flyte
+import flyte_checkpoint as fc
+
+env = flyte.TaskEnvironment(name="pod")
+
+
+@env.task
+def steps() -> int:
+    n = int(os.environ["STEPS"])
+    c = fc.ctx()
+    cp = c.checkpoint
+    path = cp.load_sync()
+    start = int(path.read_bytes()) if path else 0
+    report = {"start": start, "attempt": c.attempt_number, "type": type(c).__name__,
+              "restart": c.restart_attempt, "src": cp.remote_source, "dest": cp.remote_destination}
+    if os.environ.get("ASK_FLYTE"):
+        theirs = flyte.ctx().checkpoint.load_sync()
+        report["flyte_start"] = int(theirs.read_bytes()) if theirs else 0
+    print("REPORT " + json.dumps(report), flush=True)
+    for i in range(start, n):
+        if os.environ.get("CRASH_AT") == str(i):
+            os._exit(3)  # the pod dies: no cleanup, no error upload
+        cp.save_sync(str(i + 1).encode())
+    return n
+"""
+
+
+class Pod:
+    """Runs Flyte's task entrypoint (``a0``) the way a task pod does, in a subprocess."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "podtask.py").write_text(POD_TASK)
+        (root / "inputs.pb").write_bytes(b"")  # the task has no inputs: an empty message
+
+    def run(self, *, dest: str, prev: str, crash_at: int | None = None, **env: str) -> dict:
+        out = self.root / "out"
+        out.mkdir(exist_ok=True)
+        a0 = Path(sys.executable).with_name("a0")
+        cmd = [str(a0), "--inputs", str(self.root / "inputs.pb"), "--outputs-path", str(out)]
+        cmd += ["--version", "v1", "--run-base-dir", str(out), "--raw-data-path", str(self.root / "raw")]
+        cmd += ["--checkpoint-path", dest, "--prev-checkpoint", prev, "--run-name", "r1", "--name", "a0"]
+        cmd += ["--project", "p", "--domain", "d", "--org", "o"]
+        cmd += ["--resolver", "flyte._internal.resolvers.default.DefaultTaskResolver"]
+        cmd += ["mod", "podtask", "instance", "steps"]
+        full_env = {
+            k: v for k, v in os.environ.items() if k not in ("FLYTE_ATTEMPT_NUMBER", "JOBSET_RESTART_ATTEMPT")
+        }
+        # A clustered worker runs without a controller (no connection to a Flyte backend).
+        full_env.update(FLYTE_CLUSTERED_WORKER="1", STEPS="5", **env)
+        if crash_at is not None:
+            full_env["CRASH_AT"] = str(crash_at)
+        proc = subprocess.run(cmd, cwd=self.root, env=full_env, capture_output=True, text=True, timeout=120)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT ")]
+        assert len(lines) == 1, proc.stdout + proc.stderr
+        assert proc.returncode == (3 if crash_at is not None else 0), proc.stdout + proc.stderr
+        return json.loads(lines[0][len("REPORT ") :])
+
+
+@pytest.fixture
+def pod(tmp_path):
+    require(flyte is not None, WHY)
+    require(Path(sys.executable).with_name("a0").exists(), "Flyte's a0 entrypoint is not installed")
+    return Pod(tmp_path)
+
+
+def test_pod_attempts_use_flytes_paths_and_attempt_number(pod, tmp_path):
+    first = str(tmp_path / "ck" / "0" / "_flytecheckpoints")
+    second = f"file://{tmp_path}/ck/1/_flytecheckpoints"
+    r0 = pod.run(dest=first, prev="", crash_at=2, FLYTE_ATTEMPT_NUMBER="0")
+    assert r0 == {
+        "start": 0,
+        "attempt": 0,
+        "type": "FlyteTaskContext",
+        "restart": None,
+        "src": None,
+        "dest": first,
+    }
+    r1 = pod.run(dest=second, prev=first, FLYTE_ATTEMPT_NUMBER="1")
+    assert (r1["start"], r1["attempt"], r1["src"]) == (2, 1, first)
+    assert r1["dest"] == str(tmp_path / "ck" / "1" / "_flytecheckpoints")
+    assert (tmp_path / "ck" / "1" / "_flytecheckpoints").read_bytes() == b"5"
+
+
+def test_clustered_pod_restarted_within_an_attempt_resumes_from_the_destination(pod, tmp_path):
+    dest = str(tmp_path / "ck" / "0" / "_flytecheckpoints")
+    r0 = pod.run(dest=dest, prev="", crash_at=3, JOBSET_RESTART_ATTEMPT="0")
+    assert (r0["start"], r0["restart"], r0["src"]) == (0, 0, None)
+    # JobSet recreates the pod set from the same template: same paths, restart count 1.
+    r1 = pod.run(dest=dest, prev="", JOBSET_RESTART_ATTEMPT="1", ASK_FLYTE="1")
+    assert (r1["start"], r1["restart"], r1["src"]) == (3, 1, dest)
+    assert r1["flyte_start"] == 3  # flyte.Checkpoint agrees, reading our object
+    assert Path(dest).read_bytes() == b"5"
+
+
+def test_pod_restarted_with_a_blank_previous_path_resumes_from_the_destination(pod, tmp_path):
+    dest = str(tmp_path / "ck" / "0" / "_flytecheckpoints")
+    assert pod.run(dest=dest, prev="", crash_at=4)["start"] == 0
+    again = pod.run(dest=dest, prev="")
+    assert (again["start"], again["src"], again["restart"]) == (4, dest, None)
+
+
+def test_restarted_pod_with_nothing_saved_yet_in_this_attempt_uses_the_previous_attempt(pod, tmp_path):
+    prev = tmp_path / "ck" / "0" / "_flytecheckpoints"
+    prev.parent.mkdir(parents=True)
+    prev.write_bytes(b"2")
+    dest = str(tmp_path / "ck" / "1" / "_flytecheckpoints")
+    r = pod.run(dest=dest, prev=str(prev), JOBSET_RESTART_ATTEMPT="2", FLYTE_ATTEMPT_NUMBER="1")
+    assert (r["start"], r["src"], r["attempt"]) == (2, str(prev), 1)
+
+
+# -- resolve_source without a pod -----------------------------------------------------------
+
+
+def fc_redact(uri: str) -> str:
+    from flyte_checkpoint.uri import redact
+
+    return redact(uri)
+
+
+@pytest.fixture
+def denying_scheme():
+    from flyte_checkpoint.blobstore import BlobStore
+
+    class Denying(BlobStore):
+        def _deny(self, uri: str, *a: object) -> None:
+            from flyte_checkpoint.errors import CheckpointPermissionError
+
+            raise CheckpointPermissionError(f"access denied to {fc_redact(uri)}")
+
+        open_read = open_write = stat = delete = list = _deny  # type: ignore[assignment]
+
+    fc.register_store("denying-test", "deny", Denying)
+    yield "deny"
+    fc.unregister_store("denying-test")
+
+
+def test_resolve_source_rules():
+    from flyte_checkpoint.registry import store_for
+
+    store = store_for("memory://x")
+    store.write_bytes("memory://rs/held", b"state")
+    store.write_bytes("memory://rs/empty", b"")
+    # A restarted pod or a blank previous path: the destination when it holds something.
+    assert resolve_source("memory://rs/held", None) == "memory://rs/held"
+    assert resolve_source("memory://rs/held", "memory://rs/p", restart_attempt=1) == "memory://rs/held"
+    assert resolve_source("memory://rs/empty", "memory://rs/p", restart_attempt=1) == "memory://rs/p"
+    assert resolve_source("memory://rs/missing", "  ", restart_attempt=3) is None
+    # Otherwise the previous path, even when the destination holds something.
+    assert resolve_source("memory://rs/held", "memory://rs/p") == "memory://rs/p"
+    assert resolve_source("memory://rs/held", "memory://rs/p", restart_attempt=0) == "memory://rs/p"
+
+
+def test_resolve_source_steps_back_only_a_previous_uri_naming_this_attempt():
+    names = {"run_name": "r1", "action_name": "a0"}
+    dest = "s3://b/m/r1/a0/3/_flytecheckpoints"
+    assert resolve_source(dest, "s3://b/m/r1/a0/3/_flytecheckpoints", **names) == (
+        "s3://b/m/r1/a0/2/_flytecheckpoints"
+    )
+    # A correct previous URI is kept (a blind repair would turn attempt 2 into attempt 1).
+    assert resolve_source(dest, "s3://b/m/r1/a0/2/_flytecheckpoints", **names) == (
+        "s3://b/m/r1/a0/2/_flytecheckpoints"
+    )
+    assert resolve_source(dest, "s3://b/m/r1/a0/3/_flytecheckpoints") == "s3://b/m/r1/a0/3/_flytecheckpoints"
+
+
+def test_restart_check_that_cannot_read_the_destination_raises_naming_it(denying_scheme):
+    dest = f"{denying_scheme}://KEY:SECRET@bucket/r/_flytecheckpoints"
+    with pytest.raises(PermissionError) as info:
+        resolve_source(dest, "memory://p", restart_attempt=1)
+    message = str(info.value)
+    assert "SECRET" not in message and "deny://bucket/r/_flytecheckpoints" in message
+    assert "pod restart 1" in message and "credentials" in message
+
+
+def test_blank_previous_path_and_an_unreadable_destination_start_fresh(denying_scheme, caplog):
+    dest = f"{denying_scheme}://bucket/r/_flytecheckpoints"
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+        assert resolve_source(dest, None) is None
+    assert "could not check deny://bucket/r/_flytecheckpoints" in caplog.text
