@@ -26,7 +26,7 @@ def require(condition: bool, why: str) -> None:
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding freshly built wheels of the core and of every plugin in plugins/."""
     out = tmp_path_factory.mktemp("wheelhouse")
-    projects = [ROOT] + sorted(p.parent for p in PLUGINS.glob("*/pyproject.toml"))
+    projects = [ROOT, *sorted(p.parent for p in PLUGINS.glob("*/pyproject.toml"))]
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out)]
     subprocess.run(cmd + [str(p) for p in projects], check=True)
     return out

@@ -30,7 +30,10 @@ ROOT = Path(__file__).resolve().parent
 def measure(op: str, *args: str, env: dict[str, str] | None = None) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.ops", op, *args],
-        capture_output=True, text=True, cwd=ROOT.parent, env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT.parent,
+        env=env,
     )
     if out.returncode != 0:
         raise RuntimeError(f"{op} failed:\n{out.stderr[-3000:]}")
@@ -61,13 +64,17 @@ def local_suite(name: str, data: Path, work: Path, runs: int, with_flyte: bool) 
             results[a]["load"].append(measure(load_op[a], str(obj)))
     rows = []
     for a in approaches:
-        rows.append({
-            "data": name, "approach": a,
-            "save_s": median(results[a]["save"], "seconds"), "load_s": median(results[a]["load"], "seconds"),
-            "save_rss": max(r["rss_mib"] for r in results[a]["save"]),
-            "load_rss": max(r["rss_mib"] for r in results[a]["load"]),
-            "object_bytes": sizes[a],
-        })
+        rows.append(
+            {
+                "data": name,
+                "approach": a,
+                "save_s": median(results[a]["save"], "seconds"),
+                "load_s": median(results[a]["load"], "seconds"),
+                "save_rss": max(r["rss_mib"] for r in results[a]["save"]),
+                "load_rss": max(r["rss_mib"] for r in results[a]["load"]),
+                "object_bytes": sizes[a],
+            }
+        )
     for a in approaches:
         (work / f"{name}-{a}.obj").unlink(missing_ok=True)
     return rows
@@ -76,16 +83,26 @@ def local_suite(name: str, data: Path, work: Path, runs: int, with_flyte: bool) 
 def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
     """On moto's S3 server: our directory save/load against boto3 on the same tarball."""
     sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
-    from flyte_checkpoint_s3_tests.server import moto_server  # noqa: PLC0415
+    from flyte_checkpoint_s3_tests.server import moto_server
 
     rows = []
     with moto_server() as endpoint:
-        env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID="testing",
-                   AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+        env = dict(
+            os.environ,
+            AWS_ENDPOINT_URL=endpoint,
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+        )
         import boto3
 
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                     aws_access_key_id="testing", aws_secret_access_key="testing").create_bucket(Bucket="bench")
+        boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        ).create_bucket(Bucket="bench")
         tarball = work / f"{name}-ours.tgz"
         res: dict[str, list] = {k: [] for k in ("ours_save", "ours_load", "up", "down", "get")}
         for i in range(runs):
@@ -97,13 +114,18 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
             res["up"].append(measure("boto3_upload", str(tarball), base, env=env))
             res["down"].append(measure("boto3_download", base, str(work / "dl"), env=env))
             res["get"].append(measure("plain_get", base, str(work / "dl"), env=env))
-        rows.append({
-            "data": name, "ours_save": median(res["ours_save"], "seconds"),
-            "ours_load": median(res["ours_load"], "seconds"), "upload_file": median(res["up"], "seconds"),
-            "download_file": median(res["down"], "seconds"), "plain_get": median(res["get"], "seconds"),
-            "save_rss": max(r["rss_mib"] for r in res["ours_save"]),
-            "load_rss": max(r["rss_mib"] for r in res["ours_load"]),
-        })
+        rows.append(
+            {
+                "data": name,
+                "ours_save": median(res["ours_save"], "seconds"),
+                "ours_load": median(res["ours_load"], "seconds"),
+                "upload_file": median(res["up"], "seconds"),
+                "download_file": median(res["down"], "seconds"),
+                "plain_get": median(res["get"], "seconds"),
+                "save_rss": max(r["rss_mib"] for r in res["ours_save"]),
+                "load_rss": max(r["rss_mib"] for r in res["ours_load"]),
+            }
+        )
         tarball.unlink(missing_ok=True)
         (work / "dl").unlink(missing_ok=True)
     return rows
@@ -140,8 +162,11 @@ def fmt_table(rows: list[dict], sizes: dict[str, int]) -> str:
 
 def fmt_ratios(rows: list[dict]) -> str:
     by = {(r["data"], r["approach"]): r for r in rows}
-    lines = ["| data | save vs reference | load vs reference | save vs tar cf | load vs tar xf"
-             " | object size vs reference | save vs flyte | load vs flyte |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data | save vs reference | load vs reference | save vs tar cf | load vs tar xf"
+        " | object size vs reference | save vs flyte | load vs flyte |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for data in dict.fromkeys(r["data"] for r in rows):
         o, ref, tar = by[(data, "ours")], by[(data, "reference")], by[(data, "tar")]
         fl = by.get((data, "flyte"))
@@ -149,15 +174,21 @@ def fmt_ratios(rows: list[dict]) -> str:
             f"| {data} | {ref['save_s'] / o['save_s']:.1f}x faster | {ref['load_s'] / o['load_s']:.1f}x faster"
             f" | {o['save_s'] / tar['save_s']:.2f}x its time | {o['load_s'] / tar['load_s']:.2f}x its time"
             f" | {o['object_bytes'] / ref['object_bytes']:.2f}x"
-            + (f" | {fl['save_s'] / o['save_s']:.1f}x faster | {fl['load_s'] / o['load_s']:.1f}x faster |"
-               if fl else " | n/a | n/a |")
+            + (
+                f" | {fl['save_s'] / o['save_s']:.1f}x faster | {fl['load_s'] / o['load_s']:.1f}x faster |"
+                if fl
+                else " | n/a | n/a |"
+            )
         )
     return "\n".join(lines)
 
 
 def fmt_s3(rows: list[dict]) -> str:
-    lines = ["| data | our save s | boto3 upload_file s | save ratio | our load s | best of download_file/GET s"
-             " | load ratio | peak RSS save/load MiB |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data | our save s | boto3 upload_file s | save ratio | our load s | best of download_file/GET s"
+        " | load ratio | peak RSS save/load MiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         best = min(r["download_file"], r["plain_get"])
         lines.append(
@@ -183,16 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     with_flyte = not args.no_flyte and importlib.util.find_spec("flyte") is not None
     from flyte_checkpoint.compression import BACKEND
 
-    print(f"# flyte-checkpoint benchmarks (scale {args.scale}, median of {args.runs}, gzip via {BACKEND},"
-          f" {os.cpu_count()} cores)\n")
+    print(
+        f"# flyte-checkpoint benchmarks (scale {args.scale}, median of {args.runs}, gzip via {BACKEND},"
+        f" {os.cpu_count()} cores)\n"
+    )
     rows, s3_rows, sizes = [], [], {}
     work = Path(tempfile.mkdtemp(prefix="fcp-bench-", dir=cache))
     try:
         for name in args.data or ["model", "jsonl", "small"]:
             data = DATASETS[name](cache, args.scale)
             sizes[name] = tree_bytes(data)
-            print(f"{name}: {sizes[name] / 2**20:.0f} MiB in {sum(1 for _ in data.rglob('*'))} entries",
-                  file=sys.stderr)
+            print(
+                f"{name}: {sizes[name] / 2**20:.0f} MiB in {sum(1 for _ in data.rglob('*'))} entries",
+                file=sys.stderr,
+            )
             rows += local_suite(name, data, work, args.runs, with_flyte)
             if args.s3:
                 s3_rows += s3_suite(name, data, work, args.runs)
@@ -206,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## moto S3 server (127.0.0.1), directory save and load against boto3 on the same tarball\n")
         print(fmt_s3(s3_rows))
     bare, imported = import_cost(args.runs)
-    print(f"\n`import flyte_checkpoint` adds {(imported - bare) * 1000:.0f} ms to interpreter start"
-          f" ({bare * 1000:.0f} ms -> {imported * 1000:.0f} ms).")
+    print(
+        f"\n`import flyte_checkpoint` adds {(imported - bare) * 1000:.0f} ms to interpreter start"
+        f" ({bare * 1000:.0f} ms -> {imported * 1000:.0f} ms)."
+    )
     return 0
 
 

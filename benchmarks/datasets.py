@@ -49,11 +49,45 @@ def model_like(root: Path, scale: float) -> Path:
     return out
 
 
-_WORDS = (
-    "loss accuracy epoch step learning rate warmup batch gradient norm clip tokens sequence "
-    "model layer attention head dropout optimizer adam momentum decay schedule cosine linear "
-    "checkpoint resume shard rank world size node gpu memory allocated reserved throughput"
-).split()
+_WORDS = [
+    "loss",
+    "accuracy",
+    "epoch",
+    "step",
+    "learning",
+    "rate",
+    "warmup",
+    "batch",
+    "gradient",
+    "norm",
+    "clip",
+    "tokens",
+    "sequence",
+    "model",
+    "layer",
+    "attention",
+    "head",
+    "dropout",
+    "optimizer",
+    "adam",
+    "momentum",
+    "decay",
+    "schedule",
+    "cosine",
+    "linear",
+    "checkpoint",
+    "resume",
+    "shard",
+    "rank",
+    "world",
+    "size",
+    "node",
+    "gpu",
+    "memory",
+    "allocated",
+    "reserved",
+    "throughput",
+]
 
 
 def json_lines(root: Path, scale: float) -> Path:

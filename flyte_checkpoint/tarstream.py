@@ -50,8 +50,10 @@ def _checksum(block: bytes | bytearray) -> int:
 
 def _signed_checksum(block: bytes | bytearray) -> int:
     """The checksum some old tars wrote, summing bytes as signed chars."""
-    return sum(b - 256 if b > 127 else b for b in block[:148]) + 256 + sum(
-        b - 256 if b > 127 else b for b in block[156:512]
+    return (
+        sum(b - 256 if b > 127 else b for b in block[:148])
+        + 256
+        + sum(b - 256 if b > 127 else b for b in block[156:512])
     )
 
 
