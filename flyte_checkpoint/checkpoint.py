@@ -64,9 +64,15 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _max_unpacked() -> int | None:
+def max_unpacked() -> int | None:
+    """The unpacked-size limit for tarballs from ``FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES`` (None: none)."""
     value = os.environ.get(MAX_UNPACKED_ENV, "").strip()
-    return int(value) if value else None
+    try:
+        return int(value) if value else None
+    except ValueError:
+        raise ValueError(
+            f"{MAX_UNPACKED_ENV}={value!r} is not a number of bytes: unset it or fix it"
+        ) from None
 
 
 class Checkpoint(BaseCheckpoint):
@@ -153,7 +159,7 @@ class Checkpoint(BaseCheckpoint):
                 if result[0] is None:
                     log.info("no checkpoint at %s: starting fresh", redact(self._src))
                 else:
-                    _log_transfer("loaded", self._src, result[1], time.monotonic() - started)
+                    log_transfer("loaded", self._src, result[1], time.monotonic() - started)
             return self._loaded[0]
 
     async def load(self) -> Path | None:
@@ -177,7 +183,7 @@ class Checkpoint(BaseCheckpoint):
             progress = self._progress
             counter = _Counter(progress, size) if progress else None
             with store.open_read(self._src) as raw, ReadAhead(raw, on_chunk=counter) as ahead:
-                is_tar = restore(ahead, staging, size, max_bytes=_max_unpacked())  # type: ignore[arg-type]
+                is_tar = restore(ahead, staging, size, max_bytes=max_unpacked())  # type: ignore[arg-type]
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:
@@ -192,7 +198,7 @@ class Checkpoint(BaseCheckpoint):
         with self._lock:
             started = time.monotonic()
             size = self._retry.call(action, f"save to {redact(self._dest)}")
-            _log_transfer("saved", self._dest, size, time.monotonic() - started)
+            log_transfer("saved", self._dest, size, time.monotonic() - started)
 
     async def save(self, data: Data) -> None:
         import asyncio
@@ -285,6 +291,7 @@ class _Counter:
         self._progress(self.done, self._total)
 
 
-def _log_transfer(verb: str, uri: str, size: int, seconds: float) -> None:
+def log_transfer(verb: str, uri: str, size: int, seconds: float) -> None:
+    """The one info line per save or load: URI without credentials, size, time, throughput."""
     rate = size / seconds / 1e6 if seconds > 0 else 0.0
     log.info("%s checkpoint %s: %d bytes in %.2fs (%.1f MB/s)", verb, redact(uri), size, seconds, rate)

@@ -269,7 +269,7 @@ def show_inspect(r: dict[str, Any]) -> None:
 
 
 def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
-    from .checkpoint import _max_unpacked
+    from .checkpoint import max_unpacked
     from .pipeline import ReadAhead
     from .restore import restore
 
@@ -292,7 +292,7 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
         if bar is not None:
             bar(0, size)
         with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=counted) as ahead:
-            is_tar = restore(ahead, staging, size, max_bytes=_max_unpacked())  # type: ignore[arg-type]
+            is_tar = restore(ahead, staging, size, max_bytes=max_unpacked())  # type: ignore[arg-type]
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(staging, 0o777 & ~mask)
@@ -312,7 +312,7 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
 
 def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
     """Restore the checkpoint at ``args.uri`` into the new or empty folder ``args.dir``."""
-    from .checkpoint import _log_transfer
+    from .checkpoint import log_transfer
     from .registry import store_for
     from .restore import PAYLOAD
 
@@ -327,7 +327,7 @@ def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
     with _bar(args, "pull") as bar:
         is_tar, size = _retry().call(lambda: _pull_once(store, uri, dest, bar), f"pull of {redact(uri)}")
     seconds = time.monotonic() - started
-    _log_transfer("loaded", uri, size, seconds)
+    log_transfer("loaded", uri, size, seconds)
     path = dest if is_tar else dest / PAYLOAD
     return {
         "uri": redact(uri),

@@ -331,14 +331,16 @@ class Registry:
                     obj = getattr(obj, part)
                 factory = obj
             store = factory()  # type: ignore[operator]
-        except Exception as exc:
+        except ImportError as exc:
             hint = next((install_hint(s) for s in spec.schemes if install_hint(s)), None)
-            where = f" (plugin {backend.plugin!r}" + (
-                f", distribution {backend.distribution})" if backend.distribution else ")"
-            )
             raise BackendLoadError(
-                f"the {spec.name!r} backend{where} could not be loaded: {type(exc).__name__}: {exc}."
+                f"the {spec.name!r} backend{_origin(backend)} could not be imported: {exc}."
                 + (f" Reinstall it with: {hint}" if hint else " Check that its package is installed whole.")
+            ) from exc
+        except Exception as exc:
+            raise BackendLoadError(
+                f"the {spec.name!r} backend{_origin(backend)} could not be set up:"
+                f" {type(exc).__name__}: {exc}. Check the backend's configuration (see its README)."
             ) from exc
         if not isinstance(store, BlobStore):
             raise BackendLoadError(
@@ -365,6 +367,11 @@ class Registry:
             f" {installed}. Install a plugin that serves '{scheme}://', or register one with"
             f" flyte_checkpoint.register_store().{broken_note}"
         )
+
+
+def _origin(backend: Backend) -> str:
+    dist = f", distribution {backend.distribution}" if backend.distribution else ""
+    return f" (plugin {backend.plugin!r}{dist})"
 
 
 def _env_true(name: str) -> bool:

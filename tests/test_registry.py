@@ -124,6 +124,18 @@ def test_factory_that_fails_to_import_names_the_backend(reg):
     assert "pip install 'flyte-checkpoint[s3]'" in msg
 
 
+def test_factory_with_bad_configuration_says_so_not_reinstall(reg):
+    def factory():
+        raise ValueError("FLYTE_CHECKPOINT_S3_PART_SIZE='abc' is not a size")
+
+    reg.register_plugin(plugin(StoreSpec("s3y", ("s3",), factory)), name="cfgplug")
+    with pytest.raises(BackendLoadError) as info:
+        reg.store_for("s3://b/k")
+    msg = str(info.value)
+    assert "'s3y' backend (plugin 'cfgplug') could not be set up: ValueError:" in msg
+    assert "Check the backend's configuration" in msg and "pip install" not in msg
+
+
 def test_factory_must_return_a_blobstore(reg):
     reg.register(StoreSpec("bad", ("bad",), lambda: object()))
     with pytest.raises(BackendLoadError, match="not a BlobStore"):
