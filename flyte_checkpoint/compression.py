@@ -8,6 +8,7 @@ gzip reader decodes, Flyte's included; readers verify every member's CRC and len
 from __future__ import annotations
 
 import gzip
+import struct
 import zlib
 from typing import BinaryIO
 
@@ -50,6 +51,30 @@ def compress_member(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
     if _isal_zlib is not None:
         return _isal_zlib.compress(data, min(level, 3), wbits=31)
     return zlib.compress(data, level, wbits=31)
+
+
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, no mtime
+_STORED_MAX = 0xFFFF
+
+
+def stored_member(data: bytes | memoryview) -> bytes:
+    """``data`` as one gzip member of stored (uncompressed) deflate blocks.
+
+    Costs one copy and a CRC-32 (which releases the GIL): far cheaper than ``zlib`` at
+    level 0, for data that would not shrink anyway.
+    """
+    view = memoryview(data)
+    n = len(view)
+    parts: list[bytes | memoryview] = [_GZIP_HEADER]
+    if n == 0:
+        parts.append(b"\x01\x00\x00\xff\xff")
+    for start in range(0, n, _STORED_MAX):
+        chunk = view[start : start + _STORED_MAX]
+        size = len(chunk)
+        parts.append(struct.pack("<BHH", start + size >= n, size, size ^ 0xFFFF))
+        parts.append(chunk)
+    parts.append(struct.pack("<II", zlib.crc32(view), n & 0xFFFFFFFF))
+    return b"".join(parts)
 
 
 def decompress_head(data: bytes, want: int) -> bytes:
