@@ -26,7 +26,7 @@ from .errors import (
     UnsupportedDataError,
 )
 
-_CHUNK = 1024 * 1024
+_CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
 _OPEN_FLAGS = (
     os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)

@@ -46,7 +46,7 @@ def decompressor(fileobj: BinaryIO) -> BinaryIO:
     return gzip.GzipFile(fileobj=fileobj, mode="rb")  # type: ignore[return-value]
 
 
-def compress_member(data: bytes, level: int = DEFAULT_LEVEL) -> bytes:
+def compress_member(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
     """``data`` as one complete gzip member (the compressor releases the GIL)."""
     if _isal_zlib is not None:
         return _isal_zlib.compress(data, min(level, 3), wbits=31)

@@ -42,7 +42,7 @@ def default_workers() -> int:
 DENSE_RATIO = 0.5
 
 
-def compress_block(data: bytes, level: int) -> bytes:
+def compress_block(data: bytes | memoryview, level: int) -> bytes:
     """One gzip member holding ``data``.
 
     A sample decides: data that would not shrink is stored (at memory speed, see
@@ -104,9 +104,18 @@ class ParallelGzipWriter:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         if self._error is not None:
             raise self._error
-        self._buf += data
         n = len(data)
         self.bytes_in += n
+        if isinstance(data, bytes) and n >= self._block // 2:
+            # a large immutable piece goes to the compressors as it is, without a copy
+            if self._buf:
+                self._submit(bytes(self._buf))
+                self._buf = bytearray()
+            view = memoryview(data)
+            for start in range(0, n, self._block):
+                self._submit(view[start : start + self._block])
+            return n
+        self._buf += data
         if len(self._buf) >= self._block:
             self._submit(bytes(self._buf))
             self._buf = bytearray()
@@ -115,7 +124,7 @@ class ParallelGzipWriter:
     def flush(self) -> None:
         pass
 
-    def _submit(self, block: bytes) -> None:
+    def _submit(self, block: bytes | memoryview) -> None:
         if self._on_block is not None:
             self._on_block(len(block))
         fut = self._pool.submit(compress_block, block, self._level)
