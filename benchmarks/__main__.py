@@ -48,9 +48,8 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def local_suite(name: str, data: Path, work: Path, runs: int, with_flyte: bool) -> list[dict]:
+def local_suite(name: str, data: Path, work: Path, runs: int, approaches: list[str]) -> list[dict]:
     """Save and load of one data set with each approach; returns one row per approach."""
-    approaches = ["ours", "reference", "tar"] + (["flyte"] if with_flyte else [])
     save_op = {"ours": "ours_save", "reference": "reference_save", "tar": "tar_save", "flyte": "flyte_save"}
     load_op = {"ours": "ours_load", "reference": "reference_load", "tar": "tar_load", "flyte": "flyte_load"}
     results: dict[str, dict[str, list]] = {a: {"save": [], "load": []} for a in approaches}
@@ -210,11 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--s3", action="store_true", help="also measure on moto's S3 server")
     p.add_argument("--no-flyte", action="store_true", help="skip the flyte package even if installed")
     p.add_argument("--cache", default=str(ROOT / ".data"), help="where generated data is kept")
+    p.add_argument(
+        "--only-ours", action="store_true", help="measure this library alone (peak RSS at large sizes)"
+    )
     args = p.parse_args(argv)
 
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     with_flyte = not args.no_flyte and importlib.util.find_spec("flyte") is not None
+    approaches = (
+        ["ours"] if args.only_ours else ["ours", "reference", "tar"] + (["flyte"] if with_flyte else [])
+    )
     from flyte_checkpoint.compression import BACKEND
 
     print(
@@ -231,15 +236,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: {sizes[name] / 2**20:.0f} MiB in {sum(1 for _ in data.rglob('*'))} entries",
                 file=sys.stderr,
             )
-            rows += local_suite(name, data, work, args.runs, with_flyte)
+            rows += local_suite(name, data, work, args.runs, approaches)
             if args.s3:
                 s3_rows += s3_suite(name, data, work, args.runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("## Local file backend\n")
     print(fmt_table(rows, sizes))
-    print("\n## Ratios (same run, same data)\n")
-    print(fmt_ratios(rows))
+    if not args.only_ours:
+        print("\n## Ratios (same run, same data)\n")
+        print(fmt_ratios(rows))
     if s3_rows:
         print("\n## moto S3 server (127.0.0.1), directory save and load against boto3 on the same tarball\n")
         print(fmt_s3(s3_rows))

@@ -1,0 +1,34 @@
+"""The benchmark suite runs end to end at a tiny size (figures are not checked: they are
+measured by `make bench`, not by tests)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import require
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_benchmarks_run_at_a_small_size(tmp_path):
+    import importlib.util
+
+    require(importlib.util.find_spec("moto") is not None, "moto[server] is not installed")
+    args = ["--scale", "0.003", "--runs", "1", "--s3", "--cache", str(tmp_path)]
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    table = out.stdout
+    for data in ("model", "jsonl", "small"):
+        for approach in ("ours", "reference", "tar"):
+            assert f"| {data} | {approach} |" in table
+    assert "## Ratios (same run, same data)" in table
+    assert "## moto S3 server" in table and table.count("x |") >= 3
+    assert "`import flyte_checkpoint` adds" in table
