@@ -11,6 +11,7 @@ checked, so no member is ever written through a link.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass, field
@@ -74,6 +75,9 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
 def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
@@ -87,65 +91,94 @@ def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> int:
     total = 0
     write = out.write
 
-    def add(path: str, arcname: str) -> None:
-        nonlocal total
-        st = os.lstat(path)
-        mode = st.st_mode
-        common = {
-            "mode": mode,
+    def meta(st: os.stat_result) -> dict:
+        return {
+            "mode": st.st_mode,
             "mtime": int(st.st_mtime),
             "uid": st.st_uid,
             "gid": st.st_gid,
             "uname": owners.user(st.st_uid),
             "gname": owners.group(st.st_gid),
         }
-        if stat.S_ISREG(mode):
+
+    def add_file(path: str, arcname: str) -> bool:
+        """Add a regular file through one descriptor (open, fstat, read, close); False if it
+        turned out not to be a regular file."""
+        nonlocal total
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):  # became a link or a socket meanwhile
+                return False
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return False
             key = (st.st_dev, st.st_ino)
             if st.st_nlink > 1 and key in links:
-                write(ts.header(arcname, size=0, typeflag=ts.LNKTYPE, linkname=links[key], **common))
-                return
+                write(ts.header(arcname, size=0, typeflag=ts.LNKTYPE, linkname=links[key], **meta(st)))
+                return True
             if st.st_nlink > 1:
                 links[key] = arcname
-            write(ts.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **common))
-            _copy_file(path, st.st_size, write)
+            write(ts.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **meta(st)))
+            _copy_fd(fd, path, st.st_size, write)
             total += st.st_size
-        elif stat.S_ISDIR(mode):
-            write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **common))
-            with os.scandir(path) as it:
-                names = sorted(e.name for e in it)
-            for name in names:
-                add(os.path.join(path, name), arcname + "/" + name)
+            return True
+        finally:
+            os.close(fd)
+
+    def add(path: str, arcname: str, entry: os.DirEntry[str] | None) -> None:
+        if (entry is None or entry.is_file(follow_symlinks=False)) and add_file(path, arcname):
+            return
+        st = os.lstat(path)
+        mode = st.st_mode
+        if stat.S_ISDIR(mode):
+            write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **meta(st)))
+            for child in _sorted_entries(path):
+                add(child.path, arcname + "/" + child.name, child)
         elif stat.S_ISLNK(mode):
             target = os.readlink(path)
-            write(ts.header(arcname, size=0, typeflag=ts.SYMTYPE, linkname=target, **common))
+            write(ts.header(arcname, size=0, typeflag=ts.SYMTYPE, linkname=target, **meta(st)))
+        elif stat.S_ISREG(mode):
+            add_file(path, arcname)
         else:
             raise UnsupportedDataError(
                 f"{path} is {_kind(mode)}: a checkpoint holds only files, folders and links."
                 f" Move it out of {root} or save another folder; the previous checkpoint is unchanged"
             )
 
-    with os.scandir(root) as it:
-        top = sorted(e.name for e in it)
-    for name in top:
-        add(os.path.join(root, name), name)
+    for entry in _sorted_entries(root):
+        add(entry.path, entry.name, entry)
     write(ts.end_of_archive())
     return total
 
 
-def _copy_file(path: str, size: int, write) -> None:
-    with open(path, "rb", buffering=0) as f:
-        left = size
-        while left > 0:
-            chunk = f.read(min(left, _CHUNK))
-            if not chunk:
-                break
+def _sorted_entries(path: str) -> list[os.DirEntry[str]]:
+    with os.scandir(path) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
+def _copy_fd(fd: int, path: str, size: int, write) -> None:
+    """Write exactly ``size`` bytes of the open file, then its padding; a file that is
+    shorter or longer than ``size`` by now is an error (it changed while being saved)."""
+    left = size
+    while True:
+        want = min(left + 1, _CHUNK)  # one byte more than expected: a short read proves the end
+        chunk = os.read(fd, want)
+        if len(chunk) > left:
+            left = -1
+            break
+        if chunk:
             write(chunk)
             left -= len(chunk)
-        if left or f.read(1):
-            raise UnsupportedDataError(
-                f"{path} changed size while it was being saved: save again once it is written;"
-                " the previous checkpoint is unchanged"
-            )
+        if len(chunk) < want:
+            break
+    if left:
+        raise UnsupportedDataError(
+            f"{path} changed size while it was being saved: save again once it is written;"
+            " the previous checkpoint is unchanged"
+        )
     pad = ts.padding(size)
     if pad:
         write(bytes(pad))
@@ -233,6 +266,7 @@ def unpack(stream: BinaryIO, dest: str | os.PathLike[str], *, max_bytes: int | N
 
 def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | None) -> UnpackStats:
     root = os.path.realpath(dest)
+    umask = current_umask()
     reader = _Reader(stream)
     stats = UnpackStats()
     made_dirs: set[str] = {""}
@@ -308,7 +342,7 @@ def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | Non
                 )
             target = ensure_parent(rel)
             clear(rel, target)
-            _write_member(reader, target, size, h)
+            _write_member(reader, target, size, h, umask)
             files.add(rel)
         elif t == ts.DIRTYPE or (t == ts.AREGTYPE and name.endswith("/")):
             _skip(reader, size)
@@ -382,15 +416,29 @@ def _skip(reader: _Reader, size: int) -> None:
         left -= n
 
 
-def _write_member(reader: _Reader, target: str, size: int, h: ts.Header) -> None:
-    fd = os.open(target, _OPEN_FLAGS, 0o600)
+def current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, for every thread)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1  # unknown: callers set modes explicitly
+
+
+def _write_member(reader: _Reader, target: str, size: int, h: ts.Header, umask: int) -> None:
+    mode = (h.mode & 0o777) | 0o600
+    fd = os.open(target, _OPEN_FLAGS, mode)
     try:
         left = size
         while left:
             chunk = reader.read(min(left, _CHUNK))
             _write_all(fd, chunk)
             left -= len(chunk)
-        os.fchmod(fd, (h.mode & 0o777) | 0o600)
+        if umask < 0 or mode & umask:  # the umask took bits away: put them back
+            os.fchmod(fd, mode)
         os.utime(fd, (h.mtime, h.mtime))
     finally:
         os.close(fd)
