@@ -75,7 +75,10 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+# O_NONBLOCK: a file that became a FIFO since the listing must not block the save
+_READ_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+)
 
 
 def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> int:

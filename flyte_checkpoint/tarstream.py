@@ -8,6 +8,7 @@ members, so archives from either tool read.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 BLOCK = 512
@@ -35,14 +36,6 @@ def padding(size: int) -> int:
     return -size % BLOCK
 
 
-def _octal(value: int, width: int) -> bytes:
-    return b"%0*o\0" % (width - 1, value)
-
-
-def _field(text: bytes, width: int) -> bytes:
-    return text[:width].ljust(width, b"\0")
-
-
 def _checksum(block: bytes | bytearray) -> int:
     """The unsigned header checksum, the checksum field counted as spaces."""
     return sum(block[:148]) + 256 + sum(block[156:512])
@@ -57,6 +50,9 @@ def _signed_checksum(block: bytes | bytearray) -> int:
     )
 
 
+_HEADER = struct.Struct("100s8s8s8s12s12s8s1s100s8s32s32s8s8s155s12x")  # ustar; short fields NUL-padded
+
+
 def _raw_header(
     name: bytes,
     mode: int,
@@ -69,25 +65,13 @@ def _raw_header(
     uname: bytes,
     gname: bytes,
 ) -> bytes:
-    buf = bytearray(
-        _field(name, 100)
-        + _octal(mode & 0o7777, 8)
-        + _octal(min(uid, 0o7777777), 8)
-        + _octal(min(gid, 0o7777777), 8)
-        + _octal(min(size, _MAX_OCTAL_SIZE), 12)
-        + _octal(max(0, min(mtime, 8**11 - 1)), 12)
-        + b" " * 8
-        + typeflag
-        + _field(linkname, 100)
-        + b"ustar\x0000"
-        + _field(uname, 32)
-        + _field(gname, 32)
-        + _octal(0, 8)
-        + _octal(0, 8)
-        + bytes(155 + 12)
-    )
-    buf[148:156] = b"%06o\0 " % sum(buf)  # the checksum field holds spaces while summing
-    return bytes(buf)
+    block = _HEADER.pack(
+        name, b"%07o" % (mode & 0o7777), b"%07o" % min(uid, 0o7777777), b"%07o" % min(gid, 0o7777777),
+        b"%011o" % min(size, _MAX_OCTAL_SIZE), b"%011o" % max(0, min(mtime, _MAX_OCTAL_SIZE)),
+        b"        ", typeflag, linkname, b"ustar\x0000", uname, gname, b"0000000", b"0000000", b"",
+    )  # fmt: skip
+    # the checksum is summed with its own field as spaces, then written in its place
+    return block[:148] + b"%06o\0 " % sum(block) + block[156:]
 
 
 def _pax_record(key: str, value: bytes) -> bytes:
