@@ -40,6 +40,10 @@ class CheckpointPaths:
     checkpoint_path: str | None
     prev_checkpoint_path: str | None = None
 
+    def __repr__(self) -> str:  # URIs may carry tokens (user-info, SAS query strings)
+        show = [None if p is None else redact(p) for p in (self.checkpoint_path, self.prev_checkpoint_path)]
+        return f"CheckpointPaths(checkpoint_path={show[0]!r}, prev_checkpoint_path={show[1]!r})"
+
 
 @dataclass
 class TaskContext:

@@ -54,7 +54,7 @@ def local_path(uri: str) -> Path:
             host, _, path = rest[2:].partition("/")
             if host not in ("", "localhost"):
                 raise InvalidURIError(
-                    f"{redact(uri)} names the host {host!r}: file URIs must be local "
+                    f"{redact(uri)} names the host {host.rpartition('@')[2]!r}: file URIs must be local "
                     "(file:///abs/path or file://localhost/abs/path)"
                 )
             rest = "/" + path

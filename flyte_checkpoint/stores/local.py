@@ -6,6 +6,7 @@ import errno
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -15,6 +16,9 @@ from ..errors import CheckpointPermissionError, NotFoundError, StoreError
 from ..uri import local_path
 
 _TMP_MARK = ".fcp-tmp-"
+#: A temporary file untouched for this long belongs to a writer that died (SIGKILL, power
+#: loss) without removing it; the next commit in its folder deletes it.
+STALE_TMP_SECONDS = 3600.0
 
 
 def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
@@ -72,10 +76,27 @@ class _LocalWriter(BlobWriter):
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
         _fsync_dir(self._target.parent)
+        _sweep_stale_tmp(self._target.parent)
 
     def _abort(self) -> None:
         self._file.close()
         self._tmp.unlink(missing_ok=True)
+
+
+def _sweep_stale_tmp(folder: Path) -> None:
+    """Remove temporary files of writers that died long ago (best effort, never raises)."""
+    cutoff = time.time() - STALE_TMP_SECONDS
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith(_TMP_MARK) and entry.is_file(follow_symlinks=False):
+                    try:
+                        if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                            os.unlink(entry.path)
+                    except OSError:
+                        pass
+    except OSError:
+        pass
 
 
 def _umask() -> int:

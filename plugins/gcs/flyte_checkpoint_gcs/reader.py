@@ -245,11 +245,30 @@ class GcsReader(io.RawIOBase):
         self._stop()
         actual = self._digest.actual()
         if self._digest.kind and actual != self._digest.expected:
+            if self._replaced():
+                raise TransientError(
+                    f"{redact(self.uri)} was replaced while it was being read; retry the load"
+                )
             raise CorruptCheckpointError(
                 f"the object at {redact(self.uri)} is damaged: its {self._digest.kind.upper()} is "
                 f"{self._digest.expected} but the bytes read give {actual}. Retry the load; if it "
                 "persists the stored checkpoint is corrupt"
             )
+
+    def _replaced(self) -> bool:
+        """Whether the object now has another generation than the one read (or is gone).
+
+        Reads are pinned to one generation, so this only matters where pinning is not
+        honoured (emulators, some proxies): a checksum mismatch then means an overwrite
+        raced the read, which a retry fixes, not a damaged object.
+        """
+        try:
+            blob = self._transport.client.bucket(self.info.bucket).get_blob(
+                self.info.name, timeout=self._transport.config.timeout
+            )
+        except Exception:
+            return False
+        return blob is None or blob.generation != self.info.generation
 
     def _stop(self) -> None:
         for future in self._futures:

@@ -41,6 +41,11 @@ def parse(uri: str, *, want_object: bool = True) -> GcsLocation:
     bucket, _, name = rest.partition("/")
     if not bucket:
         raise InvalidURIError(f"{redact(uri)} names no bucket: write {scheme}://BUCKET/NAME")
+    if "@" in bucket:  # user-info: credentials never travel in a gs:// URI (nor reach a log)
+        raise InvalidURIError(
+            f"{redact(uri)} has credentials in it: gs:// URIs take none; use Application Default"
+            " Credentials (GOOGLE_APPLICATION_CREDENTIALS)"
+        )
     if want_object and not name:
         raise InvalidURIError(f"{redact(uri)} names a bucket but no object: write {scheme}://{bucket}/NAME")
     return GcsLocation(scheme, bucket, name)

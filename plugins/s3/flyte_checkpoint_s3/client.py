@@ -29,6 +29,9 @@ class ClientProvider:
         if client is None:
             with self._lock:
                 if self._client is None:
+                    from .logscrub import install
+
+                    install()
                     self._client = _build(self.config)
                 client = self._client
         return client

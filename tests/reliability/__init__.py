@@ -1,0 +1,1 @@
+"""Reliability tests (issue 7): crashes, network faults, hostile input, concurrency, leaks, secrets."""
