@@ -6,16 +6,20 @@ import errno
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from ..archive import current_umask
 from ..blobstore import BlobStore, BlobWriter
 from ..errors import CheckpointPermissionError, NotFoundError, StoreError
 from ..uri import local_path
 
 _TMP_MARK = ".fcp-tmp-"
+#: Start an early write-back after this many bytes (see ``_LocalWriter._write``).
+_FLUSH_EVERY = 32 * 1024 * 1024
 #: A temporary file untouched for this long belongs to a writer that died (SIGKILL, power
 #: loss) without removing it; the next commit in its folder deletes it.
 STALE_TMP_SECONDS = 3600.0
@@ -57,6 +61,8 @@ class _LocalWriter(BlobWriter):
             raise _map_os_error(exc, target, "write") from exc
         self._tmp = Path(tmp)
         self._file = os.fdopen(fd, "wb", buffering=0)
+        self._unsynced = 0
+        self._flusher: threading.Thread | None = None
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         try:
@@ -66,8 +72,21 @@ class _LocalWriter(BlobWriter):
                 view = view[n:]
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
+        self._unsynced += len(data)
+        if self._unsynced >= _FLUSH_EVERY and (self._flusher is None or not self._flusher.is_alive()):
+            # Start writing back what is there while more arrives, so the fsync at the end
+            # has only the tail left to wait for (durability costs overlap, not add up).
+            self._unsynced = 0
+            self._flusher = threading.Thread(target=_quiet_datasync, args=(self._file.fileno(),), daemon=True)
+            self._flusher.start()
+
+    def _join_flusher(self) -> None:
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
 
     def _commit(self) -> None:
+        self._join_flusher()
         try:
             os.fsync(self._file.fileno())
             self._file.close()
@@ -79,6 +98,7 @@ class _LocalWriter(BlobWriter):
         _sweep_stale_tmp(self._target.parent)
 
     def _abort(self) -> None:
+        self._join_flusher()
         self._file.close()
         self._tmp.unlink(missing_ok=True)
 
@@ -99,10 +119,16 @@ def _sweep_stale_tmp(folder: Path) -> None:
         pass
 
 
+def _quiet_datasync(fd: int) -> None:
+    try:
+        os.fdatasync(fd)
+    except OSError:
+        pass  # the fsync of the commit reports any error that matters
+
+
 def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    umask = current_umask()
+    return 0o022 if umask < 0 else umask
 
 
 class LocalStore(BlobStore):
