@@ -329,7 +329,7 @@ def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | Non
             continue
         name = pax.get("path", long_name or h.name)
         linkname = pax.get("linkpath", long_link or h.linkname)
-        size = int(pax["size"]) if "size" in pax else h.size
+        size = _pax_size(pax["size"]) if "size" in pax else h.size
         pax, long_name, long_link = {}, None, None
         rel = _safe_name(name)
         stats.members += 1
@@ -402,6 +402,15 @@ def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | Non
         os.utime(path, (mtime, mtime))
     stats.symlinks = sorted(symlinks.items())
     return stats
+
+
+def _pax_size(value: str) -> int:
+    """A PAX ``size`` record's value: a non-negative decimal, or the archive is corrupt."""
+    if not value.isascii() or not value.isdigit():
+        raise CorruptCheckpointError(
+            f"damaged tar metadata: PAX size {value[:40]!r} is not a byte count; the object is corrupt"
+        )
+    return int(value)
 
 
 def _ancestors(rel: str) -> list[str]:

@@ -1,0 +1,422 @@
+"""A fault-injecting TCP proxy on 127.0.0.1, for tests.
+
+It sits between a client and a server and, per connection, either passes bytes through or
+injects one fault at a chosen byte offset in one direction:
+
+- ``Fault.reset("up"|"down", after=N)``: forward N bytes that way, then reset the connection
+  (RST to the client, the server's side aborted);
+- ``Fault.stall("up"|"down", after=N)``: forward N bytes that way, then forward nothing more
+  that way (later bytes are read and dropped; the connection stays open until the client
+  gives up and closes it, or the proxy stops);
+- ``Fault.truncate("up"|"down", after=N)``: forward N bytes that way, then close both sides
+  cleanly (a FIN: the peer sees the stream end early);
+- ``Fault.blackhole()``: accept, then never connect upstream, read or send anything;
+- ``Fault.passthrough()``: forward everything.
+
+"up" is client to server, "down" server to client; offsets count the bytes of one connection
+in that direction (over every request of a kept-alive connection). Which fault a connection
+gets is programmable: a function of the connection's index, or :meth:`FaultProxy.fail` (the
+fault applies to every connection until it has *fired* ``times`` times, then connections pass,
+so "the first K transfers fail, later ones succeed" does not depend on how many small requests
+came first). Every connection is recorded (:class:`ConnRecord`: when it opened, its fault,
+whether the fault fired, bytes each way).
+
+The proxy runs an asyncio loop in a daemon thread; :meth:`FaultProxy.stop` (or leaving the
+``with`` block) closes the listener and every connection, stalled ones included, and joins the
+thread, so nothing outlives a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+Direction = Literal["up", "down"]
+Action = Literal["pass", "reset", "stall", "truncate", "blackhole"]
+
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What to do to one connection: ``action`` once ``after`` bytes went ``direction``."""
+
+    action: Action = "pass"
+    direction: Direction = "down"
+    after: int = 0
+
+    @classmethod
+    def passthrough(cls) -> Fault:
+        return cls("pass")
+
+    @classmethod
+    def reset(cls, direction: Direction, after: int = 0) -> Fault:
+        return cls("reset", direction, after)
+
+    @classmethod
+    def stall(cls, direction: Direction, after: int = 0) -> Fault:
+        return cls("stall", direction, after)
+
+    @classmethod
+    def truncate(cls, direction: Direction = "down", after: int = 0) -> Fault:
+        return cls("truncate", direction, after)
+
+    @classmethod
+    def blackhole(cls) -> Fault:
+        return cls("blackhole")
+
+
+PASS = Fault()
+
+
+@dataclass
+class ConnRecord:
+    """One accepted connection: its index, when it opened (monotonic), its fault and traffic."""
+
+    index: int
+    opened: float
+    fault: Fault
+    fired: bool = False
+    fired_at: float | None = None
+    up: int = 0
+    down: int = 0
+    closed: bool = False
+
+
+@dataclass
+class _Budget:
+    fault: Fault
+    times: int | None  # None: forever
+    fired: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def choose(self, _index: int) -> Fault:
+        with self.lock:
+            if self.times is not None and self.fired >= self.times:
+                return PASS
+            return self.fault
+
+    def may_fire(self) -> bool:
+        """Claim one firing; False once the budget is spent (the connection then passes)."""
+        with self.lock:
+            if self.times is not None and self.fired >= self.times:
+                return False
+            self.fired += 1
+            return True
+
+
+class FaultProxy:
+    """A TCP proxy from ``127.0.0.1:<free port>`` to ``upstream`` (``host:port`` or a URL).
+
+    Usage::
+
+        with FaultProxy("http://127.0.0.1:9000") as proxy:
+            proxy.fail(Fault.reset("down", after=100_000), times=2)
+            client(endpoint=proxy.url) ...
+            assert proxy.fired == 2
+    """
+
+    def __init__(self, upstream: str | tuple[str, int]) -> None:
+        if isinstance(upstream, tuple):
+            self.upstream_host, self.upstream_port = upstream
+            self._scheme = "http"
+        else:
+            parts = urlsplit(upstream if "://" in upstream else f"tcp://{upstream}")
+            assert parts.hostname and parts.port, f"upstream needs a host and a port: {upstream!r}"
+            self.upstream_host, self.upstream_port = parts.hostname, parts.port
+            self._scheme = parts.scheme if parts.scheme != "tcp" else "http"
+            self._path = parts.path.rstrip("/")
+        self._path = getattr(self, "_path", "")
+        self.port = 0
+        self.records: list[ConnRecord] = []
+        self._counter = itertools.count()
+        self._budget = _Budget(PASS, None)
+        self._chooser: Callable[[int], Fault] | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._closing: asyncio.Event | None = None
+
+    # -- programming ------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>`` plus the upstream URL's path, if it had one."""
+        return f"{self._scheme}://127.0.0.1:{self.port}{self._path}"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def fail(self, fault: Fault, times: int | None = None) -> None:
+        """Give every new connection ``fault`` until it has fired ``times`` times (None: always)."""
+        with self._lock:
+            self._chooser = None
+            self._budget = _Budget(fault, times)
+
+    def plan(self, chooser: Callable[[int], Fault]) -> None:
+        """Give each new connection ``chooser(index)`` (index counts from 0 from now on)."""
+        with self._lock:
+            base = next(self._counter)
+            self._counter = itertools.count(base)
+            self._chooser = lambda i: chooser(i - base)
+            self._budget = _Budget(PASS, None)
+
+    def heal(self) -> None:
+        """From now on, every new connection passes."""
+        self.fail(PASS)
+
+    def reset_records(self) -> None:
+        with self._lock:
+            self.records = []
+
+    @property
+    def fired(self) -> int:
+        """How many connections have had their fault fire since the last reset of the records."""
+        with self._lock:
+            return sum(r.fired for r in self.records)
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self.records)
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def start(self) -> FaultProxy:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                self._closing = asyncio.Event()
+                self._server = loop.run_until_complete(
+                    asyncio.start_server(self._handle, "127.0.0.1", 0, limit=_CHUNK)
+                )
+                self.port = self._server.sockets[0].getsockname()[1]
+            except BaseException as exc:
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("the fault proxy did not start within 10 s")
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection; join the loop's thread (bounded)."""
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        if loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+            with contextlib.suppress(Exception):
+                fut.result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._loop = self._thread = None
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        assert self._closing is not None
+        self._closing.set()  # wakes stalled and blackholed connections
+        for w in list(self._writers):
+            _abort(w)
+        tasks = [t for t in self._tasks if not t.done()]
+        if tasks:
+            _done, late = await asyncio.wait(tasks, timeout=5)
+            for t in late:
+                t.cancel()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the proxying -----------------------------------------------------------------
+
+    async def _hold(self) -> None:
+        """Wait until the proxy stops (a stalled or blackholed connection's fate)."""
+        assert self._closing is not None
+        await self._closing.wait()
+
+    def _choose(self, index: int) -> tuple[Fault, _Budget | None]:
+        with self._lock:
+            if self._chooser is not None:
+                return self._chooser(index), None
+            return self._budget.choose(index), self._budget
+
+    async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._writers.add(cwriter)
+        index = next(self._counter)
+        fault, budget = self._choose(index)
+        rec = ConnRecord(index, time.monotonic(), fault)
+        with self._lock:
+            self.records.append(rec)
+        uwriter: asyncio.StreamWriter | None = None
+        try:
+            if fault.action == "blackhole":
+                if budget is None or budget.may_fire():
+                    rec.fired, rec.fired_at = True, time.monotonic()
+                    await self._hold()
+                    return
+                fault = PASS
+                rec.fault = PASS
+            ureader, uwriter = await asyncio.open_connection(
+                self.upstream_host, self.upstream_port, limit=_CHUNK
+            )
+            self._writers.add(uwriter)
+            state = _State(rec, fault, budget, cwriter, uwriter)
+            up = asyncio.ensure_future(self._pump(creader, uwriter, "up", state))
+            down = asyncio.ensure_future(self._pump(ureader, cwriter, "down", state))
+            pending: set[asyncio.Future[None]] = {up, down}
+            try:
+                while pending:
+                    _done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if state.broken or state.stalled:
+                        # a reset, a truncation, or a stall whose other side ended: finish now
+                        break
+            finally:
+                for p in pending:
+                    p.cancel()
+                if pending:
+                    await asyncio.wait(pending, timeout=5)
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass
+        finally:
+            rec.closed = True
+            for w in (cwriter, uwriter):
+                if w is not None:
+                    self._writers.discard(w)
+                    _close(w)
+            self._tasks.discard(task)
+
+    async def _discard(self, src: asyncio.StreamReader) -> None:
+        """Read and drop ``src`` until it ends or the proxy stops: nothing more is forwarded,
+        but a peer that gives up and closes is noticed, so the connection then ends."""
+        assert self._closing is not None
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            while True:
+                reading = asyncio.ensure_future(src.read(_CHUNK))
+                await asyncio.wait({reading, closing}, return_when=asyncio.FIRST_COMPLETED)
+                if not reading.done():
+                    reading.cancel()
+                    return
+                if not reading.result():
+                    return
+        finally:
+            closing.cancel()
+
+    async def _pump(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, direction: Direction, state: _State
+    ) -> None:
+        rec, fault = state.rec, state.fault
+        armed = fault.action in ("reset", "stall", "truncate") and fault.direction == direction
+        try:
+            while True:
+                if armed and getattr(rec, direction) >= fault.after:
+                    if state.budget is None or state.budget.may_fire():
+                        await state.fire(direction)
+                        if state.stalled:
+                            await self._discard(src)
+                        return
+                    armed = False
+                want = _CHUNK
+                if armed:
+                    want = min(want, fault.after - getattr(rec, direction))
+                data = await src.read(want)
+                if not data:
+                    if dst.can_write_eof():
+                        with contextlib.suppress(OSError):
+                            dst.write_eof()
+                    return
+                dst.write(data)
+                await dst.drain()
+                setattr(rec, direction, getattr(rec, direction) + len(data))
+        except (OSError, asyncio.IncompleteReadError):
+            state.broken = True
+
+
+class _State:
+    def __init__(
+        self,
+        rec: ConnRecord,
+        fault: Fault,
+        budget: _Budget | None,
+        cwriter: asyncio.StreamWriter,
+        uwriter: asyncio.StreamWriter,
+    ) -> None:
+        self.rec, self.fault, self.budget = rec, fault, budget
+        self.cwriter, self.uwriter = cwriter, uwriter
+        self.broken = False
+        self.stalled = False
+
+    async def fire(self, direction: Direction) -> None:
+        self.rec.fired, self.rec.fired_at = True, time.monotonic()
+        action = self.fault.action
+        if action == "reset":
+            self.broken = True
+            _reset(self.cwriter)
+            _abort(self.uwriter)
+        elif action == "truncate":
+            self.broken = True
+            for w in (self.cwriter, self.uwriter):
+                _close(w)
+        else:  # stall: the caller swallows this direction's bytes from now on
+            self.stalled = True
+
+
+def _reset(w: asyncio.StreamWriter) -> None:
+    """Close with SO_LINGER 0, so the peer gets a RST rather than a FIN."""
+    sock = w.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    _abort(w)
+
+
+def _abort(w: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        w.transport.abort()
+
+
+def _close(w: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        w.close()
+
+
+__all__ = ["PASS", "ConnRecord", "Fault", "FaultProxy"]

@@ -1,0 +1,795 @@
+"""Network faults between the client and each cloud test server, through :mod:`.faultproxy`.
+
+For S3 (moto), GCS (gcp-storage-emulator) and Azure (Azurite), each started on 127.0.0.1 by a
+module fixture, the plugin's endpoint setting points at a :class:`FaultProxy` in front of the
+server. The proxy resets, truncates or stalls connections mid-upload and mid-download, or
+accepts and then never answers. What must hold:
+
+- a save or load either succeeds after retries (the object, or the restored tree, is whole)
+  or fails within a bounded time with a project error; a failed save leaves the previous
+  checkpoint exactly as it was, a failed load leaves nothing in the workspace and never
+  returns ``None`` for a checkpoint that exists;
+- transient errors are retried by the core with exponential backoff and full jitter,
+  bounded in attempts and total time (``FLYTE_CHECKPOINT_RETRY_*``), and each retry is logged;
+- permanent errors (missing bucket/container, access denied where the server can refuse)
+  fail at once, with no retry;
+- a connection that stalls fails within the plugin's configured read timeout.
+
+SDK-level retries are turned off (``max_attempts=1`` / ``retry_timeout=0`` / ``retries=0``)
+so that every retry counted here is the core's; the servers' objects are checked directly,
+without the proxy.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import random
+import re
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flyte_checkpoint as fc
+from conftest import require
+from flyte_checkpoint.blobstore import BlobStore
+from flyte_checkpoint.errors import (
+    CheckpointError,
+    CheckpointPermissionError,
+    ContainerNotFoundError,
+    CorruptCheckpointError,
+    TransientError,
+)
+from flyte_checkpoint.registry import get_registry
+from flyte_checkpoint.restore import restore
+from flyte_checkpoint.retry import RetryPolicy
+
+from .faultproxy import Fault, FaultProxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+KEY_ID = "AKIARELIABILITY00000"
+SECRET = "reliability-s3cr3t"
+#: Bytes into a connection at which faults fire: inside the body of any part, block or range
+#: (all 256-512 KiB here), past every header and small answer (stat, list, commit).
+MID_BODY = 100_000
+#: The core's retry policy for these tests: quick backoff, so the suite stays fast.
+ATTEMPTS = 4
+BASE_DELAY = 0.05
+MAX_DELAY = 0.4
+#: Socket timeouts for tests that stall; large ones for the rest (the machine is shared).
+STALL_TIMEOUT = 1.0
+CALM_TIMEOUT = 30.0
+RETRY_LINE = re.compile(r"transient error \(try (\d+) of (\d+)\), retrying in ([\d.]+)s")
+
+FOREIGN_ENV = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "FLYTE_AWS_ENDPOINT",
+    "FLYTE_AWS_ACCESS_KEY_ID",
+    "FLYTE_AWS_SECRET_ACCESS_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "STORAGE_EMULATOR_HOST",
+    "FLYTE_CHECKPOINT_GCS_ENDPOINT",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_BLOB_ENDPOINT",
+    "AZURE_CLIENT_SECRET",
+    "FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES",
+)
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@dataclass
+class Server:
+    """A running test server: how to point the plugin at an endpoint, and direct access."""
+
+    name: str
+    upstream: str  # http://127.0.0.1:PORT (Azure: plus /ACCOUNT)
+    bucket_uri: str  # scheme://bucket
+    missing_bucket_uri: str
+    env_for: Callable[[str, float], dict[str, str]]  # (endpoint, socket timeout) -> variables
+    direct: Callable[[], BlobStore]  # a store talking to the server itself, not the proxy
+
+
+def _s3() -> Iterator[Server]:
+    try:
+        from flyte_checkpoint_s3_tests import server
+    except ImportError:
+        require(False, "the S3 plugin's test package (flyte_checkpoint_s3_tests) is not installed")
+        raise
+    require(server.moto_available(), "moto[server] is not installed")
+    import boto3
+    from flyte_checkpoint_s3.store import S3Store
+
+    with server.moto_s3_server() as endpoint:
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=KEY_ID,
+            aws_secret_access_key=SECRET,
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket="reliability")
+        client.close()
+
+        def env_for(url: str, timeout: float) -> dict[str, str]:
+            return {
+                "AWS_ENDPOINT_URL_S3": url,
+                "AWS_ACCESS_KEY_ID": KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                "FLYTE_CHECKPOINT_S3_CONNECT_TIMEOUT": str(timeout),
+                "FLYTE_CHECKPOINT_S3_READ_TIMEOUT": str(timeout),
+                "FLYTE_CHECKPOINT_S3_MAX_ATTEMPTS": "1",
+                "FLYTE_CHECKPOINT_S3_PART_SIZE": "256KiB",
+                "FLYTE_CHECKPOINT_S3_RANGE_SIZE": "512KiB",
+                "FLYTE_CHECKPOINT_S3_UPLOAD_CONCURRENCY": "2",
+                "FLYTE_CHECKPOINT_S3_READ_CONCURRENCY": "2",
+            }
+
+        def direct() -> BlobStore:
+            return S3Store(
+                endpoint_url=endpoint, access_key_id=KEY_ID, secret_access_key=SECRET, region="us-east-1"
+            )
+
+        yield Server("s3", endpoint, "s3://reliability", "s3://no-such-bucket-rel", env_for, direct)
+
+
+def _gcs() -> Iterator[Server]:
+    try:
+        from flyte_checkpoint_gcs_tests.server import GcsEmulator, emulator_installed
+    except ImportError:
+        require(False, "the GCS plugin's test package (flyte_checkpoint_gcs_tests) is not installed")
+        raise
+    require(emulator_installed(), "gcp-storage-emulator is not installed")
+    from flyte_checkpoint_gcs.store import GcsStore
+
+    with GcsEmulator() as emu:
+        emu.create_bucket("reliability")
+
+        def env_for(url: str, timeout: float) -> dict[str, str]:
+            return {
+                "STORAGE_EMULATOR_HOST": url,
+                "FLYTE_CHECKPOINT_GCS_CONNECT_TIMEOUT": str(timeout),
+                "FLYTE_CHECKPOINT_GCS_READ_TIMEOUT": str(timeout),
+                "FLYTE_CHECKPOINT_GCS_RETRY_TIMEOUT": "0",
+                "FLYTE_CHECKPOINT_GCS_CHUNK_SIZE": "256KiB",
+                "FLYTE_CHECKPOINT_GCS_READ_RANGE_SIZE": "512KiB",
+                "FLYTE_CHECKPOINT_GCS_READ_CONCURRENCY": "2",
+            }
+
+        def direct() -> BlobStore:
+            return GcsStore(endpoint=emu.endpoint, anonymous=True)
+
+        yield Server("gcs", emu.endpoint, "gs://reliability", "gs://no-such-bucket-rel", env_for, direct)
+
+
+def _azure() -> Iterator[Server]:
+    try:
+        from flyte_checkpoint_azure_tests.server import AzuriteUnavailable, azurite
+    except ImportError:
+        require(False, "the Azure plugin's test package (flyte_checkpoint_azure_tests) is not installed")
+        raise
+    try:
+        cm = azurite()
+        srv = cm.__enter__()
+    except AzuriteUnavailable as exc:
+        require(False, str(exc))
+        raise
+    try:
+        from azure.storage.blob import BlobServiceClient
+        from flyte_checkpoint_azure.store import AzureBlobStore
+
+        with BlobServiceClient.from_connection_string(srv.connection_string) as svc:
+            svc.create_container("reliability")
+
+        def conn(endpoint: str, key: str = srv.account_key) -> str:
+            return (
+                f"DefaultEndpointsProtocol=http;AccountName={srv.account_name};"
+                f"AccountKey={key};BlobEndpoint={endpoint};"
+            )
+
+        def env_for(url: str, timeout: float) -> dict[str, str]:
+            return {
+                "AZURE_STORAGE_CONNECTION_STRING": conn(url),
+                "FLYTE_CHECKPOINT_AZURE_CONNECT_TIMEOUT": str(timeout),
+                "FLYTE_CHECKPOINT_AZURE_READ_TIMEOUT": str(timeout),
+                "FLYTE_CHECKPOINT_AZURE_RETRIES": "0",
+                "FLYTE_CHECKPOINT_AZURE_BLOCK_SIZE": "256KiB",
+                "FLYTE_CHECKPOINT_AZURE_READ_CHUNK_SIZE": "512KiB",
+                "FLYTE_CHECKPOINT_AZURE_UPLOAD_CONCURRENCY": "2",
+                "FLYTE_CHECKPOINT_AZURE_READ_CONCURRENCY": "2",
+            }
+
+        def direct() -> BlobStore:
+            return AzureBlobStore(connection_string=srv.connection_string)
+
+        yield Server(
+            "azure", srv.blob_endpoint, "az://reliability", "az://no-such-container-rel", env_for, direct
+        )
+    finally:
+        cm.__exit__(None, None, None)
+
+
+SERVERS = {"s3": _s3, "gcs": _gcs, "azure": _azure}
+
+
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    gen = SERVERS[request.param]()
+    yield next(gen)
+    gen.close()
+
+
+@pytest.fixture(scope="module")
+def direct(server: Server) -> Iterator[BlobStore]:
+    store = server.direct()
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def proxy(server: Server) -> Iterator[FaultProxy]:
+    with FaultProxy(server.upstream) as p:
+        yield p
+
+
+@dataclass
+class Rig:
+    """One test's setup: the proxy, the server, where to write, and the retry log."""
+
+    server: Server
+    proxy: FaultProxy
+    direct: BlobStore
+    root: str
+    caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch
+
+    def use(self, *, timeout: float = CALM_TIMEOUT, attempts: int = ATTEMPTS, **extra: str) -> None:
+        """Point the plugin at the proxy with these settings (stores are rebuilt on next use)."""
+        env = {
+            "FLYTE_CHECKPOINT_RETRY_ATTEMPTS": str(attempts),
+            "FLYTE_CHECKPOINT_RETRY_BASE_DELAY": str(BASE_DELAY),
+            "FLYTE_CHECKPOINT_RETRY_MAX_DELAY": str(MAX_DELAY),
+            "FLYTE_CHECKPOINT_RETRY_TOTAL_TIMEOUT": "120",
+            **self.server.env_for(self.proxy.url, timeout),
+            **extra,
+        }
+        for k, v in env.items():
+            self.monkeypatch.setenv(k, v)
+        get_registry().close()
+
+    def retries(self) -> list[tuple[int, int, float]]:
+        """(try, of, pause) of each retry the core logged."""
+        out = []
+        for rec in self.caplog.records:
+            m = RETRY_LINE.search(rec.getMessage())
+            if m:
+                out.append((int(m.group(1)), int(m.group(2)), float(m.group(3))))
+        return out
+
+
+@pytest.fixture
+def rig(server, proxy, direct, caplog, monkeypatch) -> Iterator[Rig]:
+    for k in FOREIGN_ENV:
+        monkeypatch.delenv(k, raising=False)
+    caplog.set_level(logging.DEBUG, logger="flyte_checkpoint")
+    r = Rig(server, proxy, direct, f"{server.bucket_uri}/{uuid.uuid4().hex}", caplog, monkeypatch)
+    r.use()
+    yield r
+    get_registry().close()
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+def make_tree(root: Path, seed: int) -> Path:
+    """A checkpoint folder of about 1.3 MB that does not compress (so bodies stay large)."""
+    rnd = random.Random(seed)
+    (root / "optim").mkdir(parents=True)
+    (root / "model.bin").write_bytes(rnd.randbytes(1_200_000))
+    (root / "optim" / "adam.bin").write_bytes(rnd.randbytes(70_000))
+    (root / "meta.json").write_text(f'{{"seed": {seed}}}')
+    (root / "last").symlink_to("model.bin")
+    return root
+
+
+def snapshot(root: Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            out[rel] = ("link", os.readlink(path))
+        elif path.is_dir():
+            out[rel] = ("dir",)
+        else:
+            out[rel] = ("file", path.read_bytes())
+    return out
+
+
+def tarball_of(tree: Path, tmp: Path) -> bytes:
+    """The object ``save()`` writes for ``tree`` (made on the local file backend)."""
+    obj = tmp / f"obj-{uuid.uuid4().hex}"
+    with fc.Checkpoint(str(obj)) as cp:
+        cp.save_sync(tree)
+    return obj.read_bytes()
+
+
+def restored_tree(blob: bytes, tmp: Path) -> dict[str, object]:
+    dest = tmp / f"restored-{uuid.uuid4().hex}"
+    dest.mkdir()
+    assert restore(io.BytesIO(blob), str(dest), len(blob)) is True
+    return snapshot(dest)
+
+
+def assert_backoff(retries: list[tuple[int, int, float]], attempts: int) -> None:
+    """Each logged pause is within the full-jitter bound of its try: [0, min(max, base * 2**(n-1))]."""
+    for n, of, pause in retries:
+        assert of == attempts
+        assert 0 <= pause <= min(MAX_DELAY, BASE_DELAY * 2 ** (n - 1)) + 0.005, (n, pause)
+    assert [n for n, _, _ in retries] == list(range(1, len(retries) + 1))
+
+
+# --------------------------------------------------------------------------- faults that clear
+
+UPLOAD_FAULTS = {
+    "reset": Fault.reset("up", after=MID_BODY),
+    "truncate": Fault.truncate("up", after=MID_BODY),
+}
+DOWNLOAD_FAULTS = {
+    "reset": Fault.reset("down", after=MID_BODY),
+    "truncate": Fault.truncate("down", after=MID_BODY),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UPLOAD_FAULTS))
+def test_save_succeeds_once_upload_faults_clear(rig: Rig, tmp_path: Path, kind: str):
+    """Connections cut mid-upload twice, then healthy: the save succeeds after retries and the
+    stored object is the whole new checkpoint (never a partial one)."""
+    tree = make_tree(tmp_path / "tree", 1)
+    uri = f"{rig.root}/ckpt"
+    rig.proxy.fail(UPLOAD_FAULTS[kind], times=2)
+    with fc.Checkpoint(uri) as cp:
+        cp.save_sync(tree)
+    assert rig.proxy.fired == 2
+    retries = rig.retries()
+    assert 1 <= len(retries) <= 2, retries  # parallel parts may meet both faults in one try
+    assert_backoff(retries, ATTEMPTS)
+    assert restored_tree(rig.direct.read_bytes(uri), tmp_path) == snapshot(tree)
+
+
+@pytest.mark.parametrize("kind", sorted(DOWNLOAD_FAULTS))
+def test_load_succeeds_once_download_faults_clear(rig: Rig, tmp_path: Path, kind: str):
+    """Connections cut mid-download twice, then healthy: the load succeeds after retries and
+    restores the whole tree."""
+    tree = make_tree(tmp_path / "tree", 2)
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, tarball_of(tree, tmp_path))
+    rig.proxy.fail(DOWNLOAD_FAULTS[kind], times=2)
+    with fc.Checkpoint(f"{rig.root}/next", uri) as cp:
+        path = cp.load_sync()
+        assert path == cp.path
+        assert snapshot(path) == snapshot(tree)
+    assert rig.proxy.fired == 2
+    retries = rig.retries()
+    # Azure's SDK re-reads a body cut mid-way by itself (3 tries, 1 s apart, whatever its
+    # retry setting), so there the core may see no error at all
+    assert (0 if rig.server.name == "azure" else 1) <= len(retries) <= 2, retries
+    assert_backoff(retries, ATTEMPTS)
+
+
+# --------------------------------------------------------------------------- faults that persist
+
+
+@pytest.mark.parametrize("kind", sorted(UPLOAD_FAULTS))
+def test_save_under_persistent_upload_faults_fails_bounded_and_keeps_previous(
+    rig: Rig, tmp_path: Path, kind: str
+):
+    """Every connection cut mid-upload: the save raises TransientError after exactly
+    ATTEMPTS tries with logged, growing, jittered pauses, and the previous checkpoint is
+    left whole and unchanged."""
+    uri = f"{rig.root}/ckpt"
+    previous = tarball_of(make_tree(tmp_path / "old", 3), tmp_path)
+    rig.direct.write_bytes(uri, previous)
+    rig.proxy.fail(UPLOAD_FAULTS[kind])
+    started = time.monotonic()
+    with fc.Checkpoint(uri) as cp, pytest.raises(TransientError, match=f"failed after {ATTEMPTS} tries"):
+        cp.save_sync(make_tree(tmp_path / "new", 4))
+    elapsed = time.monotonic() - started
+    assert elapsed < 60, elapsed
+    retries = rig.retries()
+    assert len(retries) == ATTEMPTS - 1, retries
+    assert_backoff(retries, ATTEMPTS)
+    assert rig.direct.read_bytes(uri) == previous
+
+
+@pytest.mark.parametrize("kind", sorted(DOWNLOAD_FAULTS))
+def test_load_under_persistent_download_faults_fails_bounded_never_none(rig: Rig, tmp_path: Path, kind: str):
+    """Every connection cut mid-download: load raises (never returns None for an object that
+    exists) after exactly ATTEMPTS tries, and nothing is left in the workspace."""
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, tarball_of(make_tree(tmp_path / "tree", 5), tmp_path))
+    rig.proxy.fail(DOWNLOAD_FAULTS[kind])
+    started = time.monotonic()
+    with fc.Checkpoint(f"{rig.root}/next", uri) as cp:
+        with pytest.raises(TransientError, match=f"failed after {ATTEMPTS} tries"):
+            cp.load_sync()
+        assert list(cp.path.iterdir()) == []
+    assert time.monotonic() - started < 60
+    retries = rig.retries()
+    assert len(retries) == ATTEMPTS - 1, retries
+    assert_backoff(retries, ATTEMPTS)
+
+
+def test_retry_total_timeout_bounds_a_failing_load(rig: Rig, tmp_path: Path):
+    """With many attempts allowed, FLYTE_CHECKPOINT_RETRY_TOTAL_TIMEOUT still stops the retries:
+    no new try starts once the next pause would pass the total."""
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, tarball_of(make_tree(tmp_path / "tree", 6), tmp_path))
+    rig.use(attempts=1000)
+    rig.monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_TOTAL_TIMEOUT", "2")
+    rig.monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_BASE_DELAY", "0.2")
+    rig.monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_MAX_DELAY", "0.2")
+    rig.proxy.fail(Fault.reset("down", after=MID_BODY))
+    started = time.monotonic()
+    with fc.Checkpoint(f"{rig.root}/next", uri) as cp, pytest.raises(TransientError, match="tries in"):
+        cp.load_sync()
+    elapsed = time.monotonic() - started
+    tries = len(rig.retries()) + 1
+    assert tries < 1000
+    if rig.server.name != "azure":  # Azure's own body re-reads make one try last about 2 s
+        assert tries >= 2
+    # no try starts after 2 s; one try is a few requests (generous bound for a slow machine)
+    assert elapsed < 2 + 0.2 + 30, elapsed
+
+
+# --------------------------------------------------------------------------- stalls
+
+
+def _stall_bound(attempts: int) -> float:
+    """Generous: each try may wait out connect + read timeouts a few times (stat, ranges,
+    cleanup), x3 for a slow shared machine, plus the pauses and slack."""
+    return attempts * 2 * STALL_TIMEOUT * 3 * 2 + attempts * MAX_DELAY + 20
+
+
+def test_load_from_a_server_that_accepts_and_never_answers_fails_in_bounded_time(rig: Rig, tmp_path: Path):
+    """Stall at connect (accept, then silence): load raises TransientError within the
+    configured read timeout x tries (+ slack), instead of hanging."""
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, b"an existing checkpoint")
+    rig.use(timeout=STALL_TIMEOUT, attempts=2)
+    rig.proxy.fail(Fault.blackhole())
+    started = time.monotonic()
+    with fc.Checkpoint(f"{rig.root}/next", uri) as cp, pytest.raises(TransientError):
+        cp.load_sync()
+    elapsed = time.monotonic() - started
+    assert elapsed < _stall_bound(2), elapsed
+    assert len(rig.retries()) == 1
+    assert rig.proxy.fired >= 2  # a fresh connection per try: the stalled one was dropped
+
+
+def test_save_to_a_server_that_accepts_and_never_answers_fails_in_bounded_time(rig: Rig, tmp_path: Path):
+    """Stall at connect on save: TransientError within the bound; nothing is stored."""
+    uri = f"{rig.root}/ckpt"
+    rig.use(timeout=STALL_TIMEOUT, attempts=2)
+    rig.proxy.fail(Fault.blackhole())
+    started = time.monotonic()
+    with fc.Checkpoint(uri) as cp, pytest.raises(TransientError):
+        cp.save_sync(make_tree(tmp_path / "tree", 7))
+    assert time.monotonic() - started < _stall_bound(2)
+    assert rig.direct.stat(uri) is None
+
+
+def test_load_stalled_mid_body_fails_in_bounded_time(rig: Rig, tmp_path: Path):
+    """The download stops after MID_BODY bytes with the connection open: load raises
+    TransientError within the bound; the workspace stays empty."""
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, tarball_of(make_tree(tmp_path / "tree", 8), tmp_path))
+    rig.use(timeout=STALL_TIMEOUT, attempts=2)
+    rig.proxy.fail(Fault.stall("down", after=MID_BODY))
+    started = time.monotonic()
+    with fc.Checkpoint(f"{rig.root}/next", uri) as cp:
+        with pytest.raises(TransientError):
+            cp.load_sync()
+        assert list(cp.path.iterdir()) == []
+    assert time.monotonic() - started < _stall_bound(2)
+
+
+def test_save_stalled_mid_upload_fails_in_bounded_time_and_keeps_previous(rig: Rig, tmp_path: Path):
+    """The server stops receiving after MID_BODY bytes of an upload: save raises TransientError
+    within the bound, and the previous checkpoint is unchanged."""
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, b"previous")
+    rig.use(timeout=STALL_TIMEOUT, attempts=2)
+    rig.proxy.fail(Fault.stall("up", after=MID_BODY))
+    started = time.monotonic()
+    with fc.Checkpoint(uri) as cp, pytest.raises(TransientError):
+        cp.save_sync(make_tree(tmp_path / "tree", 9))
+    assert time.monotonic() - started < _stall_bound(2)
+    rig.proxy.heal()
+    assert rig.direct.read_bytes(uri) == b"previous"
+
+
+def test_stalled_load_then_healthy_network_loads(rig: Rig, tmp_path: Path):
+    """One stalled download, then a healthy network: the retried load restores the whole tree."""
+    tree = make_tree(tmp_path / "tree", 10)
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, tarball_of(tree, tmp_path))
+    rig.use(timeout=STALL_TIMEOUT * 3)
+    rig.proxy.fail(Fault.stall("down", after=MID_BODY), times=1)
+    with fc.Checkpoint(f"{rig.root}/next", uri) as cp:
+        assert snapshot(cp.load_sync()) == snapshot(tree)  # type: ignore[arg-type]
+    assert rig.proxy.fired == 1
+    assert len(rig.retries()) == (0 if rig.server.name == "azure" else 1)  # Azure: its SDK re-reads
+
+
+# --------------------------------------------------------------------------- permanent errors
+
+
+def test_missing_bucket_fails_at_once_without_retry(rig: Rig, tmp_path: Path):
+    """A missing bucket/container is a configuration error: load and save raise
+    ContainerNotFoundError on the first try (no retry line), naming the bucket."""
+    missing = rig.server.missing_bucket_uri
+    bucket = missing.split("://", 1)[1]
+    started = time.monotonic()
+    with fc.Checkpoint(f"{missing}/a/next", f"{missing}/a/ckpt") as cp:
+        with pytest.raises(ContainerNotFoundError, match=bucket):
+            cp.load_sync()
+        with pytest.raises(ContainerNotFoundError, match=bucket):
+            cp.save_sync(b"state")
+    assert rig.retries() == []
+    assert time.monotonic() - started < 30
+
+
+def test_access_denied_fails_at_once_without_retry(rig: Rig, tmp_path: Path):
+    """Credentials the server refuses: load and save raise CheckpointPermissionError on the first
+    try, with no retry. S3: moto with authentication switched on; Azure: Azurite with a wrong
+    account key; GCS: the emulator authenticates nothing, so a stand-in server answers 403."""
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, b"exists")
+    if rig.server.name == "gcs":
+        # the emulator authenticates nothing: a stand-in on 127.0.0.1 answers every request 403
+        with _DenyingServer() as deny:
+            rig.use(STORAGE_EMULATOR_HOST=deny.url)
+            _expect_denied(rig, uri)
+            assert 2 <= deny.requests <= 4, deny.requests  # one try each: no request repeated
+        return
+    if rig.server.name == "azure":
+        import base64
+
+        bad_key = base64.b64encode(b"not-the-account-key-" * 3).decode()
+        env = rig.server.env_for(rig.proxy.url, CALM_TIMEOUT)
+        good = env["AZURE_STORAGE_CONNECTION_STRING"]
+        rig.use(AZURE_STORAGE_CONNECTION_STRING=re.sub(r"AccountKey=[^;]*", f"AccountKey={bad_key}", good))
+        _expect_denied(rig, uri)
+        assert bad_key not in "\n".join(r.getMessage() for r in rig.caplog.records)
+        return
+    _moto_auth(rig.server.upstream, "0")  # moto now checks every request's credentials
+    try:
+        rig.use(AWS_ACCESS_KEY_ID="AKIAUNKNOWNKEY000000")
+        _expect_denied(rig, uri)
+    finally:
+        _moto_auth(rig.server.upstream, "inf")
+
+
+def _expect_denied(rig: Rig, uri: str) -> None:
+    started = time.monotonic()
+    with fc.Checkpoint(uri, uri) as cp:
+        with pytest.raises(CheckpointPermissionError):
+            cp.load_sync()
+        with pytest.raises(CheckpointPermissionError):
+            cp.save_sync(b"new state")
+    assert rig.retries() == []
+    assert time.monotonic() - started < 30
+
+
+class _DenyingServer:
+    """An HTTP server on 127.0.0.1 that answers every request 403 with a GCS-style error body."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.requests = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _deny(self) -> None:
+                outer.requests += 1
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                body = b'{"error": {"code": 403, "message": "Access denied.", "errors": []}}'
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = _deny
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05})
+
+    def __enter__(self) -> _DenyingServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(10)
+
+
+def _moto_auth(endpoint: str, count: str) -> None:
+    req = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth",
+        data=count.encode(),
+        method="POST",
+        headers={"Content-Type": "text/plain"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+
+
+# --------------------------------------------------------------------------- the policy itself
+
+
+class _Flaky:
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise TransientError("flaky")
+        return "ok"
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Record the retry policy's pauses instead of sleeping them."""
+    got: list[float] = []
+    monkeypatch.setattr("flyte_checkpoint.retry.time.sleep", got.append)
+    return got
+
+
+def test_backoff_is_exponential_with_full_jitter_and_bounded(sleeps: list[float]):
+    """Over 400 failing operations: pause n lies in [0, min(max, base x 2^(n-1))], the bounds
+    double, pauses vary (jitter: many distinct values, mean near half the bound), and the
+    number of tries is exactly ``attempts``."""
+    policy = RetryPolicy(attempts=5, base_delay=0.1, max_delay=0.5, total_timeout=1e9)
+    by_try: dict[int, list[float]] = {1: [], 2: [], 3: [], 4: []}
+    for _ in range(400):
+        flaky = _Flaky(fails=100)
+        sleeps.clear()
+        with pytest.raises(TransientError, match="failed after 5 tries"):
+            policy.call(flaky, "op")
+        assert flaky.calls == 5 and len(sleeps) == 4
+        for n, pause in enumerate(sleeps, start=1):
+            by_try[n].append(pause)
+    caps = {1: 0.1, 2: 0.2, 3: 0.4, 4: 0.5}
+    for n, pauses in by_try.items():
+        assert max(pauses) <= caps[n] and min(pauses) >= 0
+        assert len(set(pauses)) > 350  # jittered, not a fixed schedule
+        mean = sum(pauses) / len(pauses)
+        assert 0.35 * caps[n] < mean < 0.65 * caps[n], (n, mean)  # uniform over [0, cap]
+        assert max(pauses) > 0.8 * caps[n]  # the bound grows as it should
+
+
+def test_retry_env_vars_set_the_policy(monkeypatch: pytest.MonkeyPatch, sleeps: list[float]):
+    """FLYTE_CHECKPOINT_RETRY_ATTEMPTS/_BASE_DELAY/_MAX_DELAY/_TOTAL_TIMEOUT are honoured;
+    a non-transient error is raised on the first try."""
+    monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_ATTEMPTS", "3")
+    monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_BASE_DELAY", "0.01")
+    monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_MAX_DELAY", "0.02")
+    monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_TOTAL_TIMEOUT", "7")
+    policy = RetryPolicy.from_env()
+    assert policy == RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02, total_timeout=7)
+    flaky = _Flaky(fails=10)
+    with pytest.raises(TransientError):
+        policy.call(flaky, "op")
+    assert flaky.calls == 3 and all(0 <= s <= 0.02 for s in sleeps)
+    assert policy.call(_Flaky(fails=2), "op") == "ok"
+
+    def denied() -> Any:
+        denied.calls += 1  # type: ignore[attr-defined]
+        raise CheckpointPermissionError("no")
+
+    denied.calls = 0  # type: ignore[attr-defined]
+    with pytest.raises(CheckpointPermissionError):
+        policy.call(denied, "op")
+    assert denied.calls == 1  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- a short read
+
+
+class _ShortReads(BlobStore):
+    """``shortread:///path`` is the local file ``/path``, but its reads end early (a clean EOF),
+    as a truncating network might deliver to an SDK that does not check the length."""
+
+    def __init__(self, inner: BlobStore, keep: int) -> None:
+        self.inner, self.keep = inner, keep
+        self.opens = 0
+
+    @staticmethod
+    def _local(uri: str) -> str:
+        return "file://" + uri.split("://", 1)[1]
+
+    def open_read(self, uri: str):
+        self.opens += 1
+        data = self.inner.read_bytes(self._local(uri))
+        return io.BytesIO(data[: self.keep])
+
+    def open_write(self, uri: str):
+        return self.inner.open_write(self._local(uri))
+
+    def stat(self, uri: str) -> int | None:
+        return self.inner.stat(self._local(uri))
+
+    def delete(self, uri: str) -> None:
+        self.inner.delete(self._local(uri))
+
+    def list(self, prefix: str):
+        return self.inner.list(self._local(prefix))
+
+
+@pytest.mark.parametrize("kind", ["tar.gz", "payload"])
+def test_a_body_shorter_than_stat_is_retried_and_never_restores_a_partial_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+):
+    """restore() compares the bytes read with stat's size: a body that ends early raises
+    TransientError or CorruptCheckpointError (retried or reported), and the workspace holds
+    nothing, for a tarball and for a payload."""
+    from flyte_checkpoint.registry import register_store, store_for, unregister_store
+
+    local = store_for(str(tmp_path / "x"))
+    obj = tmp_path / "obj"
+    if kind == "tar.gz":
+        blob = tarball_of(make_tree(tmp_path / "tree", 11), tmp_path)
+    else:
+        blob = random.Random(12).randbytes(300_000)
+    obj.write_bytes(blob)
+    short = _ShortReads(local, keep=len(blob) - 1000)
+    register_store("short-reads", ("shortread",), lambda: short)
+    monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_ATTEMPTS", "3")
+    monkeypatch.setenv("FLYTE_CHECKPOINT_RETRY_BASE_DELAY", "0")
+    try:
+        with fc.Checkpoint(str(tmp_path / "dest"), f"shortread://{obj}") as cp:
+            with pytest.raises((TransientError, CorruptCheckpointError)) as info:
+                cp.load_sync()
+            assert list(cp.path.iterdir()) == []
+        if kind == "payload":  # a raw payload can only be caught by the length check
+            assert isinstance(info.value, TransientError) and "store reported" in str(info.value)
+            assert short.opens == 3  # retried, as a cut connection should be
+        assert short.opens >= 1
+        assert isinstance(info.value, CheckpointError)
+    finally:
+        unregister_store("short-reads")
