@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -199,7 +200,7 @@ class UnpackStats:
     symlinks: list[tuple[str, str]] = field(default_factory=list)
 
 
-class _Reader:
+class ExactReader:
     """Exact reads from a stream; a short read is a truncated archive."""
 
     def __init__(self, stream: BinaryIO) -> None:
@@ -224,9 +225,75 @@ class _Reader:
         self.offset += n
         return data
 
+    def skip(self, size: int) -> None:
+        """Read past a member's ``size`` bytes of data and their padding."""
+        left = size + ts.padding(size)
+        while left:
+            n = min(left, _CHUNK)
+            self.read(n)
+            left -= n
+
     def drain(self) -> None:
         while self._read(_CHUNK):
             pass
+
+
+@dataclass
+class TarMember:
+    """One member as its headers describe it (PAX and GNU long names and sizes applied)."""
+
+    name: str
+    linkname: str
+    size: int
+    header: ts.Header
+
+
+def read_members(reader: ExactReader) -> Iterator[TarMember]:
+    r"""Yield the members of an uncompressed tar stream, up to its end-of-archive block.
+
+    PAX and GNU metadata members are applied to the member they describe, not yielded.
+    The caller reads (or :meth:`ExactReader.skip`\ s) each member's data before asking
+    for the next one.
+
+    Raises:
+        CorruptCheckpointError: a damaged header or metadata, or a stream that ends early.
+        UnsafeArchiveError: a metadata member too large to be names.
+    """
+    pax: dict[str, str] = {}
+    long_name: str | None = None
+    long_link: str | None = None
+    while True:
+        block = reader.read(ts.BLOCK)
+        if block == ts.ZERO_BLOCK:
+            return
+        try:
+            h = ts.parse(block)
+        except ts.HeaderError as exc:
+            raise CorruptCheckpointError(
+                f"damaged tar header at byte {reader.offset - ts.BLOCK} ({exc}): the object is"
+                " corrupt; save the checkpoint again"
+            ) from None
+        if h.typeflag in (ts.PAX_HEADER, ts.PAX_GLOBAL, ts.GNU_LONGNAME, ts.GNU_LONGLINK):
+            if h.size > _MAX_META:
+                raise UnsafeArchiveError(f"a {h.size}-byte tar metadata member; refusing to read it")
+            data = reader.read(h.size + ts.padding(h.size))[: h.size]
+            try:
+                if h.typeflag == ts.PAX_HEADER:
+                    pax = ts.parse_pax(data)
+                elif h.typeflag == ts.GNU_LONGNAME:
+                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                elif h.typeflag == ts.GNU_LONGLINK:
+                    long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            except ts.HeaderError as exc:
+                raise CorruptCheckpointError(f"damaged tar metadata: {exc}") from None
+            continue
+        yield TarMember(
+            name=pax.get("path", long_name or h.name),
+            linkname=pax.get("linkpath", long_link or h.linkname),
+            size=_pax_size(pax["size"]) if "size" in pax else h.size,
+            header=h,
+        )
+        pax, long_name, long_link = {}, None, None
 
 
 def _safe_name(name: str, what: str = "member") -> str:
@@ -270,15 +337,12 @@ def unpack(stream: BinaryIO, dest: str | os.PathLike[str], *, max_bytes: int | N
 def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | None) -> UnpackStats:
     root = os.path.realpath(dest)
     umask = current_umask()
-    reader = _Reader(stream)
+    reader = ExactReader(stream)
     stats = UnpackStats()
     made_dirs: set[str] = {""}
     files: set[str] = set()
     symlinks: dict[str, str] = {}
     dir_meta: list[tuple[str, int, int]] = []
-    pax: dict[str, str] = {}
-    long_name: str | None = None
-    long_link: str | None = None
 
     def ensure_parent(rel: str) -> str:
         parent = rel.rpartition("/")[0]
@@ -302,35 +366,8 @@ def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | Non
             os.unlink(target)
             files.discard(rel)
 
-    while True:
-        block = reader.read(ts.BLOCK)
-        if block == ts.ZERO_BLOCK:
-            break
-        try:
-            h = ts.parse(block)
-        except ts.HeaderError as exc:
-            raise CorruptCheckpointError(
-                f"damaged tar header at byte {reader.offset - ts.BLOCK} ({exc}): the object is"
-                " corrupt; save the checkpoint again"
-            ) from None
-        if h.typeflag in (ts.PAX_HEADER, ts.PAX_GLOBAL, ts.GNU_LONGNAME, ts.GNU_LONGLINK):
-            if h.size > _MAX_META:
-                raise UnsafeArchiveError(f"a {h.size}-byte tar metadata member; refusing to extract")
-            data = reader.read(h.size + ts.padding(h.size))[: h.size]
-            try:
-                if h.typeflag == ts.PAX_HEADER:
-                    pax = ts.parse_pax(data)
-                elif h.typeflag == ts.GNU_LONGNAME:
-                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                elif h.typeflag == ts.GNU_LONGLINK:
-                    long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            except ts.HeaderError as exc:
-                raise CorruptCheckpointError(f"damaged tar metadata: {exc}") from None
-            continue
-        name = pax.get("path", long_name or h.name)
-        linkname = pax.get("linkpath", long_link or h.linkname)
-        size = _pax_size(pax["size"]) if "size" in pax else h.size
-        pax, long_name, long_link = {}, None, None
+    for member in read_members(reader):
+        h, name, linkname, size = member.header, member.name, member.linkname, member.size
         rel = _safe_name(name)
         stats.members += 1
         t = h.typeflag
@@ -348,7 +385,7 @@ def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | Non
             _write_member(reader, target, size, h, umask)
             files.add(rel)
         elif t == ts.DIRTYPE or (t == ts.AREGTYPE and name.endswith("/")):
-            _skip(reader, size)
+            reader.skip(size)
             if not rel:
                 continue
             if rel in files or rel in symlinks:
@@ -359,7 +396,7 @@ def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | Non
             made_dirs.update(_ancestors(rel))
             dir_meta.append((path, h.mode, h.mtime))
         elif t == ts.SYMTYPE:
-            _skip(reader, size)
+            reader.skip(size)
             if not rel:
                 raise UnsafeArchiveError(f"link member {name!r} names the destination itself")
             if linkname.startswith("/") or "\0" in linkname:
@@ -370,7 +407,7 @@ def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | Non
             clear(rel, target)
             symlinks[rel] = linkname
         elif t == ts.LNKTYPE:
-            _skip(reader, size)
+            reader.skip(size)
             src_rel = _safe_name(linkname, what=f"hard link {name!r} to")
             if not rel or (src_rel not in files and src_rel not in symlinks):
                 raise UnsafeArchiveError(
@@ -420,14 +457,6 @@ def _ancestors(rel: str) -> list[str]:
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def _skip(reader: _Reader, size: int) -> None:
-    left = size + ts.padding(size)
-    while left:
-        n = min(left, _CHUNK)
-        reader.read(n)
-        left -= n
-
-
 def current_umask() -> int:
     """The process umask, read without changing it (``os.umask`` would, for every thread)."""
     try:
@@ -440,7 +469,7 @@ def current_umask() -> int:
     return -1  # unknown: callers set modes explicitly
 
 
-def _write_member(reader: _Reader, target: str, size: int, h: ts.Header, umask: int) -> None:
+def _write_member(reader: ExactReader, target: str, size: int, h: ts.Header, umask: int) -> None:
     mode = (h.mode & 0o777) | 0o600
     fd = os.open(target, _OPEN_FLAGS, mode)
     try:

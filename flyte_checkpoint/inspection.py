@@ -13,16 +13,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from . import tarstream as ts
+from .archive import ExactReader, read_members
 from .compression import GZIP_ERRORS, decompressor
 from .errors import CheckpointError, CorruptCheckpointError, NotFoundError, TransientError
-from .restore import sniff
+from .restore import CountingReader, read_head, sniff
 from .uri import redact
 
 __all__ = ["Entry", "Inspection", "Member", "inspect_stream", "inspect_uri", "iter_members"]
 
-_HEAD = 64 * 1024
 _CHUNK = 1024 * 1024
-_MAX_META = 1024 * 1024
 
 _KINDS = {
     ts.REGTYPE: "file",
@@ -117,38 +116,6 @@ class Inspection:
         return out
 
 
-class _Exact:
-    """Exact reads from a stream; a short read means the tarball is truncated."""
-
-    def __init__(self, stream: BinaryIO) -> None:
-        self._read = stream.read
-        self.offset = 0
-
-    def read(self, n: int) -> bytes:
-        parts: list[bytes] = []
-        got = 0
-        while got < n:
-            chunk = self._read(n - got)
-            if not chunk:
-                raise CorruptCheckpointError(
-                    f"the tarball ends early (at byte {self.offset + got}): the object is truncated"
-                )
-            parts.append(chunk)
-            got += len(chunk)
-        self.offset += n
-        return b"".join(parts)
-
-    def skip(self, n: int) -> None:
-        while n > 0:
-            step = min(n, _CHUNK)
-            self.read(step)
-            n -= step
-
-    def drain(self) -> None:
-        while self._read(_CHUNK):
-            pass
-
-
 def iter_members(stream: BinaryIO) -> Iterator[Member]:
     """Yield the members of an uncompressed tar stream, reading past their data.
 
@@ -158,46 +125,14 @@ def iter_members(stream: BinaryIO) -> Iterator[Member]:
     Raises:
         CorruptCheckpointError: a damaged header, or a stream that ends early.
     """
-    reader = _Exact(stream)
-    pax: dict[str, str] = {}
-    long_name: str | None = None
-    long_link: str | None = None
-    while True:
-        block = reader.read(ts.BLOCK)
-        if block == ts.ZERO_BLOCK:
-            break
-        try:
-            h = ts.parse(block)
-        except ts.HeaderError as exc:
-            raise CorruptCheckpointError(
-                f"damaged tar header at byte {reader.offset - ts.BLOCK} ({exc}): the object is corrupt"
-            ) from None
-        if h.typeflag in (ts.PAX_HEADER, ts.PAX_GLOBAL, ts.GNU_LONGNAME, ts.GNU_LONGLINK):
-            if h.size > _MAX_META:
-                raise CorruptCheckpointError(f"a {h.size}-byte tar metadata member: the object is corrupt")
-            data = reader.read(h.size + ts.padding(h.size))[: h.size]
-            try:
-                if h.typeflag == ts.PAX_HEADER:
-                    pax = ts.parse_pax(data)
-                elif h.typeflag == ts.GNU_LONGNAME:
-                    long_name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-                elif h.typeflag == ts.GNU_LONGLINK:
-                    long_link = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            except ts.HeaderError as exc:
-                raise CorruptCheckpointError(f"damaged tar metadata: {exc}") from None
-            continue
-        name = pax.get("path", long_name or h.name)
-        linkname = pax.get("linkpath", long_link or h.linkname)
-        try:
-            size = int(pax["size"]) if "size" in pax else h.size
-        except ValueError:
-            raise CorruptCheckpointError(f"damaged PAX size for member {name!r}") from None
-        pax, long_name, long_link = {}, None, None
+    reader = ExactReader(stream)
+    for m in read_members(reader):
+        h, name, size = m.header, m.name, m.size
         kind = _KINDS.get(h.typeflag, "other")
         if h.typeflag == ts.AREGTYPE and name.endswith("/"):
             kind = "dir"
-        reader.skip(size + ts.padding(size))
-        yield Member(name, kind, size if kind == "file" else 0, h.mode & 0o7777, h.mtime, linkname)
+        reader.skip(size)
+        yield Member(name, kind, size if kind == "file" else 0, h.mode & 0o7777, h.mtime, m.linkname)
     reader.drain()
 
 
@@ -256,45 +191,6 @@ def _summarize(
     result.entries = sorted(entries.values(), key=lambda e: (-e.size, e.name))
 
 
-class _Counting:
-    """Serves ``head`` and then ``raw``, counting the bytes served."""
-
-    def __init__(self, head: bytes, raw: BinaryIO) -> None:
-        self._head = head
-        self._raw = raw
-        self.count = 0
-
-    def read(self, n: int = -1) -> bytes:
-        if self._head:
-            if n < 0 or n >= len(self._head):
-                out, self._head = self._head, b""
-            else:
-                out, self._head = self._head[:n], self._head[n:]
-        else:
-            out = self._raw.read(n)
-        self.count += len(out)
-        return out
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
-def _read_head(raw: BinaryIO) -> bytes:
-    parts, got = [], 0
-    while got < _HEAD:
-        chunk = raw.read(_HEAD - got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
 def inspect_stream(
     raw: BinaryIO,
     size: int,
@@ -313,7 +209,7 @@ def inspect_stream(
     """
     if size == 0:
         return Inspection(redact(uri) if uri else None, 0, "empty")
-    head = _read_head(raw)
+    head = read_head(raw)
     return _inspect(head, sniff(head), raw, size, uri, on_member)
 
 
@@ -328,7 +224,7 @@ def _inspect(
     result = Inspection(redact(uri) if uri else None, size, fmt)
     if fmt not in ("tar.gz", "tar"):
         return result
-    stream = _Counting(head, rest)
+    stream = CountingReader(head, rest)
     try:
         if fmt == "tar.gz":
             inflated = decompressor(stream)  # type: ignore[arg-type]
@@ -378,7 +274,7 @@ def inspect_uri(
     if size == 0:
         return Inspection(redact(uri), 0, "empty")
     with store.open_read(uri) as raw:
-        head = _read_head(raw)
+        head = read_head(raw)
         fmt = sniff(head)
         if fmt not in ("tar.gz", "tar"):
             return Inspection(redact(uri), size, fmt)

@@ -22,7 +22,7 @@ _CHUNK = 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-class _Counted:
+class CountingReader:
     """A readable that serves ``head`` first, then ``raw``, and counts what it served."""
 
     def __init__(self, head: bytes, raw: BinaryIO) -> None:
@@ -55,7 +55,8 @@ class _Counted:
         return len(data)
 
 
-def _read_head(raw: BinaryIO) -> bytes:
+def read_head(raw: BinaryIO) -> bytes:
+    """Up to the first 64 KiB of a stream: enough to tell a tarball from a payload."""
     parts, got = [], 0
     while got < _HEAD:
         chunk = raw.read(_HEAD - got)
@@ -100,8 +101,8 @@ def restore(raw: BinaryIO, dest: str, expected_size: int, *, max_bytes: int | No
         UnsafeArchiveError: a tarball member that would escape ``dest``.
         TransientError: fewer or more bytes arrived than the store reported.
     """
-    head = _read_head(raw)
-    stream = _Counted(head, raw)
+    head = read_head(raw)
+    stream = CountingReader(head, raw)
     kind = sniff(head)
     try:
         if kind == "tar.gz":
@@ -148,7 +149,7 @@ class _GzipVerifier:
                 data = self._d.unconsumed_tail
 
 
-def _write_payload(stream: _Counted, path: str, *, verify_gzip: bool) -> None:
+def _write_payload(stream: CountingReader, path: str, *, verify_gzip: bool) -> None:
     check = _GzipVerifier() if verify_gzip else None
     with open(path, "wb") as out:
         while chunk := stream.read(_CHUNK):
