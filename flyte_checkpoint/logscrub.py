@@ -1,0 +1,61 @@
+"""Keep secrets out of other libraries' log lines.
+
+HTTP and cloud SDK loggers write requests as they are at DEBUG level: URLs with SAS
+signatures, ``Authorization`` headers naming access keys, session tokens. A backend names
+the loggers that do so and the patterns of its secrets with :func:`protect`; one shared
+filter then rewrites any matching record. (A logging filter applies only to the logger it
+is attached to, not to that logger's children, so each logger is named.)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable
+
+REDACTED = "<redacted>"
+
+_patterns: list[re.Pattern[str]] = []
+_watched: set[str] = set()
+_lock = threading.Lock()
+
+
+def scrub(text: str) -> str:
+    """``text`` with every registered secret pattern's value replaced.
+
+    Each pattern's first group (the field name, e.g. ``sig=``) is kept and the rest of
+    the match replaced by ``<redacted>``.
+    """
+    for pattern in _patterns:
+        text = pattern.sub(r"\1" + REDACTED, text)
+    return text
+
+
+class _ScrubFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken record is the logging module's business
+            return True
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+_FILTER = _ScrubFilter()
+
+
+def protect(loggers: Iterable[str], patterns: Iterable[str | re.Pattern[str]]) -> None:
+    """Scrub ``patterns`` (regular expressions whose group 1 is the field name to keep)
+    from every record of ``loggers``. Idempotent; safe from several threads."""
+    with _lock:
+        for p in patterns:
+            compiled = re.compile(p) if isinstance(p, str) else p
+            if compiled.pattern not in {q.pattern for q in _patterns}:
+                _patterns.append(compiled)
+        for name in loggers:
+            if name not in _watched:
+                logging.getLogger(name).addFilter(_FILTER)
+                _watched.add(name)
