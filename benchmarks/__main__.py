@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent
 
 
 def measure(op: str, *args: str, env: dict[str, str] | None = None) -> dict[str, float]:
+    os.sync()  # each operation starts with nothing of the previous one's left to write back
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.ops", op, *args],
         capture_output=True,
@@ -54,8 +55,9 @@ def local_suite(name: str, data: Path, work: Path, runs: int, approaches: list[s
     load_op = {"ours": "ours_load", "reference": "reference_load", "tar": "tar_load", "flyte": "flyte_load"}
     results: dict[str, dict[str, list]] = {a: {"save": [], "load": []} for a in approaches}
     sizes: dict[str, int] = {}
-    for _ in range(runs):
-        for a in approaches:  # interleaved, so load on the machine hits all alike
+    for run in range(runs):
+        # interleaved, and in a rotating order, so the machine's state hits all alike
+        for a in approaches[run % len(approaches) :] + approaches[: run % len(approaches)]:
             obj = work / f"{name}-{a}.obj"
             obj.unlink(missing_ok=True)
             results[a]["save"].append(measure(save_op[a], str(data), str(obj)))
@@ -98,24 +100,36 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
         )
         import boto3
 
-        boto3.client(
+        client = boto3.client(
             "s3",
             endpoint_url=endpoint,
             region_name="us-east-1",
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
-        ).create_bucket(Bucket="bench")
+        )
+        client.create_bucket(Bucket="bench")
+        # boto3 moves the very bytes our save writes: made once, kept as a local file
         tarball = work / f"{name}-ours.tgz"
+        measure("ours_save", str(data), f"s3://bench/{name}/setup", env=env)
+        measure("boto3_download", f"s3://bench/{name}/setup", str(tarball), env=env)
+        client.delete_object(Bucket="bench", Key=f"{name}/setup")
         res: dict[str, list] = {k: [] for k in ("ours_save", "ours_load", "up", "down", "get")}
         for i in range(runs):
-            uri = f"s3://bench/{name}/{i}/ckpt"
-            res["ours_save"].append(measure("ours_save", str(data), uri, env=env))
-            res["ours_load"].append(measure("ours_load", uri, env=env))
-            measure("boto3_download", uri, str(tarball), env=env)  # the very same bytes, as a file
-            base = f"s3://bench/{name}/{i}/boto3"
-            res["up"].append(measure("boto3_upload", str(tarball), base, env=env))
-            res["down"].append(measure("boto3_download", base, str(work / "dl"), env=env))
-            res["get"].append(measure("plain_get", base, str(work / "dl"), env=env))
+            uri, base = f"s3://bench/{name}/{i}/ckpt", f"s3://bench/{name}/{i}/boto3"
+
+            def ours(uri: str = uri) -> None:
+                res["ours_save"].append(measure("ours_save", str(data), uri, env=env))
+                res["ours_load"].append(measure("ours_load", uri, env=env))
+
+            def theirs(base: str = base) -> None:
+                res["up"].append(measure("boto3_upload", str(tarball), base, env=env))
+                res["down"].append(measure("boto3_download", base, str(work / "dl"), env=env))
+                res["get"].append(measure("plain_get", base, str(work / "dl"), env=env))
+
+            for step in (ours, theirs) if i % 2 == 0 else (theirs, ours):
+                step()
+            for key in (uri, base):  # keep the server's memory (and so its speed) steady
+                client.delete_object(Bucket="bench", Key=key.split("/", 3)[3])
         rows.append(
             {
                 "data": name,
