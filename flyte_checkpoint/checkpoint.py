@@ -7,22 +7,16 @@ they are, a directory as a gzip-compressed tar of its top-level entries.
 from __future__ import annotations
 
 import abc
-import logging
 import os
-import shutil
-import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from .blobstore import COPY_CHUNK
 from .errors import NotFoundError, UnsupportedDataError
+from .logs import logger
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
-
-log = logging.getLogger("flyte_checkpoint")
 
 MAX_UNPACKED_ENV = "FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES"
 
@@ -61,6 +55,8 @@ class BaseCheckpoint(abc.ABC):
 
 
 def _remove_tree(path: str) -> None:
+    import shutil
+
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -117,7 +113,7 @@ class Checkpoint(BaseCheckpoint):
         self._progress = progress
         self._lock = threading.RLock()
         self._root: str | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: Callable[[], object] | None = None
         self._loaded: tuple[Path | None] | None = None
 
     # -- properties ------------------------------------------------------------
@@ -137,6 +133,9 @@ class Checkpoint(BaseCheckpoint):
         """The workspace folder, made on first use."""
         with self._lock:
             if self._root is None:
+                import tempfile
+                import weakref
+
                 self._root = tempfile.mkdtemp(prefix="flyte-cp-")
                 self._finalizer = weakref.finalize(self, _remove_tree, self._root)
             workspace = Path(self._root, "workspace")
@@ -157,7 +156,7 @@ class Checkpoint(BaseCheckpoint):
                 result = self._retry.call(self._download, f"load of {redact(self._src)}")
                 self._loaded = (result[0],)
                 if result[0] is None:
-                    log.info("no checkpoint at %s: starting fresh", redact(self._src))
+                    logger().info("no checkpoint at %s: starting fresh", redact(self._src))
                 else:
                     log_transfer("loaded", self._src, result[1], time.monotonic() - started)
             return self._loaded[0]
@@ -178,6 +177,9 @@ class Checkpoint(BaseCheckpoint):
         if not size:
             return None, 0
         workspace = self.path
+        import shutil
+        import tempfile
+
         staging = tempfile.mkdtemp(prefix=".restore-", dir=self._root)
         try:
             progress = self._progress
@@ -247,6 +249,8 @@ class Checkpoint(BaseCheckpoint):
                 store.upload_file(src, dest)
                 return size
             counter = _Counter(progress, size)
+            from .blobstore import COPY_CHUNK
+
             with open(src, "rb") as f, store.open_write(dest) as writer:
                 while chunk := f.read(COPY_CHUNK):
                     writer.write(chunk)
@@ -294,4 +298,4 @@ class _Counter:
 def log_transfer(verb: str, uri: str, size: int, seconds: float) -> None:
     """The one info line per save or load: URI without credentials, size, time, throughput."""
     rate = size / seconds / 1e6 if seconds > 0 else 0.0
-    log.info("%s checkpoint %s: %d bytes in %.2fs (%.1f MB/s)", verb, redact(uri), size, seconds, rate)
+    logger().info("%s checkpoint %s: %d bytes in %.2fs (%.1f MB/s)", verb, redact(uri), size, seconds, rate)

@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import inspect
-import logging
 import os
 import sys
-import tempfile
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .logs import logger
 from .uri import join, normalize, redact
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
 
-log = logging.getLogger("flyte_checkpoint")
 F = TypeVar("F", bound=Callable[..., Any])
 
 ROOT_ENV = "FLYTE_CHECKPOINT_ROOT"
@@ -137,13 +133,17 @@ def current_names() -> tuple[str, str] | None:
 def default_root() -> str:
     """Where the local runner keeps attempts' checkpoints: ``$FLYTE_CHECKPOINT_ROOT`` or a temp folder."""
     root = os.environ.get(ROOT_ENV, "").strip()
-    return normalize(root) if root else os.path.join(tempfile.gettempdir(), "flyte-checkpoint-runs")
+    if root:
+        return normalize(root)
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), "flyte-checkpoint-runs")
 
 
 def _attempts(fn: Callable[..., Any], retries: int, root: str | None, run_name: str | None):
     """Yield the context of each attempt: run/action/attempt folders under the root."""
     base = normalize(root) if root else default_root()
-    run = run_name or f"run-{uuid.uuid4().hex[:12]}"
+    run = run_name or f"run-{os.urandom(6).hex()}"
     action = fn.__name__
     prev = None
     for attempt in range(retries + 1):
@@ -178,6 +178,8 @@ def task(
         raise ValueError("retries must be 0 or more")
 
     def decorate(func: F) -> F:
+        import inspect
+
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
@@ -221,7 +223,7 @@ def task(
 
 def _log_failure(func: Callable[..., Any], tctx: TaskContext, retries: int, exc: Exception) -> Exception:
     left = retries - tctx.attempt_number
-    log.warning(
+    logger().warning(
         "task %s attempt %d failed (%s: %s); %s",
         func.__name__,
         tctx.attempt_number,
@@ -229,7 +231,7 @@ def _log_failure(func: Callable[..., Any], tctx: TaskContext, retries: int, exc:
         exc,
         f"{left} retr{'y' if left == 1 else 'ies'} left" if left else "no retries left",
     )
-    log.debug(
+    logger().debug(
         "attempt %d checkpoint: %s", tctx.attempt_number, redact(tctx.checkpoint_paths.checkpoint_path or "")
     )
     return exc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import time
@@ -11,9 +10,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from .errors import TransientError
+from .logs import logger
 
 T = TypeVar("T")
-log = logging.getLogger("flyte_checkpoint")
 
 
 def _env_float(name: str, default: float) -> float:
@@ -71,7 +70,7 @@ class RetryPolicy:
                         " (the store kept failing; retry later or raise"
                         " FLYTE_CHECKPOINT_RETRY_ATTEMPTS)"
                     ) from exc
-                log.debug(
+                logger().debug(
                     "%s: transient error (try %d of %d), retrying in %.2fs: %s",
                     what,
                     attempt,
