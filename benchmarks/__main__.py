@@ -27,8 +27,30 @@ from .datasets import DATASETS
 ROOT = Path(__file__).resolve().parent
 
 
-def measure(op: str, *args: str, env: dict[str, str] | None = None) -> dict[str, float]:
+def warm_memory(nbytes: int) -> None:
+    """Touch ``nbytes`` of memory and give it back, so the next operation gets warm pages.
+
+    Virtual machines hand memory that has been free for a second or two back to their
+    host; touching it again costs about 2.5 ms per MiB here, as much as writing it to disk.
+    Left alone, whether an operation writes into such cold memory or into pages freed a
+    moment ago decides its time more than its code does; warming before each operation
+    gives every approach the same start.
+    """
+    # in a child process, whose peak RSS the measured children cannot inherit
+    code = (
+        "import mmap, sys\n"
+        "n = int(sys.argv[1]); chunk = b'\\1' * (64 << 20)\n"
+        "with mmap.mmap(-1, n) as m:\n"
+        "    for offset in range(0, n, len(chunk)):\n"
+        "        m.write(chunk[: n - offset])\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(nbytes)], check=True)
+
+
+def measure(op: str, *args: str, env: dict[str, str] | None = None, warm: int = 0) -> dict[str, float]:
     os.sync()  # each operation starts with nothing of the previous one's left to write back
+    if warm:
+        warm_memory(warm)
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.ops", op, *args],
         capture_output=True,
@@ -39,6 +61,12 @@ def measure(op: str, *args: str, env: dict[str, str] | None = None) -> dict[str,
     if out.returncode != 0:
         raise RuntimeError(f"{op} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def warm_bytes(data: Path) -> int:
+    """Memory an operation on ``data`` may newly touch: the reference's temporary copy and
+    its output, the S3 server's copy of the object, the process itself."""
+    return 2 * tree_bytes(data) + 256 * 2**20
 
 
 def median(runs: list[dict[str, float]], key: str) -> float:
@@ -54,15 +82,16 @@ def local_suite(name: str, data: Path, work: Path, runs: int, approaches: list[s
     save_op = {"ours": "ours_save", "reference": "reference_save", "tar": "tar_save", "flyte": "flyte_save"}
     load_op = {"ours": "ours_load", "reference": "reference_load", "tar": "tar_load", "flyte": "flyte_load"}
     results: dict[str, dict[str, list]] = {a: {"save": [], "load": []} for a in approaches}
+    warm = warm_bytes(data)
     sizes: dict[str, int] = {}
     for run in range(runs):
         # interleaved, and in a rotating order, so the machine's state hits all alike
         for a in approaches[run % len(approaches) :] + approaches[: run % len(approaches)]:
             obj = work / f"{name}-{a}.obj"
             obj.unlink(missing_ok=True)
-            results[a]["save"].append(measure(save_op[a], str(data), str(obj)))
+            results[a]["save"].append(measure(save_op[a], str(data), str(obj), warm=warm))
             sizes[a] = obj.stat().st_size
-            results[a]["load"].append(measure(load_op[a], str(obj)))
+            results[a]["load"].append(measure(load_op[a], str(obj), warm=warm))
     rows = []
     for a in approaches:
         rows.append(
@@ -113,18 +142,19 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
         measure("ours_save", str(data), f"s3://bench/{name}/setup", env=env)
         measure("boto3_download", f"s3://bench/{name}/setup", str(tarball), env=env)
         client.delete_object(Bucket="bench", Key=f"{name}/setup")
+        warm = warm_bytes(data)
         res: dict[str, list] = {k: [] for k in ("ours_save", "ours_load", "up", "down", "get")}
         for i in range(runs):
             uri, base = f"s3://bench/{name}/{i}/ckpt", f"s3://bench/{name}/{i}/boto3"
 
             def ours(uri: str = uri) -> None:
-                res["ours_save"].append(measure("ours_save", str(data), uri, env=env))
-                res["ours_load"].append(measure("ours_load", uri, env=env))
+                res["ours_save"].append(measure("ours_save", str(data), uri, env=env, warm=warm))
+                res["ours_load"].append(measure("ours_load", uri, env=env, warm=warm))
 
             def theirs(base: str = base) -> None:
-                res["up"].append(measure("boto3_upload", str(tarball), base, env=env))
-                res["down"].append(measure("boto3_download", base, str(work / "dl"), env=env))
-                res["get"].append(measure("plain_get", base, str(work / "dl"), env=env))
+                res["up"].append(measure("boto3_upload", str(tarball), base, env=env, warm=warm))
+                res["down"].append(measure("boto3_download", base, str(work / "dl"), env=env, warm=warm))
+                res["get"].append(measure("plain_get", base, str(work / "dl"), env=env, warm=warm))
 
             for step in (ours, theirs) if i % 2 == 0 else (theirs, ours):
                 step()
