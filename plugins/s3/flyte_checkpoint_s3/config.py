@@ -30,6 +30,7 @@ GiB = 1024 * MiB
 ENV_PREFIX = "FLYTE_CHECKPOINT_S3_"
 
 CHECKSUM_CHOICES = ("CRC32", "CRC32C", "CRC64NVME", "NONE")
+CHECKSUM_TYPES = ("FULL_OBJECT", "COMPOSITE")
 ADDRESSING_STYLES = ("auto", "path", "virtual")
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -79,6 +80,10 @@ class S3Config:
     #: Flexible checksum asked of S3 on upload: CRC32, CRC32C, CRC64NVME (those two need
     #: awscrt) or NONE.
     checksum: str = "CRC32"
+    #: How a multipart upload's checksum is stored: FULL_OBJECT (the whole object's CRC,
+    #: which reads verify) or COMPOSITE (a checksum of the parts' checksums, as boto3's
+    #: ``upload_file`` stores; S3 checks each part, reads cannot verify the whole).
+    checksum_type: str = "FULL_OBJECT"
     #: Verify full-object checksums on download where the algorithm is computable here.
     verify_checksums: bool = True
     connect_timeout: float = 10.0
@@ -101,6 +106,16 @@ class S3Config:
         if checksum not in CHECKSUM_CHOICES:
             raise ValueError(f"checksum={self.checksum!r}: choose one of {', '.join(CHECKSUM_CHOICES)}")
         object.__setattr__(self, "checksum", checksum)
+        checksum_type = self.checksum_type.upper()
+        if checksum_type not in CHECKSUM_TYPES:
+            raise ValueError(
+                f"checksum_type={self.checksum_type!r}: choose one of {', '.join(CHECKSUM_TYPES)}"
+            )
+        if checksum == "CRC64NVME" and checksum_type == "COMPOSITE":
+            raise ValueError(
+                "checksum=CRC64NVME is stored as FULL_OBJECT only: set checksum_type=FULL_OBJECT"
+            )
+        object.__setattr__(self, "checksum_type", checksum_type)
         if self.addressing_style is not None:
             style = self.addressing_style.lower()
             if style not in ADDRESSING_STYLES:

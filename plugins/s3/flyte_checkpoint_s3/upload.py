@@ -3,8 +3,9 @@
 A :class:`MultipartUpload` holds at most ``upload_concurrency`` parts in flight; submitting
 another blocks until one finishes, so a writer's memory stays under
 ``part_size x (upload_concurrency + 1)`` whatever the object's size. Each part carries its
-checksum; the parts' checksums are combined into the whole object's, which S3 stores as a
-``FULL_OBJECT`` checksum. Nothing is visible before ``CompleteMultipartUpload``; any failure
+checksum; by default the parts' checksums are combined into the whole object's, which S3
+stores as a ``FULL_OBJECT`` checksum (``checksum_type="COMPOSITE"`` stores S3's checksum of
+the parts' checksums instead). Nothing is visible before ``CompleteMultipartUpload``; any failure
 aborts the upload so that no orphaned parts remain.
 """
 
@@ -57,6 +58,7 @@ class MultipartUpload:
         self._key = key
         self._executor = executor
         self._crc: Crc | None = store.crc
+        self._full_object = store.config.checksum_type == "FULL_OBJECT"
         self._slots = threading.BoundedSemaphore(store.config.upload_concurrency)
         self._futures: dict[int, Future[tuple[str, int, int]]] = {}
         self._lock = threading.Lock()
@@ -69,7 +71,7 @@ class MultipartUpload:
         """Create the upload on S3 (raises the project's errors)."""
         args: dict[str, Any] = {"Bucket": self._bucket, "Key": self._key}
         if self._crc is not None:
-            args.update(ChecksumAlgorithm=self._crc.name, ChecksumType="FULL_OBJECT")
+            args.update(ChecksumAlgorithm=self._crc.name, ChecksumType=self._store.config.checksum_type)
         resp = self._store.call(
             lambda c: c.create_multipart_upload(**args), self._uri, "start an upload to", self._bucket
         )
@@ -139,7 +141,8 @@ class MultipartUpload:
             part: dict[str, Any] = {"PartNumber": number, "ETag": etag}
             if self._crc is not None:
                 part[self._crc.param] = self._crc.encode(value)
-                whole = self._crc.combine(whole, value, size) if number > 1 else value
+                if self._full_object:
+                    whole = self._crc.combine(whole, value, size) if number > 1 else value
             parts.append(part)
         args: dict[str, Any] = {
             "Bucket": self._bucket,
@@ -148,7 +151,9 @@ class MultipartUpload:
             "MultipartUpload": {"Parts": parts},
         }
         if self._crc is not None:
-            args.update({"ChecksumType": "FULL_OBJECT", self._crc.param: self._crc.encode(whole)})
+            args["ChecksumType"] = self._store.config.checksum_type
+            if self._full_object:
+                args[self._crc.param] = self._crc.encode(whole)
         self._store.call(
             lambda c: c.complete_multipart_upload(**args), self._uri, "complete the upload of", self._bucket
         )
@@ -191,7 +196,11 @@ class MultipartUpload:
 
 
 class S3Writer(BlobWriter):
-    """Streams bytes into parts; see the module docstring for the guarantees."""
+    """Streams bytes into parts; see the module docstring for the guarantees.
+
+    Each part is filled in place in a buffer allocated at its final size and handed to the
+    upload as it is: a part is never regrown (which would copy it) nor copied again.
+    """
 
     def __init__(self, store: S3Store, uri: str, bucket: str, key: str) -> None:
         super().__init__(uri)
@@ -199,6 +208,7 @@ class S3Writer(BlobWriter):
         self._bucket = bucket
         self._key = key
         self._buf = bytearray()
+        self._fill = 0
         self._upload: MultipartUpload | None = None
         self._next_part = 1
 
@@ -207,19 +217,26 @@ class S3Writer(BlobWriter):
         """The multipart upload, once the object outgrew one part."""
         return self._upload
 
-    def _part_size(self) -> int:
-        return part_size_for(self._next_part, self._store.config.part_size)
-
     def _write(self, data: Buffer) -> None:
         view = memoryview(data).cast("B")
         while view:
-            # A full buffer is sent only when more bytes follow, so an object of at most
-            # one part is always a single PUT.
-            if len(self._buf) >= self._part_size():
-                self._flush_part()
-            room = self._part_size() - len(self._buf)
-            self._buf += view[:room]
-            view = view[room:]
+            if self._fill == len(self._buf):
+                # A full buffer is sent only when more bytes follow, so an object of at most
+                # one part is always a single PUT.
+                if self._fill:
+                    self._flush_part()
+                self._buf = bytearray(part_size_for(self._next_part, self._store.config.part_size))
+            n = min(len(view), len(self._buf) - self._fill)
+            self._buf[self._fill : self._fill + n] = view[:n]
+            self._fill += n
+            view = view[n:]
+
+    def _take(self) -> bytearray:
+        """The filled part (a short last one is trimmed in place), leaving an empty buffer."""
+        part, fill = self._buf, self._fill
+        del part[fill:]
+        self._buf, self._fill = bytearray(), 0
+        return part
 
     def _flush_part(self) -> None:
         if self._upload is None:
@@ -227,20 +244,19 @@ class S3Writer(BlobWriter):
                 self._store, self.uri, self._bucket, self._key, self._store.executor
             )
             self._upload.start()
-        part, self._buf = self._buf, bytearray()
+        part = self._take()
         self._upload.submit(self._next_part, lambda: part)
         self._next_part += 1
 
     def _commit(self) -> None:
         if self._upload is None:
-            data, self._buf = self._buf, bytearray()
-            self._store.put(self.uri, self._bucket, self._key, data)
+            self._store.put(self.uri, self._bucket, self._key, self._take())
             return
-        if self._buf:
+        if self._fill:
             self._flush_part()
         self._upload.complete()
 
     def _abort(self) -> None:
-        self._buf = bytearray()
+        self._buf, self._fill = bytearray(), 0
         if self._upload is not None:
             self._upload.abort()

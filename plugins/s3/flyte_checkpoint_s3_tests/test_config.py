@@ -19,7 +19,7 @@ def test_defaults_are_for_real_s3() -> None:
     assert cfg.endpoint_url is None
     assert (cfg.part_size, cfg.upload_concurrency) == (8 * MiB, 8)
     assert (cfg.range_size, cfg.read_concurrency) == (8 * MiB, 8)
-    assert cfg.checksum == "CRC32" and cfg.verify_checksums
+    assert (cfg.checksum, cfg.checksum_type) == ("CRC32", "FULL_OBJECT") and cfg.verify_checksums
     assert (cfg.connect_timeout, cfg.read_timeout, cfg.max_attempts) == (10.0, 60.0, 3)
     assert cfg.sources["credentials"] == "boto3 default chain"
 
@@ -93,6 +93,7 @@ def test_tuning_knobs_from_env_and_arguments() -> None:
         "FLYTE_CHECKPOINT_S3_RANGE_SIZE": "512KiB",
         "FLYTE_CHECKPOINT_S3_READ_CONCURRENCY": "2",
         "FLYTE_CHECKPOINT_S3_CHECKSUM": "none",
+        "FLYTE_CHECKPOINT_S3_CHECKSUM_TYPE": "composite",
         "FLYTE_CHECKPOINT_S3_VERIFY_CHECKSUMS": "no",
         "FLYTE_CHECKPOINT_S3_CONNECT_TIMEOUT": "2.5",
         "FLYTE_CHECKPOINT_S3_READ_TIMEOUT": "30",
@@ -105,7 +106,7 @@ def test_tuning_knobs_from_env_and_arguments() -> None:
         512 * 1024,
         2,
     )
-    assert (cfg.checksum, cfg.verify_checksums) == ("NONE", False)
+    assert (cfg.checksum, cfg.checksum_type, cfg.verify_checksums) == ("NONE", "COMPOSITE", False)
     assert (cfg.connect_timeout, cfg.read_timeout, cfg.max_attempts) == (2.5, 30.0, 1)
     assert S3Config.from_env(env, part_size=5 * MiB).part_size == 5 * MiB
 
@@ -121,6 +122,14 @@ def test_tuning_knobs_from_env_and_arguments() -> None:
         ({"FLYTE_CHECKPOINT_S3_VERIFY_CHECKSUMS": "maybe"}, "is not a boolean"),
         ({"FLYTE_CHECKPOINT_S3_UPLOAD_CONCURRENCY": "0"}, "must be at least 1"),
         ({"FLYTE_CHECKPOINT_S3_CHECKSUM": "md5"}, "checksum='md5': choose one of CRC32"),
+        (
+            {"FLYTE_CHECKPOINT_S3_CHECKSUM_TYPE": "whole"},
+            "checksum_type='whole': choose one of FULL_OBJECT, COMPOSITE",
+        ),
+        (
+            {"FLYTE_CHECKPOINT_S3_CHECKSUM": "crc64nvme", "FLYTE_CHECKPOINT_S3_CHECKSUM_TYPE": "composite"},
+            "CRC64NVME is stored as FULL_OBJECT only: set checksum_type=FULL_OBJECT",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:

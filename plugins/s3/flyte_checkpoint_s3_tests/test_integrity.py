@@ -62,6 +62,27 @@ def test_upload_file_stores_the_whole_objects_crc32(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("size", [1000, 9 * PART + 17])
+def test_composite_type_stores_the_parts_checksums(
+    make_s3_store: Any, raw_s3: Any, s3_root: str, size: int
+) -> None:
+    store = make_s3_store(part_size=PART, checksum_type="composite")
+    uri = f"{s3_root}/composite"
+    payload = data(size)
+    with store.open_write(uri) as w:
+        w.write(payload)
+    value, kind = _stored_checksum(raw_s3, uri)
+    if size <= PART:  # one PUT: its checksum is the whole object's
+        assert value == _crc32_b64(payload)
+        return
+    assert kind == "COMPOSITE"
+    parts = [payload[i : i + PART] for i in range(0, size, PART)]
+    of_parts = b"".join(zlib.crc32(p).to_bytes(4, "big") for p in parts)
+    assert value == f"{_crc32_b64(of_parts)}-{len(parts)}"
+    assert store.read_bytes(uri) == payload
+
+
+@pytest.mark.integration
 def test_checksum_none_stores_none(make_s3_store: Any, raw_s3: Any, s3_root: str) -> None:
     store = make_s3_store(part_size=PART, checksum="NONE")
     store.write_bytes(f"{s3_root}/a", data(3 * PART))
