@@ -89,6 +89,19 @@ def boto3_upload(path: str, uri: str) -> None:
     _s3().upload_file(path, *_bucket_key(uri))
 
 
+def boto3_upload_full_crc(path: str, uri: str) -> None:
+    """``upload_file`` storing a full-object CRC32, as our save does (computed on the clock)."""
+    import base64
+    import zlib
+
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            crc = zlib.crc32(chunk, crc)
+    value = base64.b64encode(crc.to_bytes(4, "big")).decode()
+    _s3().upload_file(path, *_bucket_key(uri), ExtraArgs={"ChecksumCRC32": value})
+
+
 def boto3_download(uri: str, path: str) -> None:
     _s3().download_file(*_bucket_key(uri), path)
 
@@ -143,17 +156,20 @@ def _warm_up(op: str, args: list[str]) -> None:
 def main(argv: list[str]) -> None:
     op = globals()[argv[0]]
     _warm_up(argv[0], argv[1:])
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = before.ru_utime + before.ru_stime
     start = time.perf_counter()
     op(*argv[1:])
     seconds = time.perf_counter() - start
-    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    rss_kib = max(rss_kib, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    rss_kib = max(own.ru_maxrss, kids.ru_maxrss)
+    cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime - cpu_before
     for cp in _keep:
         getattr(cp, "close", lambda: None)()
     _keep.clear()
     for path in _cleanup:
         shutil.rmtree(path, ignore_errors=True)
-    print(json.dumps({"seconds": seconds, "rss_mib": rss_kib / 1024}))
+    print(json.dumps({"seconds": seconds, "rss_mib": rss_kib / 1024, "cpu_s": cpu}))
 
 
 if __name__ == "__main__":

@@ -42,12 +42,12 @@ def default_workers() -> int:
 DENSE_RATIO = 0.5
 
 
-def compress_block(data: bytes | memoryview, level: int) -> bytes:
-    """One gzip member holding ``data``.
+def compress_block(data: bytes | memoryview, level: int) -> list[bytes | memoryview]:
+    """One gzip member holding ``data``, as pieces to write in order.
 
-    A sample decides: data that would not shrink is stored (at memory speed, see
-    :func:`stored_member`); data that shrinks well gets ``level + 2`` (more effort pays
-    back in bytes moved); the rest gets ``level``.
+    A sample decides: data that would not shrink is stored (at memory speed and without a
+    copy, see :func:`stored_member`); data that shrinks well gets ``level + 2`` (more effort
+    pays back in bytes moved); the rest gets ``level``.
     """
     if len(data) > 2 * _SAMPLE:
         sample = data[:_SAMPLE]
@@ -56,7 +56,7 @@ def compress_block(data: bytes | memoryview, level: int) -> bytes:
             return stored_member(data)
         if ratio < DENSE_RATIO:
             level += 2
-    return compress_member(data, level)
+    return [compress_member(data, level)]
 
 
 class _Stop:
@@ -89,7 +89,7 @@ class ParallelGzipWriter:
         self._block = block_size
         n = workers or default_workers()
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
-        self._pending: queue.Queue[Future[bytes] | _Stop] = queue.Queue(maxsize=n + 2)
+        self._pending: queue.Queue[Future[list[bytes | memoryview]] | _Stop] = queue.Queue(maxsize=n + 2)
         self._buf = bytearray()
         self._error: BaseException | None = None
         self._aborted = False
@@ -130,7 +130,7 @@ class ParallelGzipWriter:
         fut = self._pool.submit(compress_block, block, self._level)
         self._put(fut)
 
-    def _put(self, item: Future[bytes] | _Stop) -> None:
+    def _put(self, item: Future[list[bytes | memoryview]] | _Stop) -> None:
         while True:
             if self._error is not None and item is not _STOP:
                 raise self._error
@@ -149,7 +149,8 @@ class ParallelGzipWriter:
                 item.cancel()
                 continue
             try:
-                self._sink.write(item.result())
+                for piece in item.result():
+                    self._sink.write(piece)
             except BaseException as exc:
                 self._error = exc
 
