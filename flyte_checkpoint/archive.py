@@ -205,7 +205,25 @@ class ExactReader:
 
     def __init__(self, stream: BinaryIO) -> None:
         self._read = stream.read
+        # a stream with read1 hands out what it holds without gathering (or copying) it
+        self._read_some = getattr(stream, "read1", stream.read)
         self.offset = 0
+
+    def read_some(self, n: int) -> bytes | memoryview:
+        """Between 1 and ``n`` bytes, as the stream holds them (from ``read1`` where it has
+        one, maybe a memoryview: nothing gathered or copied); raises like :meth:`read` if
+        the stream ends first."""
+        data = self._read_some(n)
+        if not data:
+            raise self._truncated(self.offset)
+        self.offset += len(data)
+        return data
+
+    @staticmethod
+    def _truncated(at: int) -> CorruptCheckpointError:
+        return CorruptCheckpointError(
+            f"the tarball ends early (at byte {at}): the object is truncated; save the checkpoint again"
+        )
 
     def read(self, n: int) -> bytes:
         data = self._read(n)
@@ -215,10 +233,7 @@ class ExactReader:
             while got < n:
                 more = self._read(n - got)
                 if not more:
-                    raise CorruptCheckpointError(
-                        f"the tarball ends early (at byte {self.offset + got}): the object is"
-                        " truncated; save the checkpoint again"
-                    )
+                    raise self._truncated(self.offset + got)
                 parts.append(more)
                 got += len(more)
             data = b"".join(parts)
@@ -475,7 +490,7 @@ def _write_member(reader: ExactReader, target: str, size: int, h: ts.Header, uma
     try:
         left = size
         while left:
-            chunk = reader.read(min(left, _CHUNK))
+            chunk = reader.read_some(min(left, _CHUNK))
             _write_all(fd, chunk)
             left -= len(chunk)
         if umask < 0 or mode & umask:  # the umask took bits away: put them back
@@ -488,7 +503,7 @@ def _write_member(reader: ExactReader, target: str, size: int, h: ts.Header, uma
         reader.read(pad)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]

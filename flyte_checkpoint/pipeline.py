@@ -277,6 +277,19 @@ class ReadAhead:
             self._cur = self._cur[len(take) :]
         return b"".join(parts)
 
+    def read1(self, n: int = -1) -> memoryview:
+        """Up to ``n`` bytes of the current chunk, as a view (no copy); empty at the end.
+
+        The view stays valid after later reads (it keeps its chunk alive).
+        """
+        if not self._cur and not self._next():
+            return memoryview(b"")
+        if n is None or n < 0:
+            n = len(self._cur)
+        out = self._cur[:n]
+        self._cur = self._cur[n:]
+        return out
+
     def readinto(self, b) -> int:
         data = self.read(len(b))
         b[: len(data)] = data

@@ -111,6 +111,19 @@ def test_read_ahead_serves_bytes_in_order_and_raises_source_errors():
             r.read(10)
 
 
+def test_read_ahead_read1_hands_out_views_of_its_chunks_in_order():
+    data = os.urandom(1_000_003)
+    out = []
+    with ReadAhead(io.BytesIO(data), chunk_size=100_000, depth=2) as r:
+        out.append(r.read(5))
+        while piece := r.read1(64_000):
+            assert isinstance(piece, memoryview) and 0 < len(piece) <= 64_000
+            out.append(piece)
+            out.append(r.read(3))
+        assert r.read(1) == b""
+    assert b"".join(out) == data
+
+
 def test_standard_library_fallback_round_trips(tmp_path, monkeypatch):
     """Without ISA-L the same streams come from zlib, and load the same."""
     import flyte_checkpoint as fc
