@@ -198,8 +198,9 @@ class MultipartUpload:
 class S3Writer(BlobWriter):
     """Streams bytes into parts; see the module docstring for the guarantees.
 
-    Each part is filled in place in a buffer allocated at its final size and handed to the
-    upload as it is: a part is never regrown (which would copy it) nor copied again.
+    Parts after the first are filled in place in a buffer allocated at their final size and
+    handed to the upload as they are, never regrown nor copied. The first grows by doubling
+    from what has been written, so a small object costs its own size, not a whole part.
     """
 
     def __init__(self, store: S3Store, uri: str, bucket: str, key: str) -> None:
@@ -220,16 +221,28 @@ class S3Writer(BlobWriter):
     def _write(self, data: Buffer) -> None:
         view = memoryview(data).cast("B")
         while view:
-            if self._fill == len(self._buf):
-                # A full buffer is sent only when more bytes follow, so an object of at most
+            if self._fill == self._part_size():
+                # A full part is sent only when more bytes follow, so an object of at most
                 # one part is always a single PUT.
-                if self._fill:
-                    self._flush_part()
-                self._buf = bytearray(part_size_for(self._next_part, self._store.config.part_size))
+                self._flush_part()
+            if self._fill == len(self._buf):
+                self._make_room(len(view))
             n = min(len(view), len(self._buf) - self._fill)
             self._buf[self._fill : self._fill + n] = view[:n]
             self._fill += n
             view = view[n:]
+
+    def _part_size(self) -> int:
+        return part_size_for(self._next_part, self._store.config.part_size)
+
+    def _make_room(self, coming: int) -> None:
+        """A bigger buffer for the part being filled: its whole size, or for the first part
+        twice what it holds (at least what is ``coming``), keeping what it holds."""
+        size = self._part_size()
+        capacity = size if self._next_part > 1 else min(size, max(2 * self._fill, self._fill + coming))
+        buf = bytearray(capacity)
+        buf[: self._fill] = self._buf[: self._fill]
+        self._buf = buf
 
     def _take(self) -> bytearray:
         """The filled part (a short last one is trimmed in place), leaving an empty buffer."""

@@ -51,6 +51,25 @@ def test_object_of_one_part_is_a_single_put(make_s3_store: Any, raw_s3: Any, s3_
     assert store.read_bytes(uri) == data(PART)
 
 
+def test_a_small_object_holds_its_own_size_not_a_whole_part(
+    make_s3_store: Any, raw_s3: Any, s3_root: str
+) -> None:
+    import tracemalloc
+
+    store = make_s3_store(part_size=8 * 1024 * 1024)
+    uri = f"{s3_root}/small"
+    tracemalloc.start()
+    try:
+        with store.open_write(uri) as w:
+            for piece in (b"step=", b"1200", b"\n" * 3000):
+                w.write(piece)
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024
+    assert store.read_bytes(uri) == b"step=1200" + b"\n" * 3000
+
+
 def test_exception_mid_write_leaves_no_object_and_no_upload(
     make_s3_store: Any, raw_s3: Any, s3_root: str
 ) -> None:
