@@ -14,6 +14,8 @@ import re
 import threading
 from collections.abc import Iterable
 
+from .uri import redact_text
+
 REDACTED = "<redacted>"
 
 _patterns: list[re.Pattern[str]] = []
@@ -22,11 +24,13 @@ _lock = threading.Lock()
 
 
 def scrub(text: str) -> str:
-    """``text`` with every registered secret pattern's value replaced.
+    """``text`` with every URI's credentials and every registered secret pattern's value replaced.
 
-    Each pattern's first group (the field name, e.g. ``sig=``) is kept and the rest of
-    the match replaced by ``<redacted>``.
+    Each URI (``scheme://...``) loses its user-info and query values as
+    :func:`flyte_checkpoint.uri.redact` removes them; then each pattern's first group (the
+    field name, e.g. ``sig=``) is kept and the rest of the match replaced by ``<redacted>``.
     """
+    text = redact_text(text)
     for pattern in _patterns:
         text = pattern.sub(r"\1" + REDACTED, text)
     return text

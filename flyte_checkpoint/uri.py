@@ -46,15 +46,23 @@ def local_path(uri: str) -> Path:
     """The absolute local path of a bare path or a ``file:`` URI.
 
     Raises:
-        InvalidURIError: a ``file://host/...`` URI with a host other than ``localhost``.
+        InvalidURIError: a ``file://host/...`` URI with a host other than ``localhost``, or
+            with a user-info (``file://user:password@localhost/...``).
     """
     if _SCHEME_RE.match(uri) and scheme_of(uri) == LOCAL_SCHEME:
         rest = uri[len("file:") :]
         if rest.startswith("//"):
+            userinfo, bare = split_userinfo(uri)
+            if userinfo is not None:
+                path = "/" + bare[len("file://") :].partition("/")[2]
+                raise InvalidURIError(
+                    f"{redact(uri)} has a user name or password in it: local files take no credentials;"
+                    f" write file://{path} or the bare path {path}"
+                )
             host, _, path = rest[2:].partition("/")
             if host not in ("", "localhost"):
                 raise InvalidURIError(
-                    f"{redact(uri)} names the host {host.rpartition('@')[2]!r}: file URIs must be local "
+                    f"{redact(uri)} names the host {host!r}: file URIs must be local "
                     "(file:///abs/path or file://localhost/abs/path)"
                 )
             rest = "/" + path
@@ -77,27 +85,86 @@ def join(prefix: str, *names: str) -> str:
 
 _SECRET_PARAM = "<redacted>"
 
+#: Schemes whose user-info is a container's name, not a credential (``abfs://container@account``).
+_CONTAINER_USERINFO_SCHEMES = frozenset({"abfs", "abfss", "az", "wasb", "wasbs"})
+_CONTAINER_NAME = re.compile(r"\$?[A-Za-z0-9][A-Za-z0-9-]*")
+_USER_END = re.compile(r"[:/?#@]")
+_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]*")
+
+
+def split_userinfo(uri: str) -> tuple[str | None, str]:
+    """Split ``scheme://USERINFO@rest`` into ``(USERINFO, "scheme://rest")``; ``(None, uri)`` if none.
+
+    A password may be written with any character in it (AWS secret keys hold ``/`` and ``+``;
+    ``# ? @ :`` happen too), so the user-info is found before the URI is parsed. The user
+    name runs to the first of ``: / ? # @``:
+
+    - ``@``: a user-info without a password, up to the last ``@`` before the first ``/ ? #``
+      (``abfs://container@account/path``);
+    - ``:``: a password follows, and the user-info runs to the *last* ``@`` of the whole URI,
+      whatever lies between (``s3://KEY:se/c#r?e@t@bucket/key``). A ``host:port/path@x``
+      is taken as user-info too: hiding too much is the safe mistake;
+    - ``/ ? #``, or none of them: no user-info (an ``@`` in a path, ``s3://b/run@2``, is a name).
+    """
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.\-]*", scheme):
+        return None, uri
+    first = _USER_END.search(rest)
+    if first is None or first.group() in "/?#":
+        return None, uri
+    if first.group() == "@":
+        end = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+        at = rest.rfind("@", 0, end)
+    else:
+        at = rest.rfind("@")
+        if at < 0:
+            return None, uri
+    return rest[:at], f"{scheme}://{rest[at + 1 :]}"
+
+
+def _is_credential(scheme: str, userinfo: str) -> bool:
+    if not userinfo:
+        return False
+    return not (scheme.lower() in _CONTAINER_USERINFO_SCHEMES and _CONTAINER_NAME.fullmatch(userinfo))
+
+
+def has_credentials(uri: str) -> bool:
+    """True when the URI carries credentials in its user-info (what :func:`redact` removes).
+
+    Every non-empty user-info counts, except a container's name in an Azure URI
+    (``abfs://container@account/...``). See :func:`split_userinfo` for where it ends.
+    """
+    userinfo, _ = split_userinfo(uri)
+    return userinfo is not None and _is_credential(uri.partition("://")[0], userinfo)
+
 
 def redact(uri: str) -> str:
     """Return the URI with credentials removed, safe for logs and error messages.
 
-    Removes a password in the user-info part (``s3://KEY:SECRET@bucket`` keeps neither)
-    and the values of every query parameter (SAS tokens, signed URLs).
-    A user-info without a password (``abfs://container@account...``) is kept: it is a name.
+    The user-info is found first (:func:`split_userinfo`: a password may contain
+    ``/ + # ? @ :``) and replaced whole by ``<redacted>``
+    (``s3://KEY:SE/CRET@bucket/key`` is ``s3://<redacted>@bucket/key``); then the values of
+    every query parameter (SAS tokens, signed URLs) are replaced. A container's name in an
+    Azure URI (``abfs://container@account/...``) is kept: it is a name.
     """
+    userinfo, bare = split_userinfo(uri)
+    hide = userinfo is not None and _is_credential(uri.partition("://")[0], userinfo)
+    target = bare if hide else uri
     try:
-        parts = urlsplit(uri)
+        parts = urlsplit(target)
     except ValueError:
         return "<unparseable uri>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        if ":" in userinfo:
-            netloc = host
-    query = parts.query
-    if query:
-        keys = [k for k, _ in parse_qsl(query, keep_blank_values=True)] or ["query"]
+    out = target
+    if parts.query:
+        keys = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True)] or ["query"]
         query = "&".join(f"{quote(k)}={_SECRET_PARAM}" for k in keys)
-    if netloc == parts.netloc and query == parts.query:
-        return uri
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        out = urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
+    if hide:
+        scheme, _, rest = out.partition("://")
+        out = f"{scheme}://{_SECRET_PARAM}@{rest}"
+    return out
+
+
+def redact_text(text: str) -> str:
+    """``text`` with :func:`redact` applied to every ``scheme://...`` in it (up to a space or quote)."""
+    return _URI_IN_TEXT.sub(lambda m: redact(m.group()), text)

@@ -24,3 +24,13 @@ def test_other_loggers_are_left_alone(caplog):
         logging.getLogger("fcp.test.elsewhere").debug("key=visible")
     assert "key=visible" in caplog.text
     assert logscrub.scrub("key=hidden") == "key=<redacted>"
+
+
+def test_uri_credentials_are_scrubbed_from_protected_records(caplog):
+    """A URI's user-info goes whole, even when the password holds "/", "#" or "@" (the
+    patterns of a backend cannot know where it ends)."""
+    logscrub.protect(["fcp.test.uris"], [])
+    with caplog.at_level(logging.DEBUG, logger="fcp.test.uris"):
+        logging.getLogger("fcp.test.uris").debug("PUT %s done", "s3://AKIAKEYID:wJa/lr#X@U@bucket/k")
+    assert "PUT s3://<redacted>@bucket/k done" in caplog.text
+    assert "AKIAKEYID" not in caplog.text and "wJa" not in caplog.text

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from flyte_checkpoint.errors import InvalidURIError
-from flyte_checkpoint.uri import normalize, redact, scheme_of
+from flyte_checkpoint.uri import has_credentials, normalize, redact, redact_text, scheme_of, split_userinfo
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_non_string_is_an_error():
 @pytest.mark.parametrize(
     ("uri", "secret", "kept"),
     [
-        ("s3://AKIAXX:topsecret@bucket/key", "topsecret", "s3://bucket/key"),
+        ("s3://AKIAXX:topsecret@bucket/key", "topsecret", "s3://<redacted>@bucket/key"),
         (
             "abfs://c@acct.dfs.core.windows.net/p?sv=2020&sig=SIGVALUE",
             "SIGVALUE",
@@ -57,3 +57,87 @@ def test_redact_removes_credentials(uri, secret, kept):
 def test_redact_leaves_plain_uris_alone():
     for uri in ("s3://b/k", "/tmp/a b/c", "abfs://container@account/x"):
         assert redact(uri) == uri
+
+
+#: Characters a password may hold (real AWS secret keys hold "/" and "+").
+SPECIAL = {"slash": "/", "plus": "+", "hash": "#", "question": "?", "at": "@", "colon": ":"}
+PIECES = ("wJalrXUtnFEMI", "K7MDENGbPxRfi", "CYEXAMPLEKEY")
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az", "abfss", "https", "memory", "file"])
+@pytest.mark.parametrize("char", list(SPECIAL.values()), ids=list(SPECIAL))
+def test_redact_hides_a_password_holding_any_special_character(char, scheme):
+    """The user-info is found before parsing, up to the last "@": no piece of the secret is left."""
+    secret = char.join(PIECES)
+    host = "localhost" if scheme == "file" else "bucket"
+    uri = f"{scheme}://AKIAIOSFODNN7EXAMPLE:{secret}@{host}/run/ckpt"
+    out = redact(uri)
+    assert out == f"{scheme}://<redacted>@{host}/run/ckpt"
+    assert not any(piece in out for piece in (*PIECES, "AKIAIOSFODNN7EXAMPLE"))
+    assert has_credentials(uri)
+    assert split_userinfo(uri) == (f"AKIAIOSFODNN7EXAMPLE:{secret}", f"{scheme}://{host}/run/ckpt")
+    assert redact(out) == out  # redacting twice changes nothing
+    signed = redact(f"{uri}?sig=SIGNATURE1")
+    assert signed == f"{scheme}://<redacted>@{host}/run/ckpt?sig=<redacted>"
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        # the whole user-info goes, up to the last "@", even when the path then holds an "@":
+        # hiding too much is the safe mistake
+        ("s3://KEY:se/cr@bucket/run@2/ckpt", "s3://<redacted>@2/ckpt"),
+        ("https://host:8080/a@b", "https://<redacted>@b"),
+        # a user name alone is a credential too (a token), except an Azure container's name
+        ("https://ghp_tok3n@github.example/x", "https://<redacted>@github.example/x"),
+        ("abfs://c+ont@acct.dfs.core.windows.net/p", "abfs://<redacted>@acct.dfs.core.windows.net/p"),
+        ("az://container:SASKEY@acct/p", "az://<redacted>@acct/p"),
+    ],
+)
+def test_redact_takes_the_widest_user_info(uri, shown):
+    assert redact(uri) == shown
+    assert has_credentials(uri)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://b/run@2/ckpt",
+        "s3://b/a:b@c/d",
+        "gs://b/x#y@z",
+        "abfs://container@acct.dfs.core.windows.net/run@2/ckpt",
+        "az://container@acct/x",
+        "s3://@b/k",
+        "/tmp/a:b@c/x",
+        "file:///tmp/a:b@c/x",
+        "http://127.0.0.1:5000",
+    ],
+)
+def test_an_at_sign_in_a_path_or_an_azure_container_is_not_a_credential(uri):
+    assert redact(uri) == uri
+    assert not has_credentials(uri)
+
+
+def test_redact_text_redacts_every_uri_in_a_message():
+    text = "copy s3://K:se/cr#t@b/k to 'gs://b/o?sig=abc' failed: s3://b/run@2 kept"
+    assert redact_text(text) == (
+        "copy s3://<redacted>@b/k to 'gs://b/o?sig=<redacted>' failed: s3://b/run@2 kept"
+    )
+
+
+@pytest.mark.parametrize("char", list(SPECIAL.values()), ids=list(SPECIAL))
+def test_a_local_uri_with_a_password_gets_one_clear_message_without_it(char):
+    """``file://user:pw@localhost/...`` was "names the host 'localhost': file URIs must be local"."""
+    secret = char.join(PIECES)
+    with pytest.raises(InvalidURIError) as info:
+        normalize(f"file://user:{secret}@localhost/tmp/run/ckpt")
+    message = str(info.value)
+    assert message == (
+        "file://<redacted>@localhost/tmp/run/ckpt has a user name or password in it: local files take"
+        " no credentials; write file:///tmp/run/ckpt or the bare path /tmp/run/ckpt"
+    )
+
+
+def test_a_remote_file_host_is_still_named():
+    with pytest.raises(InvalidURIError, match="names the host 'otherhost': file URIs must be local"):
+        normalize("file://otherhost/tmp/x")

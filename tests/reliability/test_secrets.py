@@ -5,7 +5,9 @@ at DEBUG while a checkpoint is saved (bytes and a directory), loaded, inspected 
 objects' ``repr`` (``Checkpoint``, the store, a writer, a reader, ``TaskContext``) and while
 errors are provoked (a missing bucket, a damaged object, URIs carrying a token in their
 user-info or query string). The text searched is every formatted log record (with its
-traceback), and every error's message, ``repr`` and whole chained traceback.
+traceback), and every error's message, ``repr`` and whole chained traceback. Each provoked
+error must happen (a call that does not raise fails the test), and a password in a URI's
+user-info is tried holding each of ``/ + # ? @ :`` (real AWS secret keys hold ``/`` and ``+``).
 
 Secrets in use: fake S3 keys (moto accepts any), Azurite's well-known account key, a SAS
 token made with it (its signature), a wrong account key, fake Google OAuth client secret /
@@ -29,6 +31,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.context import CheckpointPaths, TaskContext
+from flyte_checkpoint.errors import InvalidURIError
 from flyte_checkpoint.registry import store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend
@@ -85,15 +88,54 @@ def describe(exc: BaseException) -> str:
     return "\n".join([str(exc), repr(exc), *traceback.format_exception(type(exc), exc, exc.__traceback__)])
 
 
-def uri_with_secrets(uri: str) -> list[str]:
-    """``uri`` with a password in its user-info, and with a signed query string."""
+def with_password(uri: str, password: str = URI_PASSWORD, user: str = "user") -> str:
+    """``uri`` (or a local path) with ``user:password`` as its user-info, written as is."""
     if "://" not in uri:  # a local path
-        return [f"file://user:{URI_PASSWORD}@localhost{uri}", f"file://{uri}?sig={URI_TOKEN}"]
+        return f"file://{user}:{password}@localhost{uri}"
     scheme, _, rest = uri.partition("://")
-    return [
-        f"{scheme}://user:{URI_PASSWORD}@{rest}",
-        f"{uri}?sv=2024-01-01&sig={URI_TOKEN}&X-Amz-Signature={URI_TOKEN}",
-    ]
+    return f"{scheme}://{user}:{password}@{rest}"
+
+
+def with_signed_query(uri: str) -> str:
+    """``uri`` (or a local path) with a signed query string."""
+    if "://" not in uri:
+        return f"file://{uri}?sig={URI_TOKEN}"
+    return f"{uri}?sv=2024-01-01&sig={URI_TOKEN}&X-Amz-Signature={URI_TOKEN}"
+
+
+def refused_everywhere(uri: str, backend_name: str, tmp_path: Path, texts: list[str]) -> int:
+    """Use ``uri`` (credentials in its user-info) every way a task or an operator would;
+    each use must raise ``InvalidURIError``. The reprs and errors go to ``texts``; returns
+    the number of errors raised."""
+    errors = []
+
+    def refused(fn: Callable[[], object]) -> None:
+        with pytest.raises(InvalidURIError) as info:
+            fn()
+        assert "credentials" in str(info.value), str(info.value)
+        errors.append(info.value)
+        texts.append(describe(info.value))
+
+    paths = CheckpointPaths(uri, uri)
+    tctx = TaskContext(1, paths, "run", "action")
+    texts.extend([repr(paths), str(paths), repr(tctx), str(tctx)])
+    if backend_name == "file":  # a local path is checked when the Checkpoint is made
+        refused(lambda: fc.Checkpoint(uri, uri))
+        refused(lambda: fc.Checkpoint(str(tmp_path / "unused"), uri))
+        refused(lambda: tctx.checkpoint)
+    else:
+        cp = fc.Checkpoint(uri, uri)
+        texts.extend([repr(cp), str(cp), repr(tctx.checkpoint)])
+        refused(lambda: cp.save_sync(b"x"))
+        refused(lambda: cp.load_sync())
+        tctx.close()
+        cp.close()
+    store = store_for(uri)
+    refused(lambda: store.stat(uri))
+    refused(lambda: store.open_write(uri))
+    refused(lambda: store.open_read(uri))
+    refused(lambda: list(store.list(uri.rsplit("/", 1)[0] + "/")))
+    return len(errors)
 
 
 def exercise(backend: Backend, tmp_path: Path) -> tuple[str, int, int]:
@@ -104,11 +146,10 @@ def exercise(backend: Backend, tmp_path: Path) -> tuple[str, int, int]:
 
     def expect_error(fn: Callable[[], object]) -> None:
         nonlocal errors
-        try:
+        with pytest.raises(Exception) as info:
             fn()
-        except Exception as exc:
-            errors += 1
-            texts.append(describe(exc))
+        errors += 1
+        texts.append(describe(info.value))
 
     tree = tmp_path / "tree"
     (tree / "sub").mkdir(parents=True, exist_ok=True)
@@ -136,12 +177,17 @@ def exercise(backend: Backend, tmp_path: Path) -> tuple[str, int, int]:
     reader.close()
     ops += 2
 
-    for uri in uri_with_secrets(dest):
-        texts.append(repr(TaskContext(1, CheckpointPaths(uri, uri), "run", "action")))
-        expect_error(lambda u=uri: fc.Checkpoint(u).save_sync(b"x"))
-        expect_error(lambda u=uri: fc.Checkpoint(str(tmp_path / "unused"), u).load_sync())
-        with contextlib.suppress(Exception):
-            texts.append(repr(fc.Checkpoint(uri, uri)))
+    # A password in the user-info: every use is refused, and nothing shows it.
+    errors += refused_everywhere(with_password(dest), backend.name, tmp_path, texts)
+    # A token in the query string is part of the object's name on every backend: it works.
+    signed = with_signed_query(dest)
+    texts.append(repr(TaskContext(1, CheckpointPaths(signed, signed), "run", "action")))
+    fc.Checkpoint(signed).save_sync(b"signed")
+    with fc.Checkpoint(str(tmp_path / "unused"), signed) as cp:
+        loaded = cp.load_sync()
+        assert loaded is not None and loaded.read_bytes() == b"signed"
+        texts.append(repr(cp))
+    ops += 2
 
     missing_bucket = dest.replace(backend.root.split("/")[2], "no-such-bucket-fcp", 1)
     if backend.name != "file":
@@ -269,11 +315,52 @@ def test_gcs_oauth_secrets_never_shown(backend_pool, tmp_path: Path):
         run_and_check(authed, tmp_path / "oauth", [client_secret, refresh_token, access_token])
 
 
+#: Characters a password may hold that end a URI's authority for a parser not told otherwise.
+SPECIAL = {"slash": "/", "plus": "+", "hash": "#", "question": "?", "at": "@", "colon": ":"}
+KEY_ID = "AKIAUSERINFOKEY00042"
+
+
+@pytest.mark.parametrize("char", list(SPECIAL.values()), ids=list(SPECIAL))
+def test_a_password_holding_any_special_character_never_shows(backend: Backend, tmp_path: Path, char: str):
+    """Proves: with ``KEY:SECRET@`` in a URI, SECRET holding ``char`` twice (as
+    ``s3://AKIA...:wJalr.../K7MD.../bPxR...@bucket/key``), every use of the URI is refused with
+    ``InvalidURIError`` on every backend (file when the ``Checkpoint`` is made, the plugins at
+    their first call, on their real servers), and neither the secret, nor any piece of it between
+    the special characters, nor the key id shows in an error (message, repr, chained traceback), a
+    ``repr``/``str`` of ``Checkpoint``, ``CheckpointPaths`` or ``TaskContext``, or a DEBUG log line.
+    The store's DEBUG lines do name the URI (so the log check can fail)."""
+    pieces = ["wJalrXUtnFEMI", "K7MDENGbPxRfi", "CYEXAMPLEKEY"]
+    password = char.join(pieces)
+    dest = backend.fresh("special")
+    uri = with_password(dest, password, user=KEY_ID)
+    texts: list[str] = []
+    with capture_logs() as logs:
+        errors = refused_everywhere(uri, backend.name, tmp_path, texts)
+    logged = "\n".join(logs.lines)
+    assert errors >= 6
+    assert dest.rsplit("/", 2)[-2] in logged, "no DEBUG line named the URI: the log check proves nothing"
+    secrets = [password, KEY_ID, *pieces]
+    assert_absent(secrets, "\n".join(texts), "an error, traceback, repr or str")
+    assert_absent(secrets, logged, "a DEBUG log line")
+
+
 @pytest.mark.parametrize("scheme", ["s3", "gs", "az", "abfss", "file"])
 def test_uri_tokens_are_redacted_in_task_context_and_checkpoint_reprs(scheme: str):
-    """Proves: the repr of a ``TaskContext`` and of a ``Checkpoint`` built from URIs with a
-    password or signed query string never shows them (no server needed)."""
-    base = "file:///tmp/fcp/ckpt" if scheme == "file" else f"{scheme}://bucket/run/ckpt"
-    for uri in uri_with_secrets(base) if scheme != "file" else [f"{base}?sig={URI_TOKEN}"]:
-        text = repr(TaskContext(1, CheckpointPaths(uri, uri), "r", "a"))
-        assert_absent([URI_TOKEN, URI_PASSWORD], text, "a TaskContext repr")
+    """Proves: the reprs of a ``Checkpoint``, a ``CheckpointPaths`` and a ``TaskContext`` built
+    from URIs with a password or a signed query string each name the URI without them (no server
+    needed); a local URI with a password cannot make a ``Checkpoint``, and its error hides it."""
+    base = "/tmp/fcp/ckpt" if scheme == "file" else f"{scheme}://bucket/run/ckpt"
+    secrets = [URI_TOKEN, URI_PASSWORD]
+    for uri in (with_password(base), with_signed_query(base)):
+        paths = CheckpointPaths(uri, uri)
+        shown = {"CheckpointPaths": repr(paths), "TaskContext": repr(TaskContext(1, paths, "r", "a"))}
+        if scheme == "file" and URI_PASSWORD in uri:
+            with pytest.raises(InvalidURIError) as info:
+                fc.Checkpoint(uri, uri)
+            shown["the error of Checkpoint()"] = describe(info.value)
+        else:
+            with fc.Checkpoint(uri, uri) as cp:
+                shown["Checkpoint"] = repr(cp)
+        for what, text in shown.items():
+            assert text.count(base[-8:]) >= 2, f"{what} does not show both URIs: {text[:300]}"
+            assert_absent(secrets, text, f"a {what} repr")

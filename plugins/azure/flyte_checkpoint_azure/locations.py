@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flyte_checkpoint.errors import InvalidURIError
-from flyte_checkpoint.uri import redact
+from flyte_checkpoint.uri import has_credentials, redact
 
 #: The URI schemes this backend serves.
 SCHEMES: tuple[str, ...] = ("abfs", "abfss", "az")
@@ -51,12 +51,19 @@ def parse(uri: str) -> BlobLocation:
     """Split an Azure URI into its parts. The blob name is taken literally (no %-decoding).
 
     Raises:
-        InvalidURIError: not one of the forms this backend reads, or no container.
+        InvalidURIError: not one of the forms this backend reads, credentials in the URI (a
+            user-info other than a container's name), or no container.
     """
     scheme, sep, rest = uri.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in SCHEMES:
         raise InvalidURIError(f"{redact(uri)} is not an Azure Blob Storage URI: use {_FORMS}")
+    if has_credentials(uri):  # before splitting: a key or token may hold "/"
+        raise InvalidURIError(
+            f"{redact(uri)} carries credentials in the URI: Azure URIs take none; remove them and"
+            " set AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN"
+            " (or use Azure AD credentials)"
+        )
     netloc, _, name = rest.partition("/")
     container, at, host = netloc.partition("@")
     account = suffix = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flyte_checkpoint.errors import InvalidURIError
-from flyte_checkpoint.uri import redact
+from flyte_checkpoint.uri import redact, split_userinfo
 
 SCHEMES = ("gs", "gcs")
 
@@ -30,7 +30,8 @@ def parse(uri: str, *, want_object: bool = True) -> GcsLocation:
     With ``want_object=False`` the name may be empty (a listing prefix).
 
     Raises:
-        InvalidURIError: another scheme, no bucket, or (when an object is wanted) no name.
+        InvalidURIError: another scheme, credentials in the URI, no bucket, or (when an object is
+            wanted) no name.
     """
     scheme, sep, rest = uri.partition("://")
     scheme = scheme.lower()
@@ -38,14 +39,16 @@ def parse(uri: str, *, want_object: bool = True) -> GcsLocation:
         raise InvalidURIError(
             f"{redact(uri)} is not a Google Cloud Storage URI: write gs://BUCKET/NAME (or gcs://BUCKET/NAME)"
         )
-    bucket, _, name = rest.partition("/")
-    if not bucket:
-        raise InvalidURIError(f"{redact(uri)} names no bucket: write {scheme}://BUCKET/NAME")
-    if "@" in bucket:  # user-info: credentials never travel in a gs:// URI (nor reach a log)
+    # user-info: credentials never travel in a gs:// URI (nor reach a log); found before
+    # splitting, since a secret may hold "/"
+    if split_userinfo(uri)[0] is not None:
         raise InvalidURIError(
             f"{redact(uri)} has credentials in it: gs:// URIs take none; use Application Default"
             " Credentials (GOOGLE_APPLICATION_CREDENTIALS)"
         )
+    bucket, _, name = rest.partition("/")
+    if not bucket:
+        raise InvalidURIError(f"{redact(uri)} names no bucket: write {scheme}://BUCKET/NAME")
     if want_object and not name:
         raise InvalidURIError(f"{redact(uri)} names a bucket but no object: write {scheme}://{bucket}/NAME")
     return GcsLocation(scheme, bucket, name)

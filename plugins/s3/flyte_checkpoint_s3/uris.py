@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from flyte_checkpoint.errors import InvalidURIError
-from flyte_checkpoint.uri import redact
+from flyte_checkpoint.uri import redact, split_userinfo
 
 SCHEMES = ("s3", "s3a")
 
@@ -33,12 +33,12 @@ def parse(uri: str, *, need_key: bool = True) -> S3Location:
     scheme = scheme.lower()
     if not sep or scheme not in SCHEMES:
         raise InvalidURIError(f"{redact(uri)} is not an S3 URI: write s3://bucket/key (or s3a://bucket/key)")
-    bucket, _, key = rest.partition("/")
-    if "@" in bucket:
+    if split_userinfo(uri)[0] is not None:  # before splitting: a secret key may hold "/"
         raise InvalidURIError(
             f"{redact(uri)} carries credentials in the URI: remove them and set AWS_ACCESS_KEY_ID/"
             "AWS_SECRET_ACCESS_KEY (or FLYTE_AWS_*) or a profile instead"
         )
+    bucket, _, key = rest.partition("/")
     if not bucket:
         raise InvalidURIError(f"{redact(uri)} names no bucket: write {scheme}://bucket/key")
     if need_key and not key:
