@@ -5,7 +5,8 @@ Commands::
     flyte-checkpoint backends              installed backends; the pip install for missing ones
     flyte-checkpoint inspect URI           tarball or payload, size, members (nothing extracted)
     flyte-checkpoint pull URI DIR          restore into DIR, as Checkpoint.load() would
-    flyte-checkpoint push PATH URI         save a file, a folder or stdin (-), as save() would
+    flyte-checkpoint push PATH URI         save a file, a folder or stdin (-), as save() would;
+                                           zero bytes only with --allow-empty
     flyte-checkpoint ls PREFIX             the objects under a prefix
     flyte-checkpoint rm URI                remove one object
 
@@ -35,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .errors import ContainerNotFoundError, NotFoundError
+from .errors import CheckpointError, ContainerNotFoundError, NotFoundError
 from .progress import ProgressBar, format_bytes, progress_bar
-from .uri import redact
+from .uri import redact, redact_text
 
 PROG = "flyte-checkpoint"
 
@@ -49,11 +50,23 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NO_CHECKPOINT = 3
 
-__all__ = ["EXIT_ERROR", "EXIT_NO_CHECKPOINT", "EXIT_OK", "EXIT_USAGE", "NoCheckpointError", "main"]
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_NO_CHECKPOINT",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "EmptySaveError",
+    "NoCheckpointError",
+    "main",
+]
 
 
 class NoCheckpointError(NotFoundError):
     """There is no checkpoint at the URI: no object, or a zero-byte one (exit status 3)."""
+
+
+class EmptySaveError(CheckpointError, ValueError):
+    """``push`` was given zero bytes without ``--allow-empty`` (exit status 1)."""
 
 
 class _UsageError(Exception):
@@ -357,11 +370,20 @@ def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
     data: Any
     if args.path == "-":
         data, source, kind = sys.stdin.buffer.read(), "-", "payload"
+        empty = not data
     else:
         src = local_path(args.path)
         if not src.exists():
             raise NotFoundError(f"nothing to push at {src}: the path does not exist")
         data, source, kind = src, str(src), "tarball" if src.is_dir() else "payload"
+        empty = kind == "payload" and src.stat().st_size == 0
+    if empty and not args.allow_empty:
+        # A zero-byte object loads as "no checkpoint": a broken pipe would silently erase one.
+        what = "stdin was empty" if source == "-" else f"{source} is empty"
+        raise EmptySaveError(
+            f"{what}: refusing to save zero bytes at {redact(uri)}: load() reads an empty object as"
+            " no checkpoint, so this would erase any checkpoint there; pass --allow-empty to save it anyway"
+        )
     started = time.monotonic()
     with _bar(args, "push") as bar, Checkpoint(uri, progress=bar) as cp:
         cp.save_sync(data)
@@ -492,6 +514,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("path", metavar="PATH")
     p.add_argument("uri", metavar="URI")
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="save zero bytes (empty stdin or file) too; without it that is refused, since an empty"
+        " object loads as no checkpoint",
+    )
     p = command("ls", "list the objects under a prefix", cmd_ls, show_ls)
     p.add_argument("prefix", metavar="PREFIX")
     p.add_argument("-l", "--long", action="store_true", help="show each object's size in bytes")
@@ -538,6 +566,7 @@ def _exit_code(exc: BaseException) -> int:
 
 
 def _fail(message: str, code: int, *, as_json: bool, error_type: str) -> int:
+    message = redact_text(message)  # a usage error quotes the command line as typed
     if as_json:
         print(json.dumps({"ok": False, "error": message, "type": error_type, "exit": code}))
     sys.stderr.write(f"{PROG}: error: {message}\n")

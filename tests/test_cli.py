@@ -610,3 +610,131 @@ def test_cloud_missing_object_is_exit_3_and_bad_tarball_is_exit_1(cloud, tmp_pat
     assert out.returncode == 1
     assert "truncated" in one_line_error(out)
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- credentials in URIs
+
+#: Characters a password may hold (real AWS secret keys hold "/" and "+") that end a URI's
+#: authority for a parser that is not told where the user-info ends.
+SPECIAL = {"slash": "/", "plus": "+", "hash": "#", "question": "?", "at": "@", "colon": ":"}
+PIECES = ("wJalrXUtnFEMI", "K7MDENGbPxRfi", "CYEXAMPLEKEY")
+KEY_ID = "AKIACLIUSERINFO00042"
+
+
+def with_password(uri: str, password: str) -> str:
+    """``uri`` (or a local path) with ``KEY_ID:password`` as its user-info, written as is."""
+    if "://" not in uri:
+        return f"file://{KEY_ID}:{password}@localhost{uri}"
+    scheme, _, rest = uri.partition("://")
+    return f"{scheme}://{KEY_ID}:{password}@{rest}"
+
+
+def assert_hidden(char: str, text: str, where: str) -> None:
+    """Neither the password, nor a piece of it, nor the key id shows in ``text`` (in any spelling)."""
+    from urllib.parse import quote
+
+    for secret in (char.join(PIECES), KEY_ID, *PIECES):
+        for form in {secret, quote(secret, safe=""), quote(secret)}:
+            assert form not in text, f"{form!r} shows in {where}:\n{text}"
+
+
+def every_command_refuses(root: str, char: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> int:
+    """Run inspect, pull, push, ls and rm (plain, --json, --debug) on URIs under ``root`` with a
+    password holding ``char``: each must exit 1 naming the URI without its credentials.
+    Runs ``main()`` in this process (the console script's entry point); returns the runs."""
+    from flyte_checkpoint.cli import main
+
+    uri = with_password(f"{root}/run/ckpt", char.join(PIECES))
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(b"state")
+    commands = {
+        "inspect": ["inspect", uri],
+        "pull": ["pull", uri, str(tmp_path / "out")],
+        "push": ["push", str(payload), uri],
+        "ls": ["ls", "-l", uri.rsplit("/", 1)[0] + "/"],
+        "rm": ["rm", uri],
+    }
+    runs = 0
+    for name, args in commands.items():
+        for mode in ("", "--json", "--debug"):
+            code = main([*args, mode] if mode else args)
+            out = capsys.readouterr()
+            where = f"{name} {mode}"
+            assert code == 1, f"{where}: exit {code}\n{out.out}\n{out.err}"
+            assert_hidden(char, out.out + out.err, where)
+            last = out.err.splitlines()[-1]
+            assert last.startswith("flyte-checkpoint: error: ") and "credentials" in last, out.err
+            assert root.rsplit("/", 1)[-1] in last, f"{where} does not name the URI: {last}"
+            if mode == "--json":
+                doc = json.loads(out.out)
+                assert (doc["ok"], doc["type"], doc["exit"]) == (False, "InvalidURIError", 1)
+                assert doc["error"] == last.removeprefix("flyte-checkpoint: error: ")
+            elif mode == "--debug":
+                assert "Traceback (most recent call last)" in out.err
+            else:
+                assert out.out == "" and len(out.err.splitlines()) == 1, out.err
+            runs += 1
+    assert not (tmp_path / "out").exists()
+    return runs
+
+
+@pytest.mark.parametrize("char", list(SPECIAL.values()), ids=list(SPECIAL))
+def test_a_password_in_a_local_uri_never_shows_in_any_command(char, tmp_path, capsys):
+    """Proves: ``file://KEY:SECRET@localhost/...`` with SECRET holding ``char`` is refused by
+    inspect, pull, push, ls and rm with one message that says credentials are not taken and hides
+    them, on stderr, in --json's document and in --debug's traceback."""
+    root = str(tmp_path / f"store-{uuid.uuid4().hex}")
+    assert every_command_refuses(root, char, tmp_path, capsys) == 15
+    assert not Path(root).exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("char", list(SPECIAL.values()), ids=list(SPECIAL))
+def test_a_password_in_a_cloud_uri_never_shows_in_any_command(cloud, char, tmp_path, capsys, monkeypatch):
+    """Proves: with each plugin pointed at its test server, ``s3://KEY:SECRET@bucket/...`` (and
+    gs://, az://) with SECRET holding ``char`` is refused by every command (exit 1, one line that
+    names the URI without its credentials), and neither stderr, --json's stdout nor --debug's
+    traceback shows the secret, a piece of it or the key id; the console script too."""
+    from flyte_checkpoint.registry import get_registry
+
+    env, root = cloud
+    for name in FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_registry().close()  # stores are rebuilt from this environment
+    try:
+        assert every_command_refuses(root, char, tmp_path, capsys) == 15
+    finally:
+        get_registry().close()
+    out = cli("push", "-", with_password(f"{root}/script", char.join(PIECES)), input=b"x", env=env, ok=False)
+    assert out.returncode == 1 and "credentials" in one_line_error(out)
+    assert_hidden(char, out.stdout + out.stderr, "the console script's output")
+
+
+# --------------------------------------------------------------------------- empty saves
+
+
+def test_push_refuses_empty_stdin_or_file_and_keeps_the_checkpoint_unless_allow_empty(tmp_path):
+    """Proves: ``push -`` with empty stdin (a writer that died, a broken pipe) and ``push`` of
+    an empty file exit 1 with one line that says why and names --allow-empty, and leave the good
+    checkpoint in place; with --allow-empty the empty object is saved (and loads as none)."""
+    uri = str(tmp_path / "store" / "ckpt")
+    cli("push", "-", uri, input=b"epoch-7")
+
+    out = cli("push", "-", uri, input=b"", ok=False)
+    assert out.returncode == 1 and out.stdout == ""
+    line = one_line_error(out)
+    assert f"stdin was empty: refusing to save zero bytes at {uri}" in line and "--allow-empty" in line
+    doc = json.loads(cli("push", "-", uri, "--json", input=b"", ok=False).stdout)
+    assert (doc["ok"], doc["type"], doc["exit"]) == (False, "EmptySaveError", 1)
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    out = cli("push", str(empty), uri, ok=False)
+    assert out.returncode == 1 and f"{empty} is empty" in one_line_error(out)
+    assert Path(uri).read_bytes() == b"epoch-7"
+    assert loaded_by_library(uri, tmp_path)[0] == Path("payload")
+
+    assert "--allow-empty" in cli("push", "--help").stdout
+    assert cli_json("push", "-", uri, "--allow-empty", input=b"")["size"] == 0
+    assert loaded_by_library(uri, tmp_path) == (None, {})
