@@ -355,7 +355,7 @@ def test_restart_check_that_cannot_read_the_destination_raises_naming_it(denying
     with pytest.raises(PermissionError) as info:
         resolve_source(dest, "memory://p", restart_attempt=1)
     message = str(info.value)
-    assert "SECRET" not in message and "deny://bucket/r/_flytecheckpoints" in message
+    assert "SECRET" not in message and "deny://<redacted>@bucket/r/_flytecheckpoints" in message
     assert "pod restart 1" in message and "credentials" in message
 
 

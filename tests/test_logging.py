@@ -65,7 +65,7 @@ def test_info_lines_and_reprs_carry_no_credentials(caplog):
     with fc.Checkpoint("memory://elsewhere/x", uri) as cp:
         assert cp.load_sync() is not None
     text = "\n".join(messages(caplog, logging.INFO))
-    assert "saved checkpoint memory://bucket/" in text and "sig=<redacted>" in text
+    assert "saved checkpoint memory://<redacted>@bucket/" in text and "sig=<redacted>" in text
     assert SECRET not in text
 
 
@@ -196,10 +196,12 @@ def test_failed_store_calls_and_aborted_writes_log_the_error_type_only(caplog):
     assert store.stat(uri) is None  # the abort reached the real writer
     lines = [r.getMessage() for r in caplog.records if r.name == "flyte_checkpoint.store"]
     assert any(
-        "MemoryStore.open_read(memory://b/" in line and "raised NotFoundError" in line for line in lines
+        "MemoryStore.open_read(memory://<redacted>@b/" in line and "raised NotFoundError" in line
+        for line in lines
     )
     assert any(
-        line.startswith("MemoryStore abort of memory://b/") and "after 3 bytes" in line for line in lines
+        line.startswith("MemoryStore abort of memory://<redacted>@b/") and "after 3 bytes" in line
+        for line in lines
     )
     assert SECRET not in "\n".join(lines)
 
