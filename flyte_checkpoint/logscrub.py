@@ -26,11 +26,12 @@ _lock = threading.Lock()
 def scrub(text: str) -> str:
     """``text`` with every URI's credentials and every registered secret pattern's value replaced.
 
-    Each URI (``scheme://...``) loses its user-info and query values as
-    :func:`flyte_checkpoint.uri.redact` removes them; then each pattern's first group (the
-    field name, e.g. ``sig=``) is kept and the rest of the match replaced by ``<redacted>``.
+    Each URI (``scheme://...``) loses its user-info (whatever characters its password holds);
+    then each pattern's first group (the field name, e.g. ``sig=``) is kept and the rest of the
+    match replaced by ``<redacted>``. Query values other than the patterns' are kept (an
+    upload id or a part number helps debugging).
     """
-    text = redact_text(text)
+    text = redact_text(text, query=False)
     for pattern in _patterns:
         text = pattern.sub(r"\1" + REDACTED, text)
     return text

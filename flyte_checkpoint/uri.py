@@ -165,6 +165,19 @@ def redact(uri: str) -> str:
     return out
 
 
-def redact_text(text: str) -> str:
-    """``text`` with :func:`redact` applied to every ``scheme://...`` in it (up to a space or quote)."""
-    return _URI_IN_TEXT.sub(lambda m: redact(m.group()), text)
+def redact_text(text: str, *, query: bool = True) -> str:
+    """``text`` with :func:`redact` applied to every ``scheme://...`` in it (up to a space or quote).
+
+    With ``query=False`` only user-infos are replaced; query values are kept.
+    """
+
+    def one(m: re.Match[str]) -> str:
+        if query:
+            return redact(m.group())
+        userinfo, bare = split_userinfo(m.group())
+        if userinfo is None or not _is_credential(bare.partition("://")[0], userinfo):
+            return m.group()
+        scheme, _, rest = bare.partition("://")
+        return f"{scheme}://{_SECRET_PARAM}@{rest}"
+
+    return _URI_IN_TEXT.sub(one, text)

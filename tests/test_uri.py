@@ -141,3 +141,8 @@ def test_a_local_uri_with_a_password_gets_one_clear_message_without_it(char):
 def test_a_remote_file_host_is_still_named():
     with pytest.raises(InvalidURIError, match="names the host 'otherhost': file URIs must be local"):
         normalize("file://otherhost/tmp/x")
+
+
+def test_redact_text_can_keep_query_values():
+    text = "PUT s3://K:se/cr@b/k?partNumber=3 and https://h/o?uploadId=7"
+    assert redact_text(text, query=False) == "PUT s3://<redacted>@b/k?partNumber=3 and https://h/o?uploadId=7"
