@@ -26,6 +26,7 @@ import pytest
 import flyte_checkpoint as fc
 from conftest import require
 from tests.helpers import file_member, link_member, tar_bytes
+from tests.uri_secrets import PIECES, SPECIAL, assert_absent, with_password
 
 SCRIPT = Path(sys.executable).with_name("flyte-checkpoint")
 SECRET = "s3cr3t-Pa55word"
@@ -614,28 +615,7 @@ def test_cloud_missing_object_is_exit_3_and_bad_tarball_is_exit_1(cloud, tmp_pat
 
 # --------------------------------------------------------------------------- credentials in URIs
 
-#: Characters a password may hold (real AWS secret keys hold "/" and "+") that end a URI's
-#: authority for a parser that is not told where the user-info ends.
-SPECIAL = {"slash": "/", "plus": "+", "hash": "#", "question": "?", "at": "@", "colon": ":"}
-PIECES = ("wJalrXUtnFEMI", "K7MDENGbPxRfi", "CYEXAMPLEKEY")
 KEY_ID = "AKIACLIUSERINFO00042"
-
-
-def with_password(uri: str, password: str) -> str:
-    """``uri`` (or a local path) with ``KEY_ID:password`` as its user-info, written as is."""
-    if "://" not in uri:
-        return f"file://{KEY_ID}:{password}@localhost{uri}"
-    scheme, _, rest = uri.partition("://")
-    return f"{scheme}://{KEY_ID}:{password}@{rest}"
-
-
-def assert_hidden(char: str, text: str, where: str) -> None:
-    """Neither the password, nor a piece of it, nor the key id shows in ``text`` (in any spelling)."""
-    from urllib.parse import quote
-
-    for secret in (char.join(PIECES), KEY_ID, *PIECES):
-        for form in {secret, quote(secret, safe=""), quote(secret)}:
-            assert form not in text, f"{form!r} shows in {where}:\n{text}"
 
 
 def every_command_refuses(root: str, char: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> int:
@@ -644,7 +624,7 @@ def every_command_refuses(root: str, char: str, tmp_path: Path, capsys: pytest.C
     Runs ``main()`` in this process (the console script's entry point); returns the runs."""
     from flyte_checkpoint.cli import main
 
-    uri = with_password(f"{root}/run/ckpt", char.join(PIECES))
+    uri = with_password(f"{root}/run/ckpt", char.join(PIECES), KEY_ID)
     payload = tmp_path / "payload.bin"
     payload.write_bytes(b"state")
     commands = {
@@ -661,7 +641,7 @@ def every_command_refuses(root: str, char: str, tmp_path: Path, capsys: pytest.C
             out = capsys.readouterr()
             where = f"{name} {mode}"
             assert code == 1, f"{where}: exit {code}\n{out.out}\n{out.err}"
-            assert_hidden(char, out.out + out.err, where)
+            assert_absent([char.join(PIECES), KEY_ID, *PIECES], out.out + out.err, where)
             last = out.err.splitlines()[-1]
             assert last.startswith("flyte-checkpoint: error: ") and "credentials" in last, out.err
             assert root.rsplit("/", 1)[-1] in last, f"{where} does not name the URI: {last}"
@@ -707,9 +687,12 @@ def test_a_password_in_a_cloud_uri_never_shows_in_any_command(cloud, char, tmp_p
         assert every_command_refuses(root, char, tmp_path, capsys) == 15
     finally:
         get_registry().close()
-    out = cli("push", "-", with_password(f"{root}/script", char.join(PIECES)), input=b"x", env=env, ok=False)
+    script_uri = with_password(f"{root}/script", char.join(PIECES), KEY_ID)
+    out = cli("push", "-", script_uri, input=b"x", env=env, ok=False)
     assert out.returncode == 1 and "credentials" in one_line_error(out)
-    assert_hidden(char, out.stdout + out.stderr, "the console script's output")
+    assert_absent(
+        [char.join(PIECES), KEY_ID, *PIECES], out.stdout + out.stderr, "the console script's output"
+    )
 
 
 # --------------------------------------------------------------------------- empty saves

@@ -6,6 +6,7 @@ import pytest
 
 from flyte_checkpoint.errors import InvalidURIError
 from flyte_checkpoint.uri import has_credentials, normalize, redact, redact_text, scheme_of, split_userinfo
+from tests.uri_secrets import PIECES, SPECIAL
 
 
 @pytest.mark.parametrize(
@@ -57,11 +58,6 @@ def test_redact_removes_credentials(uri, secret, kept):
 def test_redact_leaves_plain_uris_alone():
     for uri in ("s3://b/k", "/tmp/a b/c", "abfs://container@account/x"):
         assert redact(uri) == uri
-
-
-#: Characters a password may hold (real AWS secret keys hold "/" and "+").
-SPECIAL = {"slash": "/", "plus": "+", "hash": "#", "question": "?", "at": "@", "colon": ":"}
-PIECES = ("wJalrXUtnFEMI", "K7MDENGbPxRfi", "CYEXAMPLEKEY")
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs", "az", "abfss", "https", "memory", "file"])

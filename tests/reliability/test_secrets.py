@@ -25,7 +25,6 @@ import os
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 
@@ -35,6 +34,7 @@ from flyte_checkpoint.errors import InvalidURIError
 from flyte_checkpoint.registry import store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend
+from tests.uri_secrets import PIECES, SPECIAL, assert_absent, with_password
 
 #: The backends' fixtures (see backends.py), visible to pytest in this module.
 backend = backends.backend
@@ -86,14 +86,6 @@ def capture_logs() -> Iterator[Capture]:
 def describe(exc: BaseException) -> str:
     """Message, repr and the whole chained traceback of an error."""
     return "\n".join([str(exc), repr(exc), *traceback.format_exception(type(exc), exc, exc.__traceback__)])
-
-
-def with_password(uri: str, password: str = URI_PASSWORD, user: str = "user") -> str:
-    """``uri`` (or a local path) with ``user:password`` as its user-info, written as is."""
-    if "://" not in uri:  # a local path
-        return f"file://{user}:{password}@localhost{uri}"
-    scheme, _, rest = uri.partition("://")
-    return f"{scheme}://{user}:{password}@{rest}"
 
 
 def with_signed_query(uri: str) -> str:
@@ -178,7 +170,7 @@ def exercise(backend: Backend, tmp_path: Path) -> tuple[str, int, int]:
     ops += 2
 
     # A password in the user-info: every use is refused, and nothing shows it.
-    errors += refused_everywhere(with_password(dest), backend.name, tmp_path, texts)
+    errors += refused_everywhere(with_password(dest, URI_PASSWORD, "user"), backend.name, tmp_path, texts)
     # A token in the query string is part of the object's name on every backend: it works.
     signed = with_signed_query(dest)
     texts.append(repr(TaskContext(1, CheckpointPaths(signed, signed), "run", "action")))
@@ -201,15 +193,6 @@ def exercise(backend: Backend, tmp_path: Path) -> tuple[str, int, int]:
     store.write_bytes(damaged, good.read_bytes()[:300_000])
     expect_error(lambda: fc.Checkpoint(str(tmp_path / "unused"), damaged).load_sync())
     return "\n".join(texts), ops, errors
-
-
-def assert_absent(secrets: list[str], text: str, where: str) -> None:
-    for secret in secrets:
-        for form in {secret, quote(secret, safe=""), quote(secret)}:
-            idx = text.find(form)
-            if idx >= 0:
-                line = text[text.rfind("\n", 0, idx) + 1 : text.find("\n", idx) % (len(text) + 1)]
-                raise AssertionError(f"a secret appears in {where}: {line[:400]}")
 
 
 #: What other loggers' DEBUG lines show in place of a backend's own secret (so their check can fail).
@@ -326,8 +309,6 @@ def test_gcs_oauth_secrets_never_shown(backend_pool, tmp_path: Path):
         run_and_check(authed, tmp_path / "oauth", [client_secret, refresh_token, access_token])
 
 
-#: Characters a password may hold that end a URI's authority for a parser not told otherwise.
-SPECIAL = {"slash": "/", "plus": "+", "hash": "#", "question": "?", "at": "@", "colon": ":"}
 KEY_ID = "AKIAUSERINFOKEY00042"
 
 
@@ -340,8 +321,7 @@ def test_a_password_holding_any_special_character_never_shows(backend: Backend, 
     the special characters, nor the key id shows in an error (message, repr, chained traceback), a
     ``repr``/``str`` of ``Checkpoint``, ``CheckpointPaths`` or ``TaskContext``, or a DEBUG log line.
     The store's DEBUG lines do name the URI (so the log check can fail)."""
-    pieces = ["wJalrXUtnFEMI", "K7MDENGbPxRfi", "CYEXAMPLEKEY"]
-    password = char.join(pieces)
+    password = char.join(PIECES)
     dest = backend.fresh("special")
     uri = with_password(dest, password, user=KEY_ID)
     texts: list[str] = []
@@ -350,7 +330,7 @@ def test_a_password_holding_any_special_character_never_shows(backend: Backend, 
     logged = "\n".join(logs.lines)
     assert errors >= 6
     assert dest.rsplit("/", 2)[-2] in logged, "no DEBUG line named the URI: the log check proves nothing"
-    secrets = [password, KEY_ID, *pieces]
+    secrets = [password, KEY_ID, *PIECES]
     assert_absent(secrets, "\n".join(texts), "an error, traceback, repr or str")
     assert_absent(secrets, logged, "a DEBUG log line")
 
@@ -362,7 +342,7 @@ def test_uri_tokens_are_redacted_in_task_context_and_checkpoint_reprs(scheme: st
     needed); a local URI with a password cannot make a ``Checkpoint``, and its error hides it."""
     base = "/tmp/fcp/ckpt" if scheme == "file" else f"{scheme}://bucket/run/ckpt"
     secrets = [URI_TOKEN, URI_PASSWORD]
-    for uri in (with_password(base), with_signed_query(base)):
+    for uri in (with_password(base, URI_PASSWORD, "user"), with_signed_query(base)):
         paths = CheckpointPaths(uri, uri)
         shown = {"CheckpointPaths": repr(paths), "TaskContext": repr(TaskContext(1, paths, "r", "a"))}
         if scheme == "file" and URI_PASSWORD in uri:
