@@ -273,6 +273,7 @@ def test_azure_sas_token_and_wrong_key_never_shown(backend_pool, tmp_path: Path)
             text = describe(exc)
         else:
             raise AssertionError("a wrong account key was accepted")
+    assert "AZURE_STORAGE_ACCOUNT_KEY" in text, text  # the error names where the key came from instead
     assert_absent([wrong_key, d["account_key"]], text + "\n".join(logs.lines), "a 403's error or logs")
 
 
