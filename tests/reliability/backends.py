@@ -18,8 +18,9 @@ Use it through the fixtures (import them into a test module)::
 or by hand (``pool = BackendPool(); b = pool.get("s3"); ...; pool.close()``).
 
 Servers are started lazily, the first time a backend is asked for, and stopped when the
-session ends (or :meth:`BackendPool.close`). A missing server skips the test, or fails it
-with ``CI=true`` (``require`` from the root conftest). Stores use small parts, blocks and
+session ends (or :meth:`BackendPool.close`). A server that is not installed skips the test
+(a failure with ``CI=true``, see the root conftest); one that is installed but does not start
+fails it, CI or not, with the server's output. Stores use small parts, blocks and
 chunks (see ``*_TUNING``), so a checkpoint of a few MiB is a multi-part upload everywhere.
 Credentials are fake but distinctive (:data:`S3_ACCESS_KEY`, :data:`S3_SECRET_KEY`) where the
 server accepts any, and Azurite's well-known key otherwise; :attr:`Backend.secrets` lists the
@@ -151,20 +152,26 @@ class BackendPool:
     def __init__(self) -> None:
         self._stack = contextlib.ExitStack()
         self._started: dict[str, Backend] = {}
-        self._failed: dict[str, str] = {}
+        self._failed: dict[str, _Unavailable] = {}
 
     def get(self, name: str) -> Backend:
-        """The running backend ``name``; skips (fails with ``CI=true``) if it cannot run."""
+        """The running backend ``name``.
+
+        Skips (fails with ``CI=true``) when its server is not installed, and fails when the
+        server is installed but did not start (every later request fails the same way).
+        """
         if name not in BACKENDS:
             raise ValueError(f"unknown backend {name!r}: one of {BACKENDS}")
-        if name in self._failed:
-            require(False, self._failed[name])
-        if name not in self._started:
+        if name not in self._started and name not in self._failed:
             try:
                 self._started[name] = getattr(self, f"_start_{name}")()
             except _Unavailable as exc:
-                self._failed[name] = str(exc)
-                require(False, str(exc))
+                self._failed[name] = exc
+        failed = self._failed.get(name)
+        if isinstance(failed, _StartFailed):
+            pytest.fail(str(failed), pytrace=False)
+        if failed is not None:
+            require(False, str(failed))
         return self._started[name]
 
     def close(self) -> None:
@@ -190,7 +197,7 @@ class BackendPool:
         try:
             endpoint = self._stack.enter_context(server.moto_s3_server())
         except server.ServerStartError as exc:
-            raise _Unavailable(str(exc))
+            raise _StartFailed(str(exc))
         env = {
             "AWS_ENDPOINT_URL_S3": endpoint,
             "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
@@ -224,7 +231,7 @@ class BackendPool:
         try:
             emu = self._stack.enter_context(GcsEmulator())
         except EmulatorError as exc:
-            raise _Unavailable(f"the GCS emulator could not start: {exc}")
+            raise _StartFailed(f"the GCS emulator could not start: {exc}")
         emu.create_bucket(BUCKET)
         env = {"STORAGE_EMULATOR_HOST": emu.endpoint, **GCS_TUNING}
         return Backend(
@@ -237,15 +244,22 @@ class BackendPool:
 
     def _start_azure(self) -> Backend:
         try:
-            from flyte_checkpoint_azure_tests.server import AzuriteUnavailable, azurite
+            from flyte_checkpoint_azure_tests.server import (
+                INSTALL_HINT,
+                AzuriteUnavailable,
+                azurite,
+                find_executable,
+            )
         except ImportError:
             raise _Unavailable(
                 "the Azure plugin's test package (flyte_checkpoint_azure_tests) is not installed"
             )
+        if find_executable() is None:
+            raise _Unavailable(f"azurite-blob is not installed: {INSTALL_HINT}")
         try:
             srv = self._stack.enter_context(azurite())
         except AzuriteUnavailable as exc:
-            raise _Unavailable(str(exc))
+            raise _StartFailed(str(exc))
         from azure.storage.blob import BlobServiceClient
 
         with BlobServiceClient.from_connection_string(srv.connection_string) as svc:
@@ -267,7 +281,11 @@ class BackendPool:
 
 
 class _Unavailable(RuntimeError):
-    """A backend's server cannot run here."""
+    """A backend's server is not installed here."""
+
+
+class _StartFailed(_Unavailable):
+    """A backend's server is installed but did not start."""
 
 
 def s3_client(endpoint: str) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .server import AzuriteServer, AzuriteUnavailable, azurite
+from .server import INSTALL_HINT, AzuriteServer, AzuriteUnavailable, azurite, find_executable
 
 try:  # the repository's root conftest, when pytest runs from the repository
     from conftest import require
@@ -51,13 +51,17 @@ AZURE_VARS = (
 
 @pytest.fixture(scope="session")
 def azurite_server() -> Iterator[AzuriteServer]:
-    """Azurite's blob service on 127.0.0.1, in memory, for the whole session."""
+    """Azurite's blob service on 127.0.0.1, in memory, for the whole session.
+
+    Not installed: the test skips (a failure with CI=true). Installed but not started: the
+    test fails, CI or not, with Azurite's output.
+    """
+    require(find_executable() is not None, f"azurite-blob is not installed: {INSTALL_HINT}")
     try:
         cm = azurite()
         server = cm.__enter__()
     except AzuriteUnavailable as exc:
-        require(False, str(exc))
-        raise  # unreachable: require skips or fails
+        pytest.fail(str(exc), pytrace=False)
     try:
         from azure.storage.blob import BlobServiceClient
 

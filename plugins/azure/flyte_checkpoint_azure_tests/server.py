@@ -91,9 +91,11 @@ def _answers(host: str, port: int) -> bool:
 
 @contextmanager
 def azurite(
-    *, host: str = "127.0.0.1", start_timeout: float = 60.0, extra_args: Sequence[str] = ()
+    *, host: str = "127.0.0.1", start_timeout: float = 180.0, extra_args: Sequence[str] = ()
 ) -> Iterator[AzuriteServer]:
     """Run Azurite's blob service, in memory, on a free port of ``host``; stop it on exit.
+
+    Waits until the service answers a request; ``start_timeout`` only guards against a hang.
 
     Raises:
         AzuriteUnavailable: no executable was found, or the server did not answer

@@ -38,13 +38,18 @@ STORE_ENV = {
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[GcsEmulator]:
     """A running emulator with the bucket ``fcp-test``; the environment points the
-    registry's ``gs://`` store at it (small chunks, see ``STORE_ENV``)."""
+    registry's ``gs://`` store at it (small chunks, see ``STORE_ENV``).
+
+    Not installed: the test skips (a failure with CI=true). Installed but not started: the
+    test fails, CI or not, with the emulator's output.
+    """
     require(emulator_installed(), "gcp-storage-emulator is not installed (pip install gcp-storage-emulator)")
     emu = GcsEmulator()
     try:
         emu.start()
     except EmulatorError as exc:
-        require(False, f"the GCS emulator could not start: {exc}")
+        emu.stop()
+        pytest.fail(f"the GCS emulator could not start: {exc}", pytrace=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("STORAGE_EMULATOR_HOST", emu.endpoint)
         for key, value in STORE_ENV.items():

@@ -49,11 +49,13 @@ def moto_available() -> bool:
 
 @contextlib.contextmanager
 def moto_s3_server(
-    *, min_part_size: int | None = TEST_MIN_PART_SIZE, start_timeout: float = 60.0, tries: int = 3
+    *, min_part_size: int | None = TEST_MIN_PART_SIZE, start_timeout: float = 120.0, tries: int = 3
 ) -> Iterator[str]:
     """Run ``python -m moto.server`` on a free port of 127.0.0.1; yield its endpoint URL.
 
-    ``min_part_size`` sets moto's ``S3_UPLOAD_PART_MIN_SIZE`` (``None``: AWS's 5 MiB).
+    ``min_part_size`` sets moto's ``S3_UPLOAD_PART_MIN_SIZE`` (``None``: AWS's 5 MiB). Each try
+    waits until the server answers its health endpoint; ``start_timeout`` only guards against
+    a hang, and a server that exits (a port taken meanwhile) is retried on a fresh port.
 
     Raises:
         ServerStartError: it did not answer within ``start_timeout`` seconds (after ``tries``
