@@ -19,11 +19,13 @@ Mix the suites into a test class of your own and provide two pytest fixtures::
 For ``CheckpointSuite`` the store must also be the one the registry resolves for
 ``store_root``'s scheme (an installed plugin, or :func:`flyte_checkpoint.register_store`).
 
-Capability flags, as class attributes, close tests for what a backend may lack:
+Class attributes adapt the suite to the backend:
 
 - ``large_object_size``: bytes in the "large object" tests (default 24 MiB: big
   enough to cross multipart/chunk boundaries of the usual defaults);
-- ``supports_list`` (default True).
+- ``supports_list`` (default True): set it to False for a store that cannot list; the
+  listing test is then not part of the class at all (it neither runs nor skips), and the
+  other tests stop looking at listings.
 """
 
 from .suite import BlobStoreSuite, CheckpointSuite
