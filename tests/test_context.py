@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -170,12 +171,41 @@ def test_runner_with_a_remote_root_loads_the_previous_attempt(monkeypatch):
     assert step() == 3 and starts == [0, 1, 2, 3]
 
 
-def test_task_without_parentheses_and_negative_retries(tmp_path):
+def test_task_without_parentheses_and_negative_retries(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path))
+
     @fc.task
     def plain():
-        return fc.ctx().attempt_number
+        return fc.ctx().attempt_number, fc.ctx().checkpoint_paths
 
-    assert plain() == 0
-    with pytest.raises(ValueError):
+    attempt, paths = plain()
+    assert attempt == 0 and paths.prev_checkpoint_path is None
+    assert Path(paths.checkpoint_path).is_relative_to(tmp_path)
+    with pytest.raises(ValueError, match="retries must be 0 or more"):
         fc.task(retries=-1)
-    assert isinstance(Path(fc.ctx().checkpoint_paths.checkpoint_path or "."), Path)
+    assert fc.ctx().checkpoint_paths.checkpoint_path is None  # the task's context ended with it
+
+
+def test_default_root_is_a_folder_in_the_temp_dir_and_the_variable_overrides_it(tmp_path, monkeypatch):
+    """README: ``FLYTE_CHECKPOINT_ROOT`` (any URI) is where ``@fc.task`` keeps each attempt's
+    checkpoint; unset or blank, ``{tempfile.gettempdir()}/flyte-checkpoint-runs``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    seen = []
+
+    @fc.task(run_name="r")
+    def where():
+        seen.append(fc.ctx().checkpoint_paths.checkpoint_path)
+
+    for value in (None, "", "  "):
+        if value is None:
+            monkeypatch.delenv("FLYTE_CHECKPOINT_ROOT", raising=False)
+        else:
+            monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", value)
+        where()
+    default = os.path.join(
+        str(tmp_path / "tmp"), "flyte-checkpoint-runs", "r", "where", "0", "_flytecheckpoints"
+    )
+    assert seen == [default] * 3
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", "memory://elsewhere/runs")
+    where()
+    assert seen[-1] == "memory://elsewhere/runs/r/where/0/_flytecheckpoints"
