@@ -7,7 +7,9 @@
 - :class:`ReadAhead`: a readable that fills a bounded queue of chunks from a source in
   a background thread, so reading overlaps with whatever consumes the data.
 
-Memory stays bounded by block size x (queue depth + workers + 1), whatever the size.
+Memory stays bounded by block size x (queue depth + 3), whatever the size: the blocks in the
+queue (workers + 2 for the writer), the one being written to the sink, the one waiting for a
+place in the queue, and the input buffer being filled.
 """
 
 from __future__ import annotations
