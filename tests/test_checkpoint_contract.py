@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import pickle
+import shutil
 import tarfile
+import tempfile
 import threading
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import (
+    CheckpointPermissionError,
     CorruptCheckpointError,
     InvalidURIError,
     NotFoundError,
@@ -392,18 +396,72 @@ def _decompress_or_none(data: bytes) -> bytes | None:
         return None
 
 
-def test_unreadable_source_is_raised_not_none(dest, tmp_path):
-    if os.geteuid() == 0:
-        # root reads anything: make the source a directory instead, which cannot be read.
-        bad = tmp_path / "adir"
-        bad.mkdir()
-        with pytest.raises(OSError, match="is a directory"):
-            fc.Checkpoint(str(tmp_path / "n"), str(bad)).load_sync()
-        return
-    saved(dest, b"secret")
-    os.chmod(dest, 0)
-    with pytest.raises(PermissionError):
-        fc.Checkpoint(str(tmp_path / "n"), dest).load_sync()
+NOBODY = 65534
+
+
+def _load_in_child(src: str, dest: str, tmpdir: str, uid: int | None) -> tuple[int, BaseException | str]:
+    """Load ``src`` in a forked child (as ``uid`` when given, after dropping root); returns the
+    child's effective uid and the error it raised (or a description of what it loaded)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 0
+        try:
+            os.close(read_end)
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            tempfile.tempdir = tmpdir
+            try:
+                outcome: BaseException | str = f"loaded {fc.Checkpoint(dest, src).load_sync()}"
+            except BaseException as exc:
+                outcome = exc
+            with os.fdopen(write_end, "wb") as pipe:
+                pickle.dump((os.geteuid(), outcome), pipe)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and data, "the child failed before reporting"
+    return pickle.loads(data)
+
+
+def test_unreadable_source_is_raised_not_none(tmp_path):
+    """A source the process may not read raises PermissionError naming it, never None. The load
+    runs in a forked child; as root (who reads anything, and CI runs as root) the child first
+    drops to the user nobody, so the real permission check is what refuses it."""
+    as_root = os.geteuid() == 0
+    box = Path(tempfile.mkdtemp(prefix="fcp-unreadable-"))  # /tmp, not pytest's root-only folder
+    try:
+        box.chmod(0o755)
+        src = box / "store" / "ckpt"
+        saved(str(src), b"secret")
+        src.parent.chmod(0o755)
+        src.chmod(0)
+        work = box / "work"
+        work.mkdir()
+        if as_root:
+            os.chown(work, NOBODY, NOBODY)
+        # the child cannot read the interpreter's folder (/root) after dropping root: import
+        # here everything a load imports, by loading a readable copy first
+        readable = box / "store" / "readable"
+        saved(str(readable), b"secret")
+        with fc.Checkpoint(str(tmp_path / "warm"), str(readable)) as cp:
+            assert cp.load_sync().read_bytes() == b"secret"
+        uid, outcome = _load_in_child(str(src), str(work / "dest"), str(work), NOBODY if as_root else None)
+        assert uid == (NOBODY if as_root else os.geteuid())
+        assert isinstance(outcome, PermissionError), outcome
+        assert isinstance(outcome, CheckpointPermissionError), repr(outcome)
+        assert f"permission denied to read {src}: check the file's and its folder's permissions" in str(
+            outcome
+        )
+    finally:
+        shutil.rmtree(box)
 
 
 def test_io_error_on_read_is_raised_not_none(dest, tmp_path, monkeypatch):
