@@ -9,6 +9,10 @@ Where stores come from, in order of precedence when two claim one scheme:
 Within one level the claim with the higher ``priority`` wins; equal priorities are
 broken by backend name (alphabetical), with a warning that names both claimants.
 
+Two plugins registering one backend *name*: the one whose plugin (entry point) name sorts
+first is kept, with a warning naming both; a plugin's backend named like a built-in one
+replaces the built-in; a runtime registration replaces any of the same name.
+
 Entry points are loaded once, lazily, on the first resolution of a URI or the first
 listing of backends (never at import), each on its own: a plugin that fails to import
 is reported by name in a warning and in later "no backend" errors, and the rest load.
@@ -270,7 +274,9 @@ class Registry:
     def _collect(self) -> list[Backend]:
         claims: list[Backend] = []
         seen: dict[str, Backend] = {}
-        for impl in reversed(self._pm.hook.register_stores.get_hookimpls()):
+        impls = self._pm.hook.register_stores.get_hookimpls()
+        # plugins before built-ins, then by plugin name: the first claim of a name is kept
+        for impl in sorted(impls, key=lambda i: (i.plugin_name == "builtin", i.plugin_name)):
             plugin = impl.plugin_name
             source = "builtin" if plugin == "builtin" else "plugin"
             info = self._plugin_info.get(plugin, _PluginInfo())
@@ -297,7 +303,8 @@ class Registry:
         if other is not None:
             warnings.warn(
                 f"two plugins register a backend named {backend.name!r}: {other.plugin!r}"
-                f" and {backend.plugin!r}; the one from {backend.plugin!r} is ignored",
+                f" and {backend.plugin!r}; the one from {backend.plugin!r} is ignored"
+                " (the first plugin by name is kept)",
                 RuntimeWarning,
                 stacklevel=4,
             )

@@ -151,6 +151,16 @@ def test_runtime_registration_beats_plugins_and_builtins(reg):
     assert reg.backend_for("memory://x").name == "p"
 
 
+def test_the_level_decides_before_the_priority(reg):
+    """A plugin beats a built-in and a runtime registration beats a plugin, even with a lower
+    priority: priority only orders claims of one level."""
+    reg.register_plugin(plugin(StoreSpec("low-plugin", ("memory",), Fake, priority=-5)), name="lp")
+    assert reg.backend_for("memory://x").name == "low-plugin"
+    reg.register_plugin(plugin(StoreSpec("high-plugin", ("rt",), Fake, priority=100)), name="hp")
+    reg.register(StoreSpec("low-runtime", ("rt",), Other, priority=-5))
+    assert reg.backend_for("rt://x").name == "low-runtime"
+
+
 def test_higher_priority_wins_between_plugins(reg):
     reg.register_plugin(plugin(StoreSpec("low", ("dup",), Fake, priority=1)), name="a")
     reg.register_plugin(plugin(StoreSpec("high", ("dup",), Other, priority=5)), name="b")
@@ -164,12 +174,29 @@ def test_equal_priority_clash_resolves_by_name_with_a_warning(reg):
         assert reg.backend_for("dup://x").name == "alpha"
 
 
-def test_duplicate_backend_name_keeps_one_and_warns(reg):
-    reg.register_plugin(plugin(StoreSpec("same", ("one",), Fake)), name="p1")
-    reg.register_plugin(plugin(StoreSpec("same", ("two",), Other)), name="p2")
-    with pytest.warns(RuntimeWarning, match="two plugins register a backend named 'same'"):
-        names = [b.name for b in reg.backends()]
-    assert names.count("same") == 1
+@pytest.mark.parametrize("order", [("pz", "pa"), ("pa", "pz")])
+def test_duplicate_backend_name_keeps_the_first_plugin_by_name_and_warns(order):
+    """Two plugins registering one backend name: the plugin whose name sorts first ('pa') is
+    kept, whichever registered first, with a warning naming both."""
+    reg = Registry(autoload=False)
+    schemes = {"pa": "aye", "pz": "zed"}
+    for name in order:
+        reg.register_plugin(plugin(StoreSpec("same", (schemes[name],), Fake)), name=name)
+    match = r"two plugins register a backend named 'same': 'pa' and 'pz'; the one from 'pz' is ignored"
+    with pytest.warns(RuntimeWarning, match=match):
+        kept = [b for b in reg.backends() if b.name == "same"]
+    assert [(b.plugin, b.schemes) for b in kept] == [("pa", ("aye",))]
+    assert reg.backend_for("aye://x").plugin == "pa"
+    with pytest.raises(UnknownSchemeError):
+        reg.backend_for("zed://x")
+
+
+def test_a_plugin_backend_named_like_a_builtin_replaces_it(reg):
+    reg.register_plugin(plugin(StoreSpec("memory", ("memory", "mem2"), Fake)), name="zzz-memory")
+    with pytest.warns(RuntimeWarning, match="the one from 'builtin' is ignored"):
+        memory = [b for b in reg.backends() if b.name == "memory"]
+    assert [(b.plugin, b.source) for b in memory] == [("zzz-memory", "plugin")]
+    assert isinstance(reg.store_for("memory://x"), Fake)
 
 
 def test_a_hook_that_raises_is_reported_and_the_rest_still_load(reg):
