@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import time
@@ -15,11 +16,27 @@ from .logs import logger
 T = TypeVar("T")
 
 
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
+def _env_number(name: str, default: float, *, whole: bool = False, least: float = 0) -> float:
+    """``$name`` as a number (``default`` when unset or blank).
+
+    Raises:
+        ValueError: the value is not a finite number of at least ``least`` (a whole one
+            when ``whole``); the message names the variable and the default.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
+    kind = "a whole number" if whole else "a number of seconds"
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value < least:
+        raise ValueError(
+            f"{name}={raw!r} is not valid: set it to {kind} of at least {least:g}"
+            f" (default {default:g}), or unset it"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -40,14 +57,19 @@ class RetryPolicy:
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """Defaults, overridden by ``FLYTE_CHECKPOINT_RETRY_ATTEMPTS``, ``..._BASE_DELAY``,
-        ``..._MAX_DELAY`` and ``..._TOTAL_TIMEOUT``."""
+        """Defaults, overridden by ``FLYTE_CHECKPOINT_RETRY_ATTEMPTS`` (a whole number, at
+        least 1), ``..._BASE_DELAY``, ``..._MAX_DELAY`` and ``..._TOTAL_TIMEOUT`` (seconds, at
+        least 0). Unset or blank variables keep the default.
+
+        Raises:
+            ValueError: a variable is set to anything else (the message names it).
+        """
         d = cls()
         return cls(
-            attempts=max(1, int(_env_float("FLYTE_CHECKPOINT_RETRY_ATTEMPTS", d.attempts))),
-            base_delay=_env_float("FLYTE_CHECKPOINT_RETRY_BASE_DELAY", d.base_delay),
-            max_delay=_env_float("FLYTE_CHECKPOINT_RETRY_MAX_DELAY", d.max_delay),
-            total_timeout=_env_float("FLYTE_CHECKPOINT_RETRY_TOTAL_TIMEOUT", d.total_timeout),
+            attempts=int(_env_number("FLYTE_CHECKPOINT_RETRY_ATTEMPTS", d.attempts, whole=True, least=1)),
+            base_delay=_env_number("FLYTE_CHECKPOINT_RETRY_BASE_DELAY", d.base_delay),
+            max_delay=_env_number("FLYTE_CHECKPOINT_RETRY_MAX_DELAY", d.max_delay),
+            total_timeout=_env_number("FLYTE_CHECKPOINT_RETRY_TOTAL_TIMEOUT", d.total_timeout),
         )
 
     def delay(self, attempt: int) -> float:
