@@ -21,6 +21,7 @@ import pytest
 import flyte_checkpoint as fc
 from conftest import require
 from flyte_checkpoint.integrations.flyte import FlyteTaskContext, resolve_source
+from flyte_checkpoint.stores.memory import MemoryStore
 
 try:
     import flyte
@@ -364,3 +365,45 @@ def test_blank_previous_path_and_an_unreadable_destination_start_fresh(denying_s
     with caplog.at_level("WARNING", logger="flyte_checkpoint"):
         assert resolve_source(dest, None) is None
     assert "could not check deny://bucket/r/_flytecheckpoints" in caplog.text
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts ``stat`` calls per URI."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, int] = {}
+
+    def stat(self, uri: str) -> int | None:
+        self.stats[uri] = self.stats.get(uri, 0) + 1
+        return super().stat(uri)
+
+
+@pytest.fixture
+def counting_store():
+    store = CountingStore()
+    fc.register_store("countstat-test", "countstat", lambda: store)
+    yield store
+    fc.unregister_store("countstat-test")
+
+
+@pytest.mark.parametrize(
+    ("restart", "prev", "lookups"),
+    [(1, "countstat://b/r/a0/0/_flytecheckpoints", 1), (None, None, 1), (0, "countstat://b/p", 0)],
+)
+def test_a_clustered_restart_costs_one_size_lookup_of_the_destination(counting_store, restart, prev, lookups):
+    """README: deciding whether a restarted pod resumes from this attempt's destination costs one
+    size lookup of the destination, the first time ``fc.ctx().checkpoint`` is used; none when
+    there is no restart and a previous path was given."""
+    dest = "countstat://b/r/a0/1/_flytecheckpoints"
+    counting_store.write_bytes(dest, b"saved by the earlier pods")
+    tctx = FlyteTaskContext(
+        attempt_number=1,
+        checkpoint_paths=fc.CheckpointPaths(dest, prev),
+        run_name="r",
+        action_name="a0",
+        restart_attempt=restart,
+    )
+    cps = [tctx.checkpoint for _ in range(3)]
+    assert cps[0] is cps[1] is cps[2]
+    assert counting_store.stats.get(dest, 0) == lookups
+    assert cps[0].remote_source == (dest if lookups else prev)
