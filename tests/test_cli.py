@@ -250,6 +250,21 @@ def test_inspect_members_lists_every_member_and_limit_cuts_the_entries(tmp_path)
     assert "... and 3 more (--limit 0 shows all)" in text
 
 
+def test_inspect_shows_ten_entries_by_default_and_limit_0_shows_all(tmp_path):
+    tree = tmp_path / "state"
+    tree.mkdir()
+    for i in range(12):
+        (tree / f"f{i:02d}.bin").write_bytes(b"x" * (1000 + i))  # f11 is the largest
+    uri = str(tmp_path / "ckpt")
+    cli("push", str(tree), uri)
+    everything = [f"f{i:02d}.bin" for i in reversed(range(12))]
+    assert [e["name"] for e in cli_json("inspect", uri)["entries"]] == everything[:10]
+    assert "... and 2 more (--limit 0 shows all)" in cli("inspect", uri).stdout
+    assert [e["name"] for e in cli_json("inspect", uri, "--limit", "0")["entries"]] == everything
+    text = cli("inspect", uri, "--limit", "0").stdout
+    assert all(name in text for name in everything) and "more (--limit 0" not in text
+
+
 # --------------------------------------------------------------------------- payloads
 
 
