@@ -150,6 +150,37 @@ def test_retries_log_a_debug_line_each_without_credentials(flaky, caplog):
 # --------------------------------------------------------------------------- store calls
 
 
+def test_debug_on_the_store_logger_alone_shows_store_lines_only(flaky, caplog):
+    """README: ``flyte_checkpoint.store`` set to DEBUG on its own gives the store-call lines,
+    and nothing else of the library (no retry lines, no info lines)."""
+    caplog.set_level(logging.DEBUG, logger="flyte_checkpoint.store")
+    assert logging.getLogger("flyte_checkpoint").level == logging.NOTSET
+    target = flaky / "obj"
+    target.write_bytes(b"payload")
+    FlakyStore.failures = 1  # one retry, which logs a DEBUG line on flyte_checkpoint when it is on
+    policy = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
+    with fc.Checkpoint(str(flaky / "d"), f"flaky://host{target}", retry=policy) as cp:
+        assert cp.load_sync().read_bytes() == b"payload"
+    names = {r.name for r in caplog.records if r.name.startswith("flyte_checkpoint")}
+    assert names == {"flyte_checkpoint.store"}
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(
+        line.startswith(f"FlakyStore.stat(flaky://host{target}) raised TransientError") for line in lines
+    )
+    assert any(line.startswith(f"FlakyStore.open_read(flaky://host{target}): opened in ") for line in lines)
+
+    caplog.clear()  # the same with the library's logger at DEBUG: the retry line appears too
+    FlakyStore.failures = 1
+    caplog.set_level(logging.DEBUG, logger="flyte_checkpoint")
+    with fc.Checkpoint(str(flaky / "e"), f"flaky://host{target}", retry=policy) as cp:
+        cp.load_sync()
+    assert any(
+        "transient error (try 1 of 3)" in r.getMessage()
+        for r in caplog.records
+        if r.name == "flyte_checkpoint"
+    )
+
+
 def test_store_calls_are_logged_only_when_debug_is_on(tmp_path, caplog):
     uri = str(tmp_path / "ckpt")
     raw = get_registry().store_for(uri)
