@@ -251,13 +251,25 @@ with warnings.catch_warnings(record=True) as caught:
 print(any("'aaa-broken' failed to load" in str(w.message) for w in caught))
 print([b.name for b in reg.broken_plugins])
 print(Registry(autoload=False).backends()[-1].name)
+for uri in ("nothing://x", "s3://bucket/key"):
+    try:
+        reg.store_for(uri)
+    except Exception as exc:
+        print(type(exc).__name__, exc)
 """
 
 
 def test_entry_points_load_each_on_its_own():
     out = subprocess.run([sys.executable, "-c", ENTRY_POINT_SCRIPT], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:4] == ["good", "True", "['aaa-broken']", "memory"]
+    lines = out.stdout.split("\n")
+    assert lines[:4] == ["good", "True", "['aaa-broken']", "memory"]
+    # "no backend" errors name the plugin that failed to import, and why
+    note = "Plugins that failed to load: aaa-broken: ImportError: cannot import boom."
+    assert (
+        lines[4].startswith("UnknownSchemeError no backend serves the 'nothing' scheme") and note in lines[4]
+    )
+    assert lines[5].startswith("BackendNotInstalledError no backend for 's3://'") and note in lines[5]
 
 
 def test_disable_autoload_env(monkeypatch):
