@@ -4,8 +4,9 @@ The harness runs in a child process (libFuzzer ends the process when it finishes
 real checkpoint objects (a directory tarball with links, a plain tar, a gzip payload, raw
 bytes). For every input, ``restore`` must return or raise a ``CheckpointError``; anything else
 is a crash. After each input the harness checks that nothing appeared beside the destination
-(an escape), and libFuzzer's per-input timeout turns a hang into a failure. The child is
-bounded by ``-runs`` and ``-max_total_time`` and killed by the test if it overruns.
+(an escape), and libFuzzer's per-input timeout (a generous hang guard) turns a hang into a
+failure. The child makes exactly ``FCP_ATHERIS_RUNS`` runs (default 20,000); the test kills it
+only if it is still running after ``FCP_ATHERIS_SECONDS`` (default 900, a hang guard).
 
 Needs ``atheris`` (``pip install 'atheris>=3.0'``; wheels for CPython 3.10-3.11 on Linux x86-64).
 """
@@ -28,7 +29,7 @@ import pytest
 from conftest import require
 
 RUNS = int(os.environ.get("FCP_ATHERIS_RUNS", "20000"))
-MAX_SECONDS = int(os.environ.get("FCP_ATHERIS_SECONDS", "30"))
+HANG_GUARD = int(os.environ.get("FCP_ATHERIS_SECONDS", "900"))
 
 HARNESS = textwrap.dedent(
     """
@@ -88,11 +89,10 @@ def _seeds(folder: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(MAX_SECONDS + 120)
+@pytest.mark.timeout(HANG_GUARD + 120)
 def test_atheris_fuzzes_restore_without_crash_hang_or_escape(tmp_path: Path):
-    """A bounded atheris run over ``restore.restore`` (RUNS inputs or MAX_SECONDS, whichever
-    first) finds no input that raises a non-project error, hangs past 10 s, or writes outside
-    the destination."""
+    """An atheris run of exactly RUNS inputs over ``restore.restore`` finds no input that raises
+    a non-project error, hangs (over 120 s for one input), or writes outside the destination."""
     require(importlib.util.find_spec("atheris") is not None, "atheris is not installed (pip install atheris)")
     harness = tmp_path / "harness.py"
     harness.write_text(HARNESS)
@@ -105,22 +105,21 @@ def test_atheris_fuzzes_restore_without_crash_hang_or_escape(tmp_path: Path):
         str(harness),
         str(sandbox),
         f"-runs={RUNS}",
-        f"-max_total_time={MAX_SECONDS}",
-        "-timeout=10",
+        "-timeout=120",
         "-rss_limit_mb=2048",
         "-max_len=65536",
         f"-artifact_prefix={artifacts}/",
         "-print_final_stats=1",
         str(corpus),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MAX_SECONDS + 90, cwd=tmp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     crashes = sorted(p.name for p in artifacts.iterdir())
     assert proc.returncode == 0 and not crashes, f"exit {proc.returncode}, artifacts {crashes}\n{out[-6000:]}"
     done = re.search(r"Done (\d+) runs in (\d+) second", out)
     assert done, out[-3000:]
     runs = int(done.group(1))
-    assert runs >= min(RUNS, 500), out[-3000:]  # it really fuzzed
+    assert runs == RUNS, out[-3000:]  # every run made, as RELIABILITY.md states
     print(f"atheris: {runs} runs in {done.group(2)} s, no crash, hang or escape")
     # nothing escaped above the sandbox either
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["b"]

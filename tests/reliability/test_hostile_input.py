@@ -5,7 +5,7 @@ file backend, with the workspace inside the test's sandbox. For every case:
 
 - nothing is written outside the checkpoint's own temporary root (the whole sandbox is
   listed before and after, and the escape targets the case aims at are checked);
-- it finishes under a timeout (pytest-timeout, and a measured bound);
+- it finishes (pytest-timeout is the hang guard; no test here measures time);
 - the only errors are the project's own (``CheckpointError`` subclasses), and the one
   expected for the case; a failed load leaves the workspace empty;
 - a case that may legitimately restore restores inside the workspace (every link resolving
@@ -24,7 +24,6 @@ import os
 import struct
 import tarfile
 import tempfile
-import time
 import unicodedata
 import zlib
 from collections.abc import Callable
@@ -36,7 +35,7 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CheckpointError, CorruptCheckpointError, StoreError, UnsafeArchiveError
 
-TIMEOUT = 30
+TIMEOUT = 300  # a hang guard only: a case takes well under a second
 MARK = "fcp-escaped"  # every escape in the corpus aims at a path with this in its name
 
 Members = list[tuple[tarfile.TarInfo, bytes | None]]
@@ -396,15 +395,12 @@ def test_hostile_object(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     obj = sandbox / "object"
     obj.write_bytes(blob)
     before = _listing(tmp_path, None)
-    started = time.monotonic()
     cp = fc.Checkpoint(str(sandbox / "dest"), str(obj))
     error: BaseException | None = None
     try:
         result = cp.load_sync()
     except BaseException as exc:
         error = exc
-    elapsed = time.monotonic() - started
-    assert elapsed < TIMEOUT, elapsed
     ws = cp.path
     cp_root = ws.parent
     assert cp_root.parent == sandbox / "tmp"
@@ -446,7 +442,47 @@ def test_corpus_covers_the_issue():
         "truncated-gzip", "bad-gzip-crc", "trailing-garbage-after-gzip", "tar-without-end-marker-gz",
     }  # fmt: skip
     assert required <= set(CORPUS)
-    assert len(CORPUS) >= 40
+    assert len(CORPUS) == 50  # as RELIABILITY.md states: update both together
+
+
+def test_bomb_is_refused_at_its_first_member_after_little_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The limit stops the bomb at its first member's header: of the 256 MiB it claims, at most
+    8 MiB are ever decompressed (what the read-ahead holds), and nothing is written. A bound on
+    work, not on time."""
+    from flyte_checkpoint import restore as restore_module
+
+    inflated = []
+    real = restore_module.decompressor
+
+    class Counting:
+        def __init__(self, raw):
+            self._inner = real(raw)
+
+        def read(self, n=-1):
+            data = self._inner.read(n)
+            inflated.append(len(data))
+            return data
+
+        def readable(self):
+            return True
+
+        def close(self):
+            self._inner.close()
+
+    monkeypatch.setattr(restore_module, "decompressor", Counting)
+    monkeypatch.setenv("FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES", str(1024 * 1024))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    obj = tmp_path / "bomb"
+    obj.write_bytes(bomb(256 * 1024 * 1024))
+    with fc.Checkpoint(str(tmp_path / "dest"), str(obj)) as cp:
+        with pytest.raises(
+            UnsafeArchiveError, match=r"beyond the limit of 1048576 bytes \(at member 'zeros\.bin'\)"
+        ):
+            cp.load_sync()
+        assert list(cp.path.iterdir()) == []
+    assert 0 < sum(inflated) <= 8 * 1024 * 1024, sum(inflated)
 
 
 def test_bomb_is_small_on_the_wire():
