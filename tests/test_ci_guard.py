@@ -153,3 +153,24 @@ def test_under_ci_a_module_skipped_at_collection_is_an_error(
     assert result.ret == pytest.ExitCode.INTERRUPTED  # "errors during collection" stops the run
     monkeypatch.delenv("CI")
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(skipped=1)
+
+
+def test_every_test_that_pip_installs_dependencies_is_marked_network():
+    """A test whose body runs ``pip install`` without ``--no-deps`` needs the package index: it
+    must carry the ``network`` marker, so that ``-m "not network"`` gives an offline run."""
+    import ast
+
+    root = ROOT_CONFTEST.parent
+    files = [*root.glob("tests/**/test_*.py"), *root.glob("plugins/*/*_tests/test_*.py")]
+    found: dict[str, bool] = {}
+    for path in files:
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
+                continue
+            body = ast.get_source_segment(source, node) or ""
+            if '"pip", "install"' in body and '"--no-deps"' not in body:
+                marks = [ast.unparse(d) for d in node.decorator_list]
+                found[f"{path.relative_to(root)}::{node.name}"] = "pytest.mark.network" in marks
+    assert len(found) == 3, found  # the [s3], [gcs] and [azure] extras into an empty venv
+    assert all(found.values()), found

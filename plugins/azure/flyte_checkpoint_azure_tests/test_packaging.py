@@ -90,9 +90,12 @@ print("ok")
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.network
 def test_pip_install_azure_extra_into_an_empty_venv(
     wheelhouse: Path, azurite_server: AzuriteServer, tmp_path: Path, prefix: str
 ) -> None:
+    """Needs the package index: pip installs the extra's dependencies from it (marked
+    ``network``; ``-m "not network"`` leaves it out of an offline run)."""
     wheels = sorted(p.name for p in wheelhouse.glob("flyte_checkpoint_azure-*.whl"))
     assert wheels == ["flyte_checkpoint_azure-0.1.0-py3-none-any.whl"], wheels
     names = zipfile.ZipFile(wheelhouse / wheels[0]).namelist()

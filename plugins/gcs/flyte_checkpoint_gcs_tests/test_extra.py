@@ -45,9 +45,12 @@ print("extra ok")
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.network
 def test_pip_install_extra_then_save_and_load(
     gcs_emulator: GcsEmulator, wheelhouse: Path, tmp_path: Path
 ) -> None:
+    """Needs the package index: pip installs the extra's dependencies from it (marked
+    ``network``; ``-m "not network"`` leaves it out of an offline run)."""
     assert make_venv is not None, "run from the repository: the root conftest provides make_venv"
     python = make_venv(tmp_path / "venv")
     subprocess.run(

@@ -43,9 +43,12 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.network
 def test_pip_install_extra_then_save_and_load(
     wheelhouse: Path, s3_env: dict[str, str], raw_s3: Any, tmp_path: Path
 ) -> None:
+    """Needs the package index: pip installs the extra's dependencies from it (marked
+    ``network``; ``-m "not network"`` leaves it out of an offline run)."""
     python = make_venv(tmp_path / "venv")
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--find-links", str(wheelhouse), "flyte-checkpoint[s3]"],
