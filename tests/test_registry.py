@@ -230,6 +230,7 @@ class EP:
     def __init__(self, name, target):
         self.name, self.target, self.dist = name, target, None
     def load(self):
+        LOADS.append(self.name)
         if self.target == "boom":
             raise ImportError("cannot import boom")
         import types
@@ -240,6 +241,7 @@ class EP:
             register(StoreSpec(self.name, (self.name,), "flyte_checkpoint.stores.memory:MemoryStore"))
         return types.SimpleNamespace(register_stores=register_stores)
 
+LOADS = []
 eps = [EP("aaa-broken", "boom"), EP("good", "ok")]
 metadata.entry_points = lambda **kw: eps if kw.get("group") == "flyte_checkpoint" else []
 
@@ -256,6 +258,8 @@ for uri in ("nothing://x", "s3://bucket/key"):
         reg.store_for(uri)
     except Exception as exc:
         print(type(exc).__name__, exc)
+reg.store_for("good://y"); reg.backends(); reg.broken_plugins
+print(sorted(LOADS))
 """
 
 
@@ -270,6 +274,7 @@ def test_entry_points_load_each_on_its_own():
         lines[4].startswith("UnknownSchemeError no backend serves the 'nothing' scheme") and note in lines[4]
     )
     assert lines[5].startswith("BackendNotInstalledError no backend for 's3://'") and note in lines[5]
+    assert lines[6] == "['aaa-broken', 'good']"  # each entry point loaded once, however often used
 
 
 def test_disable_autoload_env(monkeypatch):
