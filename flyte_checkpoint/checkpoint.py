@@ -136,7 +136,7 @@ class Checkpoint(BaseCheckpoint):
                 import tempfile
                 import weakref
 
-                self._root = tempfile.mkdtemp(prefix="flyte-cp-")
+                self._root = tempfile.mkdtemp(prefix="flyte-checkpoint-ws-")
                 self._finalizer = weakref.finalize(self, _remove_tree, self._root)
             workspace = Path(self._root, "workspace")
             workspace.mkdir(exist_ok=True)

@@ -13,6 +13,7 @@ import io
 import os
 import random
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,15 @@ def test_local_runner_on_s3_loads_each_previous_attempt(s3_bucket):
     assert count(10) == 10
     base = f"{s3_bucket}/runs/chain/count"
     assert seen == [(None, 0)] + [(f"{base}/{k}/_flytecheckpoints", 3 * (k + 1)) for k in range(3)]
+
+
+def test_workspace_folder_tells_which_library_restored_it(tmp_path):
+    """A traceback through a restored file names the library: our prefix, not Flyte's."""
+    flyte.Checkpoint(uri(tmp_path / "obj")).save_sync(b"state")
+    theirs = flyte.Checkpoint(uri(tmp_path / "a"), uri(tmp_path / "obj"))
+    with fc.Checkpoint(uri(tmp_path / "b"), uri(tmp_path / "obj")) as ours:
+        restored = ours.load_sync()
+        folder = restored.relative_to(tempfile.gettempdir()).parts[0]
+        flyte_folder = theirs.load_sync().relative_to(tempfile.gettempdir()).parts[0]
+        assert flyte_folder.startswith("flyte-cp-")  # Flyte's own prefix (flyte 2.12.1)
+        assert folder.startswith("flyte-checkpoint-ws-")
