@@ -155,7 +155,7 @@ def _attempts(fn: Callable[..., Any], retries: int, root: str | None, run_name: 
 def task(
     fn: F | None = None,
     *,
-    retries: int = 0,
+    retries: int | None = None,
     checkpoint_root: str | None = None,
     run_name: str | None = None,
 ) -> Any:
@@ -167,58 +167,100 @@ def task(
     Works on ``def`` and ``async def`` functions. ``root`` is ``checkpoint_root``,
     else ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
 
-    Inside a Flyte v2 task the function runs once, as it is: Flyte owns the retries and
-    ``ctx()`` gives Flyte's paths and attempt number, so the same decorated code runs
-    locally and on Flyte.
+    Stacked on a Flyte v2 task, on either side of ``@env.task``: inside a Flyte task the
+    function runs once, as it is (Flyte owns the retries, and ``ctx()`` gives Flyte's paths
+    and attempt number); called outside Flyte, the local runner retries it. Without
+    ``retries``, the local runner retries as often as the Flyte task does (0 times for a
+    function that is not one). Above ``@env.task`` the Flyte task itself is returned, its
+    function now run by the local runner; under it, the Flyte task is found by the
+    function's name in its module, as Flyte's own resolver finds tasks.
 
     Raises:
         ValueError: ``retries`` is negative.
+        TypeError: given a Flyte task that does not run a Python function.
     """
-    if retries < 0:
+    if retries is not None and retries < 0:
         raise ValueError("retries must be 0 or more")
 
-    def decorate(func: F) -> F:
-        import inspect
+    def decorate(target: Any) -> Any:
+        flyte_task = _function_task(target)
+        if flyte_task is None:
+            return _local_runner(target, retries, checkpoint_root, run_name, None)
+        flyte_task.func = _local_runner(flyte_task.func, retries, checkpoint_root, run_name, flyte_task)
+        return flyte_task
 
-        if inspect.iscoroutinefunction(func):
+    return decorate(fn) if fn is not None else decorate
 
-            @functools.wraps(func)
-            async def run_async(*args: Any, **kwargs: Any) -> Any:
-                if _current.get() is None and _flyte_context() is not None:
-                    return await func(*args, **kwargs)
-                error: BaseException | None = None
-                for tctx in _attempts(func, retries, checkpoint_root, run_name):
-                    token = _current.set(tctx)
-                    try:
-                        return await func(*args, **kwargs)
-                    except Exception as exc:
-                        error = _log_failure(func, tctx, retries, exc)
-                    finally:
-                        _current.reset(token)
-                        tctx.close()
-                raise error  # type: ignore[misc]
 
-            return run_async  # type: ignore[return-value]
+def _function_task(target: Any) -> Any | None:
+    """``target`` when it is a Flyte task made from a function; ``None`` when it is no Flyte task."""
+    if "flyte" not in sys.modules:
+        return None
+    from .integrations.flyte import function_task
+
+    return function_task(target)
+
+
+def _local_retries(wrapper: Callable[..., Any], retries: int | None, flyte_task: Any | None) -> int:
+    """``retries`` when given, else the retries of the Flyte task running ``wrapper``, else 0."""
+    if retries is not None:
+        return retries
+    if "flyte" not in sys.modules:
+        return 0
+    from .integrations.flyte import task_retries
+
+    return task_retries(wrapper, flyte_task)
+
+
+def _local_runner(
+    func: Callable[..., Any],
+    retries: int | None,
+    root: str | None,
+    run_name: str | None,
+    flyte_task: Any | None,
+) -> Callable[..., Any]:
+    """``func`` wrapped: retried by the local runner outside Flyte, run once inside a Flyte task."""
+    import inspect
+
+    if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
-        def run(*args: Any, **kwargs: Any) -> Any:
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
             if _current.get() is None and _flyte_context() is not None:
-                return func(*args, **kwargs)
+                return await func(*args, **kwargs)
+            count = _local_retries(run_async, retries, flyte_task)
             error: BaseException | None = None
-            for tctx in _attempts(func, retries, checkpoint_root, run_name):
+            for tctx in _attempts(func, count, root, run_name):
                 token = _current.set(tctx)
                 try:
-                    return func(*args, **kwargs)
+                    return await func(*args, **kwargs)
                 except Exception as exc:
-                    error = _log_failure(func, tctx, retries, exc)
+                    error = _log_failure(func, tctx, count, exc)
                 finally:
                     _current.reset(token)
                     tctx.close()
             raise error  # type: ignore[misc]
 
-        return run  # type: ignore[return-value]
+        return run_async
 
-    return decorate(fn) if fn is not None else decorate
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if _current.get() is None and _flyte_context() is not None:
+            return func(*args, **kwargs)
+        count = _local_retries(run, retries, flyte_task)
+        error: BaseException | None = None
+        for tctx in _attempts(func, count, root, run_name):
+            token = _current.set(tctx)
+            try:
+                return func(*args, **kwargs)
+            except Exception as exc:
+                error = _log_failure(func, tctx, count, exc)
+            finally:
+                _current.reset(token)
+                tctx.close()
+        raise error  # type: ignore[misc]
+
+    return run
 
 
 def _log_failure(func: Callable[..., Any], tctx: TaskContext, retries: int, exc: Exception) -> Exception:

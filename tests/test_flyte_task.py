@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import timedelta
@@ -38,17 +39,26 @@ def flyte_local(tmp_path, monkeypatch):
     for name in ("FLYTE_ATTEMPT_NUMBER", "JOBSET_RESTART_ATTEMPT"):
         monkeypatch.delenv(name, raising=False)
     flyte.init()
-    raw = tmp_path / "raw"
     SEEN.clear()
+    names: list[str] = []
 
     def run(task, *args):
+        # Each run its own raw data folder: a second local run in the same one would resume
+        # from the checkpoint Flyte staged there for the first run's retries.
+        names.append(f"fc-test-{os.urandom(6).hex()}")
+        run.raw = tmp_path / ("raw" if len(names) == 1 else f"raw-{len(names)}")  # type: ignore[attr-defined]
         run_ctx = flyte.with_runcontext(
-            mode="local", raw_data_path=str(raw), run_base_dir=str(tmp_path / "meta"), disable_run_cache=True
+            mode="local",
+            name=names[-1],
+            raw_data_path=str(run.raw),  # type: ignore[attr-defined]
+            run_base_dir=str(tmp_path / "meta"),
+            disable_run_cache=True,
         )
         return run_ctx.run(task, *args).outputs()[0]
 
-    run.raw = raw  # type: ignore[attr-defined]
-    return run
+    yield run
+    for name in names:  # Flyte's local mode keeps each run's metadata here, whatever run_base_dir says
+        shutil.rmtree(Path("/tmp/flyte/metadata") / name, ignore_errors=True)
 
 
 SEEN: list[dict] = []
@@ -93,17 +103,46 @@ if flyte is not None:
     def count_anywhere(n: int) -> int:
         return _count(n)
 
-    @env.task(retries=quick)
-    async def count_async(n: int) -> int:
+    async def _count_async(n: int) -> int:
         cp = fc.ctx().checkpoint
         path = await cp.load()
         start = int(path.read_bytes()) if path else 0
-        SEEN.append({"start": start, "type": type(fc.ctx())})
+        SEEN.append({"start": start, "type": type(fc.ctx()), "attempt": fc.ctx().attempt_number})
         for i in range(start, n):
             if i > start and i % 3 == 0:
                 raise RuntimeError(f"crash at {i}")
             await cp.save(str(i + 1).encode())
         return n
+
+    @env.task(retries=quick)
+    async def count_async(n: int) -> int:
+        return await _count_async(n)
+
+    # @fc.task on either side of @env.task; without retries= it takes Flyte's (3), with it its own.
+    @fc.task
+    @env.task(retries=quick)
+    def count_fc_above(n: int) -> int:
+        return _count(n)
+
+    @env.task(retries=quick)
+    @fc.task
+    def count_fc_under(n: int) -> int:
+        return _count(n)
+
+    @fc.task(retries=1)
+    @env.task(retries=quick)
+    def count_fc_above_own(n: int) -> int:
+        return _count(n)
+
+    @env.task(retries=quick)
+    @fc.task(retries=1)
+    def count_fc_under_own(n: int) -> int:
+        return _count(n)
+
+    @fc.task
+    @env.task(retries=quick)
+    async def count_fc_above_async(n: int) -> int:
+        return await _count_async(n)
 
     @env.task
     def main(n: int) -> int:
@@ -162,6 +201,99 @@ def test_attempt_number_is_flytes(flyte_local, monkeypatch):
     assert json.loads(flyte_local(where)) == [0, "FlyteTaskContext", 0]
     monkeypatch.setenv("FLYTE_ATTEMPT_NUMBER", "4")
     assert json.loads(flyte_local(where)) == [4, "FlyteTaskContext", 4]
+
+
+def test_flyte_local_mode_numbers_every_attempt_0_while_the_local_runner_counts(
+    flyte_local, tmp_path, monkeypatch
+):
+    """README "Attempt numbers": the same retries, numbered differently; the checkpoint tells."""
+    assert flyte_local(main_anywhere, 10) == 10
+    assert [(s["start"], s["attempt"], s["flyte_attempt"]) for s in SEEN] == [
+        (0, 0, 0),
+        (3, 0, 0),
+        (6, 0, 0),
+        (9, 0, 0),
+    ]
+    SEEN.clear()
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path / "local-root"))
+    assert count_anywhere.func(10) == 10
+    assert [(s["start"], s["attempt"], s["flyte_attempt"]) for s in SEEN] == [
+        (0, 0, None),
+        (3, 1, None),
+        (6, 2, None),
+        (9, 3, None),
+    ]
+
+
+def test_fc_task_above_env_task_returns_the_flyte_task_and_flyte_runs_it(flyte_local):
+    for task in (count_fc_above, count_fc_above_own, count_fc_above_async):
+        assert isinstance(task, flyte.TaskTemplate)
+        assert env.tasks[task.name] is task  # the very task the environment holds (and deploys)
+    # flyte.run takes it (it used to be a plain function: "On Flyte tasks can be run, not generic
+    # functions or methods"); inside Flyte the function runs once per attempt and Flyte retries.
+    assert flyte_local(count_fc_above, 10) == 10
+    assert [s["start"] for s in SEEN] == [0, 3, 6, 9]
+    assert all(s["type"] is FlyteTaskContext for s in SEEN)
+    SEEN.clear()
+    assert flyte_local(count_fc_above_own, 10) == 10  # Flyte's retries inside Flyte, whatever ours
+    assert [s["start"] for s in SEEN] == [0, 3, 6, 9]
+    SEEN.clear()
+    assert flyte_local(count_fc_above_async, 7) == 7
+    assert [(s["start"], s["type"]) for s in SEEN] == [
+        (0, FlyteTaskContext),
+        (3, FlyteTaskContext),
+        (6, FlyteTaskContext),
+    ]
+
+
+@pytest.mark.parametrize("order", ["above", "under"])
+def test_either_order_retries_outside_flyte_as_often_as_the_flyte_task(
+    order, flyte_local, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path / "local-root"))
+    task = {"above": count_fc_above, "under": count_fc_under}[order]
+    assert task(10) == 10  # called outside Flyte, as a script or a test calls it
+    assert [(s["start"], s["attempt"]) for s in SEEN] == [(0, 0), (3, 1), (6, 2), (9, 3)]
+    assert all(s["type"] is fc.TaskContext for s in SEEN)
+
+
+@pytest.mark.parametrize("order", ["above", "under"])
+def test_retries_given_to_fc_task_are_the_local_runners(order, flyte_local, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path / "local-root"))
+    task = {"above": count_fc_above_own, "under": count_fc_under_own}[order]
+    with pytest.raises(Exception, match="crash at 6"):
+        task(10)
+    assert [(s["start"], s["attempt"]) for s in SEEN] == [(0, 0), (3, 1)]
+
+
+def test_async_flyte_task_under_fc_task_retries_outside_flyte(flyte_local, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path / "local-root"))
+    assert asyncio.run(count_fc_above_async(7)) == 7
+    assert [(s["start"], s["attempt"]) for s in SEEN] == [(0, 0), (3, 1), (6, 2)]
+
+
+def test_fc_task_on_a_flyte_task_without_a_python_function_names_what_to_do(flyte_local):
+    from flyte.extras import ContainerTask
+
+    container = ContainerTask(name="shell", image="alpine", command=["true"])
+    with pytest.raises(TypeError) as info:
+        fc.task(container)
+    message = str(info.value)
+    assert "'shell' (ContainerTask)" in message
+    assert "put @fc.task on a function, above or under @env.task" in message
+
+
+def test_a_plain_function_still_gets_no_retries_unless_given(tmp_path):
+    calls = []
+
+    @fc.task(checkpoint_root=str(tmp_path))
+    def once() -> None:
+        calls.append(fc.ctx().attempt_number)
+        raise RuntimeError("no retry")
+
+    with pytest.raises(RuntimeError, match="no retry"):
+        once()
+    assert calls == [0]
 
 
 def test_outside_flyte_tasks_ctx_is_the_local_one(flyte_local):

@@ -38,6 +38,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +148,48 @@ def from_flyte(tctx: Any) -> FlyteTaskContext:
     )
 
 
+def function_task(target: Any) -> Any | None:
+    """``target`` when it is a Flyte task made from a function (what ``@env.task`` returns for a
+    ``def`` or ``async def``: ``flyte.AsyncFunctionTaskTemplate``); ``None`` when it is no Flyte task.
+
+    Raises:
+        TypeError: ``target`` is a Flyte task that runs no Python function of its own.
+    """
+    module = sys.modules.get("flyte")
+    base = getattr(module, "TaskTemplate", None)
+    if base is None or not isinstance(target, base):
+        return None
+    if isinstance(target, getattr(module, "AsyncFunctionTaskTemplate", ())) and callable(
+        getattr(target, "func", None)
+    ):
+        return target
+    raise TypeError(
+        f"@fc.task runs a Python function, and the Flyte task {getattr(target, 'name', target)!r} "
+        f"({type(target).__name__}) runs none: put @fc.task on a function, above or under @env.task"
+    )
+
+
+def task_retries(wrapper: Callable[..., Any], flyte_task: Any | None = None) -> int:
+    """Flyte's retry count for the Flyte task whose function is ``wrapper``; 0 when there is none.
+
+    The task is ``flyte_task`` when given, else the Flyte task bound to the wrapped function's
+    name in the function's module (where Flyte's own resolver finds tasks).
+    """
+    if flyte_task is None:
+        func = getattr(wrapper, "__wrapped__", wrapper)
+        namespace = getattr(func, "__globals__", None)
+        if namespace is None:
+            module = sys.modules.get(getattr(func, "__module__", None) or "")
+            namespace = vars(module) if module is not None else {}
+        candidate = namespace.get(getattr(func, "__name__", ""))
+        if getattr(candidate, "func", None) is wrapper and function_task(candidate) is not None:
+            flyte_task = candidate
+    if flyte_task is None:
+        return 0
+    strategy = flyte_task.retries
+    return int(getattr(strategy, "count", strategy) or 0)
+
+
 def resolve_source(
     dest: str,
     prev: str | None,
@@ -237,5 +280,7 @@ __all__ = [
     "current_context",
     "flyte_task_context",
     "from_flyte",
+    "function_task",
     "resolve_source",
+    "task_retries",
 ]
