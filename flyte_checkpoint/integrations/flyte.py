@@ -117,7 +117,11 @@ def flyte_task_context() -> Any | None:
 
 
 def current_context() -> FlyteTaskContext | None:
-    """Our context for the running Flyte task (the same object on every call), or ``None``."""
+    """Our context for the running Flyte task (the same object on every call), or ``None``.
+
+    Making it (once per attempt) also lets our log lines follow Flyte's level and handlers,
+    unless logging is set up for ``flyte_checkpoint`` (:mod:`.flyte_logging`).
+    """
     tctx = flyte_task_context()
     if tctx is None:
         return None
@@ -129,6 +133,9 @@ def current_context() -> FlyteTaskContext | None:
     if isinstance(data, dict):
         with _lock:
             made = data.setdefault(CONTEXT_KEY, made)
+    from .flyte_logging import follow_flyte
+
+    follow_flyte()  # once per attempt: Flyte's level may have changed since the last one
     return made
 
 
