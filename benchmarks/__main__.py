@@ -3,6 +3,7 @@
     python -m benchmarks                 # full size: 1 GiB model, 512 MiB JSON, 20,000 files
     python -m benchmarks --scale 0.01 --runs 1      # a quick check that everything works
     python -m benchmarks --s3            # also on moto's S3 server, against boto3
+    python -m benchmarks --in-flyte-only --data model   # ours vs flyte.ctx().checkpoint in a Flyte task
 
 Each figure is the median of ``--runs`` runs; every operation runs in a fresh child
 process (``benchmarks/ops.py``) so peak RSS is its own. Baselines run in the same run,
@@ -22,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import in_flyte
 from .datasets import DATASETS
 
 ROOT = Path(__file__).resolve().parent
@@ -300,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--only-ours", action="store_true", help="measure this library alone (peak RSS at large sizes)"
     )
+    p.add_argument(
+        "--in-flyte-only",
+        action="store_true",
+        help="only ours against flyte.ctx().checkpoint inside a Flyte task (Flyte's local mode)",
+    )
     args = p.parse_args(argv)
 
     cache = Path(args.cache)
@@ -316,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not can_reset_page_cache():
         print("(the page cache is not reset between operations: that needs root; see reset_page_cache)\n")
-    rows, s3_rows, sizes = [], [], {}
+    if args.in_flyte_only and not with_flyte:
+        p.error("--in-flyte-only needs the flyte package (pip install flyte==2.12.1)")
+    rows, s3_rows, flyte_rows, sizes = [], [], [], {}
     work = Path(tempfile.mkdtemp(prefix="fcp-bench-", dir=cache))
     try:
         for name in args.data or ["model", "jsonl", "small"]:
@@ -326,16 +335,26 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: {sizes[name] / 2**20:.0f} MiB in {sum(1 for _ in data.rglob('*'))} entries",
                 file=sys.stderr,
             )
+            if with_flyte and not args.only_ours:
+                flyte_rows.append(in_flyte.suite(name, data, work, args.runs, measure, warm_bytes(data)))
+            if args.in_flyte_only:
+                continue
             rows += local_suite(name, data, work, args.runs, approaches)
             if args.s3:
                 s3_rows += s3_suite(name, data, work, args.runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("## Local file backend\n")
-    print(fmt_table(rows, sizes))
-    if not args.only_ours:
+    if rows:
+        print("## Local file backend\n")
+        print(fmt_table(rows, sizes))
+    if rows and not args.only_ours:
         print("\n## Ratios (same run, same data)\n")
         print(fmt_ratios(rows))
+    if flyte_rows:
+        print(
+            "\n## Inside a Flyte task (local mode): ours and flyte.ctx().checkpoint saving the same folder\n"
+        )
+        print(in_flyte.fmt(flyte_rows, sizes))
     if s3_rows:
         print("\n## moto S3 server (127.0.0.1), directory save and load against boto3 on the same tarball\n")
         print(
@@ -343,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
             " given that CRC; the composite columns store per-part CRC32s, as upload_file does by default.\n"
         )
         print(fmt_s3(s3_rows))
+    if args.in_flyte_only:
+        return 0
     bare, imported = import_cost(args.runs)
     print(
         f"\n`import flyte_checkpoint` adds {(imported - bare) * 1000:.0f} ms to interpreter start"
