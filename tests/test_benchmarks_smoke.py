@@ -3,6 +3,7 @@ measured by `make bench`, not by tests)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,4 +32,8 @@ def test_benchmarks_run_at_a_small_size(tmp_path):
             assert f"| {data} | {approach} |" in table
     assert "## Ratios (same run, same data)" in table
     assert "## moto S3 server" in table and table.count("x |") >= 3
+    # flyte is a dev dependency: ours against flyte.ctx().checkpoint inside a Flyte task
+    in_flyte = table.split("## Inside a Flyte task (local mode)", 1)[1]
+    for data in ("model", "jsonl", "small"):
+        assert re.search(rf"^\| {data} \| .* \| [0-9.]+x faster \|", in_flyte, flags=re.M), in_flyte
     assert "`import flyte_checkpoint` adds" in table

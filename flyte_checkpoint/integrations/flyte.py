@@ -13,7 +13,9 @@ What is taken from Flyte's ``TaskContext`` (``flyte.ctx()``):
 
 - ``checkpoint_paths.checkpoint_path``: where this attempt saves;
 - ``checkpoint_paths.prev_checkpoint_path``: the previous attempt's checkpoint (blank: none);
-- ``attempt_number`` (Flyte reads ``FLYTE_ATTEMPT_NUMBER``; Flyte's local mode leaves it 0);
+- ``attempt_number`` (Flyte reads ``FLYTE_ATTEMPT_NUMBER``; Flyte's local mode leaves it 0 in
+  every attempt, though it retries: whether ``load()`` found a checkpoint is what tells a
+  resumed attempt);
 - ``action.run_name`` / ``action.name``;
 - ``restart_attempt`` (``JOBSET_RESTART_ATTEMPT``, set on the pods of clustered tasks).
 
@@ -30,6 +32,9 @@ Where ``load()`` reads (:func:`resolve_source`):
 2. Otherwise the previous path, as Flyte gave it, except that a remote previous URI naming
    this very attempt's ``{run}/{action}/{n}`` folder is stepped back to ``n - 1``
    (:func:`flyte_checkpoint.repair_union_prev_checkpoint_uri`).
+
+``@fc.task`` stacked on a Flyte task uses :func:`function_task` and :func:`task_retries`
+from here; log lines follow Flyte's level through :mod:`.flyte_logging`.
 """
 
 from __future__ import annotations
