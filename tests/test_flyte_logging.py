@@ -22,42 +22,7 @@ try:
 except ImportError:
     flyte = None
 
-SCRIPT = """
-import logging, os, sys
-import flyte
-import flyte_checkpoint as fc
-
-env = flyte.TaskEnvironment(name="logs")
-
-
-@env.task
-def save() -> str:
-    fc.ctx().checkpoint.save_sync(b"state")
-    return "ok"
-
-
-def run(level):
-    flyte.init(log_level=level)
-    name = "fc-logs-" + os.urandom(6).hex()
-    run_ctx = flyte.with_runcontext(mode="local", name=name, raw_data_path=os.environ["RAW"] + "/" + name)
-    try:
-        print(run_ctx.run(save).outputs()[0], flush=True)
-    finally:
-        import shutil
-        shutil.rmtree("/tmp/flyte/metadata/" + name, ignore_errors=True)
-
-
-case = sys.argv[1]
-if case == "basic-config":
-    logging.basicConfig(level=logging.INFO, format="USER %(name)s %(levelname)s %(message)s")
-if case == "ours-set":
-    logging.getLogger("flyte_checkpoint").setLevel(logging.WARNING)
-if case in ("info-then-warning", "ours-set"):
-    run(logging.INFO)
-print("-- next run --", file=sys.stderr, flush=True)
-run(logging.WARNING)
-"""
-
+#: The task, as ``task.py`` (for ``flyte run``, and imported by the script below).
 TASK_FILE = """
 import flyte
 import flyte_checkpoint as fc
@@ -69,6 +34,31 @@ env = flyte.TaskEnvironment(name="logs")
 def save() -> str:
     fc.ctx().checkpoint.save_sync(b"state")
     return "ok"
+"""
+
+#: A script that runs the task above in Flyte's local mode, logging set up as argv[1] says.
+SCRIPT = """
+import logging, os, sys
+import flyte
+from task import save
+
+
+def run(level):
+    flyte.init(log_level=level)
+    name = "fc-logs-" + os.urandom(6).hex()
+    run_ctx = flyte.with_runcontext(mode="local", name=name, raw_data_path=os.environ["RAW"] + "/" + name)
+    print(run_ctx.run(save).outputs()[0], flush=True)
+
+
+case = sys.argv[1]
+if case == "basic-config":
+    logging.basicConfig(level=logging.INFO, format="USER %(name)s %(levelname)s %(message)s")
+if case == "ours-set":
+    logging.getLogger("flyte_checkpoint").setLevel(logging.WARNING)
+if case in ("info-then-warning", "ours-set"):
+    run(logging.INFO)
+print("-- next run --", file=sys.stderr, flush=True)
+run(logging.WARNING)
 """
 
 
