@@ -9,11 +9,12 @@ Flyte task), so importing this module stays light.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -228,18 +229,11 @@ def _local_runner(
         async def run_async(*args: Any, **kwargs: Any) -> Any:
             if _current.get() is None and _flyte_context() is not None:
                 return await func(*args, **kwargs)
-            count = _local_retries(run_async, retries, flyte_task)
-            error: BaseException | None = None
+            count, failures = _local_retries(run_async, retries, flyte_task), []
             for tctx in _attempts(func, count, root, run_name):
-                token = _current.set(tctx)
-                try:
+                with _attempt(func, tctx, count, failures):
                     return await func(*args, **kwargs)
-                except Exception as exc:
-                    error = _log_failure(func, tctx, count, exc)
-                finally:
-                    _current.reset(token)
-                    tctx.close()
-            raise error  # type: ignore[misc]
+            raise failures[-1]
 
         return run_async
 
@@ -247,20 +241,29 @@ def _local_runner(
     def run(*args: Any, **kwargs: Any) -> Any:
         if _current.get() is None and _flyte_context() is not None:
             return func(*args, **kwargs)
-        count = _local_retries(run, retries, flyte_task)
-        error: BaseException | None = None
+        count, failures = _local_retries(run, retries, flyte_task), []
         for tctx in _attempts(func, count, root, run_name):
-            token = _current.set(tctx)
-            try:
+            with _attempt(func, tctx, count, failures):
                 return func(*args, **kwargs)
-            except Exception as exc:
-                error = _log_failure(func, tctx, count, exc)
-            finally:
-                _current.reset(token)
-                tctx.close()
-        raise error  # type: ignore[misc]
+        raise failures[-1]
 
     return run
+
+
+@contextlib.contextmanager
+def _attempt(
+    func: Callable[..., Any], tctx: TaskContext, retries: int, failures: list[Exception]
+) -> Iterator[None]:
+    """One attempt: ``ctx()`` is ``tctx`` inside; an exception is logged and kept in ``failures``
+    (the caller goes on to the next attempt), and the attempt's checkpoint is closed after."""
+    token = _current.set(tctx)
+    try:
+        yield
+    except Exception as exc:
+        failures.append(_log_failure(func, tctx, retries, exc))
+    finally:
+        _current.reset(token)
+        tctx.close()
 
 
 def _log_failure(func: Callable[..., Any], tctx: TaskContext, retries: int, exc: Exception) -> Exception:
