@@ -163,8 +163,17 @@ class BlobStore(abc.ABC):
             return _read_exactly(f, length)
 
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
-        """Store a local file's bytes as the object at ``uri``, atomically."""
-        with open(path, "rb") as src, self.open_write(uri) as dst:
+        """Store a local file's bytes as the object at ``uri``, atomically.
+
+        ``path`` may be the :class:`~flyte_checkpoint.sources.SourceFile` the core opened when
+        the save started. An override reads through :func:`~flyte_checkpoint.sources.open_source`
+        and, if it reads by ranges, calls its ``verify()`` before committing, so that a file that
+        changed while it was read raises :class:`~flyte_checkpoint.errors.SourceChangedError`
+        and leaves the previous object in place.
+        """
+        from .sources import open_source
+
+        with open_source(path) as src, self.open_write(uri) as dst:
             shutil.copyfileobj(src, dst, COPY_CHUNK)  # type: ignore[misc]
 
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:

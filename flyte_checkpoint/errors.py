@@ -7,6 +7,11 @@ when the caller does not care where it came from.
 
 from __future__ import annotations
 
+import os
+
+_PATH_MAX = 4096  # Linux's, with its terminating NUL; the limits are used only to explain an error
+_NAME_MAX = 255
+
 
 class CheckpointError(Exception):
     """Base of every error raised by flyte-checkpoint."""
@@ -14,6 +19,22 @@ class CheckpointError(Exception):
 
 class StoreError(CheckpointError, OSError):
     """A storage backend failed in a way that is neither missing, denied nor transient."""
+
+
+class PathTooLongError(StoreError):
+    """A local path is longer than the system allows (on Linux 4,096 bytes, or 255 for one name)."""
+
+    @classmethod
+    def for_path(cls, path: str, advice: str) -> PathTooLongError:
+        """The error naming ``path`` (shortened when very long) and saying what to do."""
+        size = len(os.fsencode(path))
+        longest = max((len(os.fsencode(p)) for p in path.split("/")), default=0)
+        shown = path if len(path) <= 240 else f"{path[:120]}...{path[-100:]}"
+        if longest > _NAME_MAX:
+            why = f"one of its names has {longest} bytes, more than the {_NAME_MAX} a name may have"
+        else:
+            why = f"it has {size} bytes, and a path may have at most {_PATH_MAX - 1}"
+        return cls(f"the path {shown} is too long for this system ({why}): {advice}")
 
 
 class NotFoundError(CheckpointError, FileNotFoundError):
@@ -41,6 +62,11 @@ class CorruptCheckpointError(CheckpointError, ValueError):
 
 class UnsafeArchiveError(CheckpointError, ValueError):
     """A tarball member would write outside the workspace or is not a plain file, folder or link."""
+
+
+class SourceChangedError(CheckpointError, OSError):
+    """A file changed while ``save()`` read it (as GNU tar's "file changed as we read it");
+    nothing was committed."""
 
 
 class InvalidURIError(CheckpointError, ValueError):
@@ -77,6 +103,8 @@ __all__ = [
     "CorruptCheckpointError",
     "InvalidURIError",
     "NotFoundError",
+    "PathTooLongError",
+    "SourceChangedError",
     "StoreError",
     "TransientError",
     "UnknownSchemeError",

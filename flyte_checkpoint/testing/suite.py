@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tarfile
 import threading
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ..blobstore import BlobStore
-from ..errors import CheckpointError, NotFoundError, TransientError
+from ..errors import CheckpointError, NotFoundError, SourceChangedError, TransientError
+from ..sources import SourceFile
 from ..uri import join
 
 
@@ -23,6 +25,37 @@ def _data(size: int, seed: int = 0) -> bytes:
         block = hashlib.sha256(block).digest()
         out += block * 64
     return bytes(out[:size])
+
+
+class _RewrittenAfterFirstRead(SourceFile):
+    """A source file that another writer rewrites in place (same size) right after its first read."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.rewritten = False
+        self._rewrite_lock = threading.Lock()
+
+    def _rewrite_once(self) -> None:
+        with self._rewrite_lock:
+            if not self.rewritten:
+                self.rewritten = True
+                with open(self.path, "r+b") as f:
+                    f.write(_data(self.size, seed=99))
+
+    def read(self, n: int = -1) -> bytes:
+        data = super().read(n)
+        self._rewrite_once()
+        return data
+
+    def readinto(self, buffer) -> int:
+        got = super().readinto(buffer)
+        self._rewrite_once()
+        return got
+
+    def pread(self, n: int, offset: int) -> bytes:
+        data = super().pread(n, offset)
+        self._rewrite_once()
+        return data
 
 
 class BlobStoreSuite:
@@ -154,6 +187,23 @@ class BlobStoreSuite:
         dst = tmp_path / "dst.bin"
         store.download_file(uri, dst)
         assert dst.read_bytes() == data
+
+    @pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+    def test_upload_file_refuses_a_file_that_changes_while_read(
+        self, store: BlobStore, root: str, tmp_path: Path, large: bool
+    ) -> None:
+        """``upload_file`` reads through ``flyte_checkpoint.sources.open_source`` and checks the
+        file before committing: a file rewritten after its first read raises and stores nothing."""
+        uri = join(root, "changing")
+        store.write_bytes(uri, b"previous")
+        src = tmp_path / "changing.bin"
+        src.write_bytes(_data(self.large_object_size if large else 1000))
+        os.utime(src, (1_000_000_000, 1_000_000_000))  # written long ago: a rewrite now changes the time
+        named = re.escape(str(src))
+        with _RewrittenAfterFirstRead(src) as source, pytest.raises(SourceChangedError, match=named):
+            store.upload_file(source, uri)
+        assert source.rewritten, "upload_file must read the file through flyte_checkpoint.sources.open_source"
+        assert store.read_bytes(uri) == b"previous"
 
     def test_key_with_spaces_and_unicode(self, store: BlobStore, root: str) -> None:
         uri = join(root, "dir with space/ckpt é ü 文字.bin")

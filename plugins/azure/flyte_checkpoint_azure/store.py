@@ -13,6 +13,7 @@ from azure.core.exceptions import HttpResponseError
 
 from flyte_checkpoint.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.errors import CheckpointError, NotFoundError, StoreError
+from flyte_checkpoint.sources import open_source
 
 from .clients import Clients
 from .config import AzureConfig
@@ -167,9 +168,10 @@ class AzureBlobStore(BlobStore):
             raise self._error(exc, uri, "read", loc) from exc
 
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
-        """Upload a local file in blocks read straight from it; atomic like any write."""
+        """Upload a local file in blocks read straight from it; atomic like any write, and
+        refused (``SourceChangedError``, nothing committed) if the file changes meanwhile."""
         block = self.settings.block_size
-        with open(path, "rb") as src, self.open_write(uri) as dst:
+        with open_source(path) as src, self.open_write(uri) as dst:
             while data := src.read(block):
                 dst.write(data)
 

@@ -18,6 +18,7 @@ from flyte_checkpoint.errors import (
     NotFoundError,
     StoreError,
 )
+from flyte_checkpoint.sources import open_source
 from flyte_checkpoint.uri import redact
 
 from . import checksums
@@ -172,24 +173,26 @@ class S3Store(BlobStore):
         return self.call(get, uri, f"read bytes {start}-{start + length - 1} of", bucket)
 
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
-        """Upload a local file: one PUT up to one part, else its parts read and sent concurrently."""
+        """Upload a local file: one PUT up to one part, else its parts read and sent concurrently.
+
+        A file that changes meanwhile raises ``SourceChangedError`` before anything is committed.
+        """
         loc = parse(uri)
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        with open_source(path) as src:
+            size = src.size
             if size <= self.config.part_size:
-                self.put(uri, loc.bucket, loc.key, f.read())
+                self.put(uri, loc.bucket, loc.key, src.read())
                 return
             upload = MultipartUpload(self, uri, loc.bucket, loc.key, self.executor)
             upload.start()
             try:
-                fd = f.fileno()
                 offset, number = 0, 1
                 while offset < size:
                     n = min(part_size_for(number, self.config.part_size), size - offset)
-                    upload.submit(number, lambda off=offset, n=n: _pread_exactly(fd, n, off, path))
+                    upload.submit(number, lambda off=offset, n=n: src.pread(n, off))
                     offset += n
                     number += 1
-                upload.complete()
+                upload.complete(check=src.verify)
             except BaseException:
                 upload.abort()
                 raise
@@ -241,13 +244,6 @@ class S3Store(BlobStore):
             ) from exc
         except CheckpointPermissionError:
             pass  # not allowed to ask: the HEAD of the key said 404, so the key is what is missing
-
-
-def _pread_exactly(fd: int, n: int, offset: int, path: str | os.PathLike[str]) -> bytes:
-    data = os.pread(fd, n, offset)
-    if len(data) != n:
-        raise StoreError(f"{os.fspath(path)} shrank while it was being uploaded: upload it again when stable")
-    return data
 
 
 def make_store() -> S3Store:

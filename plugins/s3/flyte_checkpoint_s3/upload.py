@@ -132,8 +132,12 @@ class MultipartUpload:
             if future.done() and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]
 
-    def complete(self) -> None:
-        """Wait for every part, then commit the object (raises the first part's error)."""
+    def complete(self, check: Callable[[], None] | None = None) -> None:
+        """Wait for every part, then commit the object (raises the first part's error).
+
+        ``check``, if given, runs once every part is sent and before the commit; raising
+        from it stops the commit.
+        """
         parts = []
         whole = 0
         for number in sorted(self._futures):
@@ -144,6 +148,8 @@ class MultipartUpload:
                 if self._full_object:
                     whole = self._crc.combine(whole, value, size) if number > 1 else value
             parts.append(part)
+        if check is not None:
+            check()
         args: dict[str, Any] = {
             "Bucket": self._bucket,
             "Key": self._key,
