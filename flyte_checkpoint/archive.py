@@ -1,7 +1,8 @@
 """Streaming tar: pack a directory into a stream, and unpack a stream safely.
 
 ``pack_directory`` writes a tar of a directory's top-level entries (recursively,
-names relative to the directory, sorted) to any writable, without a temporary file.
+names relative to the directory, sorted) to any writable, without a temporary file,
+and only members that ``unpack`` restores (links are made relative or stored as content).
 ``unpack`` reads a tar stream and extracts it under a destination that it never leaves:
 absolute names, ``..``, links that resolve outside the tree, devices and FIFOs are
 refused with :class:`UnsafeArchiveError`; a damaged or truncated stream raises
@@ -23,10 +24,12 @@ from .compression import GZIP_ERRORS
 from .errors import (
     CheckpointError,
     CorruptCheckpointError,
+    PathTooLongError,
     StoreError,
     UnsafeArchiveError,
     UnsupportedDataError,
 )
+from .sources import changed_error, check_unchanged
 
 _CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
@@ -80,37 +83,129 @@ def _kind(mode: int) -> str:
 _READ_FLAGS = (
     os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 )
+_FOLLOW_READ_FLAGS = _READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0)  # the content of a link out of the tree
 
 
-def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> int:
+@dataclass(frozen=True)
+class LeaveOut:
+    """Entries of one folder that a pack leaves out: the one named ``name`` and those whose
+    names start with ``prefix``. ``folder`` is the folder's ``(st_dev, st_ino)``, so it is
+    recognised however the walk reaches it."""
+
+    folder: tuple[int, int]
+    name: str
+    prefix: str
+
+    def __call__(self, name: str) -> bool:
+        return name == self.name or name.startswith(self.prefix)
+
+
+def pack_directory(src: str | os.PathLike[str], out: BinaryIO, *, leave_out: LeaveOut | None = None) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
+    Every member is one that :func:`unpack` restores: a symbolic link that resolves inside
+    the tree is stored as a relative link (as written when that already resolves through
+    the tree's own folders); one that leaves the tree is stored as what it points at, a
+    file's or a folder's content (as ``tar -h`` does).
+
     Raises:
-        UnsupportedDataError: the tree holds a FIFO, device or socket, or a file changed
-            size while it was read.
+        UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
+            outside the tree, or a loop of links.
+        SourceChangedError: a file changed while it was read.
+        PathTooLongError: a path in the tree is longer than the system allows.
     """
     root = os.fspath(src)
-    owners = _Owners()
-    links: dict[tuple[int, int], str] = {}
-    total = 0
-    write = out.write
+    try:
+        return _Packer(root, out, leave_out).run()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG and not isinstance(exc, CheckpointError):
+            raise PathTooLongError.for_path(
+                exc.filename or root,
+                f"give the folders in {root} shorter names, or save a folder further down",
+            ) from None
+        raise
 
-    def meta(st: os.stat_result) -> dict:
+
+class _Packer:
+    """One walk of a tree, writing its members. ``via`` (the link that led there) marks a
+    walk through a folder outside the tree, where every link is stored as its content."""
+
+    def __init__(self, root: str, out: BinaryIO, leave_out: LeaveOut | None) -> None:
+        self.root = root
+        self.root_real = os.path.realpath(root)
+        self._inside_prefix = self.root_real.rstrip("/") + "/"
+        self.write = out.write
+        self.owners = _Owners()
+        self.leave_out = leave_out
+        self.hard_links: dict[tuple[int, int], str] = {}
+        self.open_dirs: set[tuple[int, int]] = set()  # folders being walked: meeting one again is a loop
+        self.total = 0
+
+    def run(self) -> int:
+        self.add_entries(self.root, "", os.stat(self.root), None)
+        self.write(ts.end_of_archive())
+        return self.total
+
+    def meta(self, st: os.stat_result) -> dict:
         return {
             "mode": st.st_mode,
             "mtime": int(st.st_mtime),
             "uid": st.st_uid,
             "gid": st.st_gid,
-            "uname": owners.user(st.st_uid),
-            "gname": owners.group(st.st_gid),
+            "uname": self.owners.user(st.st_uid),
+            "gname": self.owners.group(st.st_gid),
         }
 
-    def add_file(path: str, arcname: str) -> bool:
-        """Add a regular file through one descriptor (open, fstat, read, close); False if it
-        turned out not to be a regular file."""
-        nonlocal total
+    def add_entries(self, path: str, arcname: str, st: os.stat_result, via: str | None) -> None:
+        key = (st.st_dev, st.st_ino)
+        if key in self.open_dirs:
+            raise UnsupportedDataError(
+                f"the symbolic link {via} leads to a folder that contains it ({path}), a loop that has"
+                " no end: remove the link, or save a folder that does not hold it"
+            )
+        skip = self.leave_out if self.leave_out is not None and self.leave_out.folder == key else None
+        self.open_dirs.add(key)
         try:
-            fd = os.open(path, _READ_FLAGS)
+            for entry in _sorted_entries(path):
+                if skip is None or not skip(entry.name):
+                    self.add(entry.path, f"{arcname}/{entry.name}" if arcname else entry.name, entry, via)
+        finally:
+            self.open_dirs.discard(key)
+
+    def add(self, path: str, arcname: str, entry: os.DirEntry[str], via: str | None) -> None:
+        if entry.is_file(follow_symlinks=via is not None) and self.add_file(path, arcname, via):
+            return
+        st = self.stat(path, via)
+        mode = st.st_mode
+        if stat.S_ISDIR(mode):
+            self.write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **self.meta(st)))
+            self.add_entries(path, arcname, st, via)
+        elif stat.S_ISLNK(mode):
+            self.add_link(path, arcname, st)
+        elif not (stat.S_ISREG(mode) and self.add_file(path, arcname, via)):
+            raise UnsupportedDataError(
+                f"{path} is {_kind(mode)}: a checkpoint holds only files, folders and links."
+                f" Move it out of {self.root} or save another folder; the previous checkpoint is unchanged"
+            )
+
+    def stat(self, path: str, via: str | None) -> os.stat_result:
+        if via is None:
+            return os.lstat(path)
+        try:
+            return os.stat(path)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                raise
+        raise UnsupportedDataError(
+            f"{path} is a symbolic link that leads nowhere ({os.readlink(path)!r}), inside {via}, a link"
+            " out of the folder whose content is stored: remove it, or make it point at a file"
+        )
+
+    def add_file(self, path: str, arcname: str, via: str | None) -> bool:
+        """Add a regular file through one descriptor (open, fstat, read, fstat, close); False if
+        it turned out not to be a regular file."""
+        try:
+            fd = os.open(path, _READ_FLAGS if via is None else _FOLLOW_READ_FLAGS)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENXIO):  # became a link or a socket meanwhile
                 return False
@@ -120,42 +215,91 @@ def pack_directory(src: str | os.PathLike[str], out: BinaryIO) -> int:
             if not stat.S_ISREG(st.st_mode):
                 return False
             key = (st.st_dev, st.st_ino)
-            if st.st_nlink > 1 and key in links:
-                write(ts.header(arcname, size=0, typeflag=ts.LNKTYPE, linkname=links[key], **meta(st)))
+            if st.st_nlink > 1 and key in self.hard_links:
+                self.write(
+                    ts.header(
+                        arcname, size=0, typeflag=ts.LNKTYPE, linkname=self.hard_links[key], **self.meta(st)
+                    )
+                )
                 return True
             if st.st_nlink > 1:
-                links[key] = arcname
-            write(ts.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **meta(st)))
-            _copy_fd(fd, path, st.st_size, write)
-            total += st.st_size
+                self.hard_links[key] = arcname
+            self.write(ts.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **self.meta(st)))
+            _copy_fd(fd, path, st.st_size, self.write)
+            check_unchanged(fd, st, path)
+            self.total += st.st_size
             return True
         finally:
             os.close(fd)
 
-    def add(path: str, arcname: str, entry: os.DirEntry[str] | None) -> None:
-        if (entry is None or entry.is_file(follow_symlinks=False)) and add_file(path, arcname):
-            return
-        st = os.lstat(path)
-        mode = st.st_mode
-        if stat.S_ISDIR(mode):
-            write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **meta(st)))
-            for child in _sorted_entries(path):
-                add(child.path, arcname + "/" + child.name, child)
-        elif stat.S_ISLNK(mode):
-            target = os.readlink(path)
-            write(ts.header(arcname, size=0, typeflag=ts.SYMTYPE, linkname=target, **meta(st)))
-        elif stat.S_ISREG(mode):
-            add_file(path, arcname)
-        else:
-            raise UnsupportedDataError(
-                f"{path} is {_kind(mode)}: a checkpoint holds only files, folders and links."
-                f" Move it out of {root} or save another folder; the previous checkpoint is unchanged"
-            )
+    def add_link(self, path: str, arcname: str, st: os.stat_result) -> None:
+        target = os.readlink(path)
+        linkname = target if self.follows_tree(arcname, target) else self.resolve(path, arcname, target)
+        if linkname is not None:
+            self.write(ts.header(arcname, size=0, typeflag=ts.SYMTYPE, linkname=linkname, **self.meta(st)))
 
-    for entry in _sorted_entries(root):
-        add(entry.path, entry.name, entry)
-    write(ts.end_of_archive())
-    return total
+    def follows_tree(self, arcname: str, target: str) -> bool:
+        """True when the relative ``target`` reaches its last name through real folders of the
+        tree only (never above its root, never through a link), so it resolves the same
+        wherever the tree is restored."""
+        if not target or target.startswith("/"):
+            return False
+        at = arcname.split("/")[:-1]
+        names = [n for n in target.split("/") if n not in ("", ".")]
+        for i, name in enumerate(names):
+            if name == "..":
+                if not at:
+                    return False
+                at.pop()
+                continue
+            at.append(name)
+            if i < len(names) - 1:
+                try:
+                    if not stat.S_ISDIR(os.lstat(os.path.join(self.root_real, *at)).st_mode):
+                        return False
+                except OSError:
+                    return False
+        return True
+
+    def resolve(self, path: str, arcname: str, target: str) -> str | None:
+        """The relative link to store for a link that resolves inside the tree; None once the
+        content of one that leaves it is added instead."""
+        try:
+            real = os.path.realpath(path, strict=True)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsupportedDataError(
+                    f"the symbolic link {path} -> {target!r} is part of a loop of links: remove it, or"
+                    " point it at a file or folder"
+                ) from None
+            real = os.path.realpath(path)
+            if self.inside(real):  # leads nowhere, but inside: restored leading to the same name
+                return os.path.relpath(real, os.path.join(self.root_real, os.path.dirname(arcname)))
+            raise UnsupportedDataError(
+                f"the symbolic link {path} -> {target!r} leads out of {self.root} to nothing, so there is"
+                " nothing to store: remove it, or point it at a file inside the folder"
+            ) from None
+        if self.inside(real):
+            return os.path.relpath(real, os.path.join(self.root_real, os.path.dirname(arcname)))
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode) and self.root_real.startswith(real.rstrip("/") + "/"):
+            raise UnsupportedDataError(
+                f"the symbolic link {path} leads to {real}, a folder that holds {self.root}: its content"
+                " would hold the link again, without end. Remove the link, or save a folder that does"
+                " not hold it"
+            )
+        if stat.S_ISDIR(st.st_mode):
+            self.write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **self.meta(st)))
+            self.add_entries(path, arcname, st, path)
+        elif not (stat.S_ISREG(st.st_mode) and self.add_file(path, arcname, path)):
+            raise UnsupportedDataError(
+                f"the symbolic link {path} leads to {real}, which is {_kind(st.st_mode)}: a checkpoint"
+                " holds only files, folders and links. Remove the link; the previous checkpoint is unchanged"
+            )
+        return None
+
+    def inside(self, real: str) -> bool:
+        return real == self.root_real or real.startswith(self._inside_prefix)
 
 
 def _sorted_entries(path: str) -> list[os.DirEntry[str]]:
@@ -179,10 +323,7 @@ def _copy_fd(fd: int, path: str, size: int, write) -> None:
         if len(chunk) < want:
             break
     if left:
-        raise UnsupportedDataError(
-            f"{path} changed size while it was being saved: save again once it is written;"
-            " the previous checkpoint is unchanged"
-        )
+        raise changed_error(path, f"it is no longer {size} bytes long")
     pad = ts.padding(size)
     if pad:
         write(bytes(pad))
@@ -543,4 +684,4 @@ def tree_size(path: str | os.PathLike[str]) -> int:
     return total
 
 
-__all__ = ["UnpackStats", "pack_directory", "tree_size", "unpack"]
+__all__ = ["LeaveOut", "UnpackStats", "pack_directory", "tree_size", "unpack"]

@@ -7,13 +7,15 @@ they are, a directory as a gzip-compressed tar of its top-level entries.
 from __future__ import annotations
 
 import abc
+import errno
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import NotFoundError, UnsupportedDataError
+from .errors import NotFoundError, PathTooLongError, UnsupportedDataError
 from .logs import logger
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
@@ -225,37 +227,41 @@ class Checkpoint(BaseCheckpoint):
                 f"save() takes bytes, a file path or a directory path, not {type(data).__name__}"
             )
         src = local_path(os.fspath(data))
-        if not src.exists():
-            raise NotFoundError(f"nothing to save at {src}: the path does not exist")
+        is_dir = _is_dir(src)
         progress = self._progress
-        if src.is_dir():
+        if is_dir:
 
             def put_tree() -> int:
                 from .archive import pack_directory, tree_size
                 from .pipeline import ParallelGzipWriter
+                from .stores.local import leave_out_for
 
                 counter = _Counter(progress, tree_size(src)) if progress else None
                 with store_for(dest).open_write(dest) as writer:
+                    leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     with ParallelGzipWriter(writer, on_block=counter) as gz:  # type: ignore[arg-type]
-                        pack_directory(src, gz)  # type: ignore[arg-type]
+                        pack_directory(src, gz, leave_out=leave_out)  # type: ignore[arg-type]
                     return writer.bytes_written
 
             return put_tree
 
         def put_file() -> int:
-            store = store_for(dest)
-            size = src.stat().st_size
-            if progress is None:
-                store.upload_file(src, dest)
-                return size
-            counter = _Counter(progress, size)
             from .blobstore import COPY_CHUNK
+            from .sources import SourceFile
 
-            with open(src, "rb") as f, store.open_write(dest) as writer:
-                while chunk := f.read(COPY_CHUNK):
-                    writer.write(chunk)
-                    counter(len(chunk))
-            return size
+            store = store_for(dest)
+            with SourceFile(src) as source:
+                if progress is None:
+                    store.upload_file(source, dest)
+                else:
+                    counter = _Counter(progress, source.size)
+                    with store.open_write(dest) as writer:
+                        while chunk := source.read(COPY_CHUNK):
+                            writer.write(chunk)
+                            counter(len(chunk))
+                if not source.verified:
+                    _verify_after_upload(source, store, dest)
+                return source.size
 
         return put_file
 
@@ -279,6 +285,41 @@ class Checkpoint(BaseCheckpoint):
     def __repr__(self) -> str:
         src = redact(self._src) if self._src else None
         return f"Checkpoint(dest={redact(self._dest)!r}, src={src!r})"
+
+
+def _is_dir(src: Path) -> bool:
+    """Whether ``src`` (to be saved) is a folder.
+
+    Raises:
+        NotFoundError: nothing is there.
+        PathTooLongError: the path is longer than the system allows.
+    """
+    try:
+        return stat.S_ISDIR(os.stat(src).st_mode)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise NotFoundError(f"nothing to save at {src}: the path does not exist") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise PathTooLongError.for_path(
+                str(src), "move the data to a shorter path and save it from there"
+            ) from None
+        raise
+
+
+def _verify_after_upload(source, store, dest: str) -> None:
+    """The check of a store whose ``upload_file`` read the file by its path, not through
+    ``open_source``: it committed before this could look, so say that the object may be damaged."""
+    from .errors import SourceChangedError
+
+    try:
+        source.verify()
+    except SourceChangedError as exc:
+        raise SourceChangedError(
+            f"{source.path} changed while it was being saved, and {type(store).__name__}.upload_file"
+            f" stored it before this was seen: {redact(dest)} may hold a damaged copy. Save again once"
+            " the file is completely written (and have the store read through"
+            " flyte_checkpoint.sources.open_source)"
+        ) from exc
 
 
 class _Counter:

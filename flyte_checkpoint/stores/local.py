@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..archive import current_umask
+from ..archive import LeaveOut, current_umask
 from ..blobstore import BlobStore, BlobWriter
-from ..errors import CheckpointPermissionError, NotFoundError, StoreError
+from ..errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
 from ..uri import local_path
 
 _TMP_MARK = ".fcp-tmp-"
@@ -26,6 +26,8 @@ STALE_TMP_SECONDS = 3600.0
 
 
 def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
+    if exc.errno == errno.ENAMETOOLONG:
+        return PathTooLongError.for_path(str(path), f"choose a shorter path to {action} the checkpoint")
     if isinstance(exc, FileNotFoundError):
         return NotFoundError(f"no checkpoint object at {path}")
     if isinstance(exc, PermissionError):
@@ -35,6 +37,22 @@ def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
     if isinstance(exc, IsADirectoryError):
         return StoreError(f"{path} is a directory, not a checkpoint object: point the URI at a file")
     return StoreError(f"cannot {action} {path}: {exc.strerror or exc}")
+
+
+def _temp_prefix(target: Path) -> str:
+    return f"{_TMP_MARK}{target.name}."
+
+
+def leave_out_for(uri: str) -> LeaveOut | None:
+    """What a save of a folder to the local ``uri`` leaves out, should the folder hold it: the
+    object and its writers' temporary files (else each save would hold the one before it).
+    None while the object's folder does not exist."""
+    target = local_path(uri)
+    try:
+        st = os.stat(target.parent)
+    except OSError:
+        return None
+    return LeaveOut((st.st_dev, st.st_ino), target.name, _temp_prefix(target))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -56,7 +74,7 @@ class _LocalWriter(BlobWriter):
         self._target = target
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=_TMP_MARK + target.name + ".", dir=target.parent)
+            fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), dir=target.parent)
         except OSError as exc:
             raise _map_os_error(exc, target, "write") from exc
         self._tmp = Path(tmp)
