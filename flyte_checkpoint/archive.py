@@ -111,18 +111,22 @@ def pack_directory(src: str | os.PathLike[str], out: BinaryIO, *, leave_out: Lea
     Raises:
         UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
             outside the tree, or a loop of links.
-        SourceChangedError: a file changed while it was read.
+        SourceChangedError: a file changed while it was read, or was removed before.
         PathTooLongError: a path in the tree is longer than the system allows.
     """
     root = os.fspath(src)
     try:
         return _Packer(root, out, leave_out).run()
     except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG and not isinstance(exc, CheckpointError):
+        if isinstance(exc, CheckpointError):
+            raise
+        if exc.errno == errno.ENAMETOOLONG:
             raise PathTooLongError.for_path(
                 exc.filename or root,
                 f"give the folders in {root} shorter names, or save a folder further down",
             ) from None
+        if exc.errno == errno.ENOENT and exc.filename:  # listed, then gone before it was read
+            raise changed_error(exc.filename, "it was removed before it was read") from None
         raise
 
 

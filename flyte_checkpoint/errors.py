@@ -74,7 +74,8 @@ class InvalidURIError(CheckpointError, ValueError):
 
 
 class UnsupportedDataError(CheckpointError, TypeError):
-    """``save()`` was given something it cannot store (not bytes, a file or a directory)."""
+    """``save()`` was given something it cannot store: not bytes, a file or a directory, or a
+    folder holding a FIFO, a device, or a link that leads nowhere outside it or loops."""
 
 
 class UnknownSchemeError(CheckpointError, ValueError):

@@ -21,10 +21,6 @@ from collections.abc import Iterator
 from .errors import SourceChangedError
 
 
-def _fingerprint(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
 def changed_error(path: str | os.PathLike[str], what: str) -> SourceChangedError:
     """The error for a file that changed while a save read it (``what`` says how)."""
     return SourceChangedError(
@@ -35,8 +31,12 @@ def changed_error(path: str | os.PathLike[str], what: str) -> SourceChangedError
 
 def check_unchanged(fd: int, before: os.stat_result, path: str | os.PathLike[str]) -> None:
     """Raise :class:`SourceChangedError` unless ``fd``'s size and times are still ``before``'s."""
-    after = os.fstat(fd)
-    if _fingerprint(after) == _fingerprint(before):
+    after = os.fstat(fd)  # the same descriptor: the same file, whatever was renamed meanwhile
+    if (
+        after.st_mtime_ns == before.st_mtime_ns
+        and after.st_ctime_ns == before.st_ctime_ns
+        and after.st_size == before.st_size
+    ):
         return
     if after.st_size != before.st_size:
         what = f"its size went from {before.st_size} to {after.st_size} bytes"

@@ -331,7 +331,11 @@ def _where(path: Path, root: Path) -> str:
     return os.path.relpath(os.path.realpath(path), os.path.realpath(root))
 
 
-@settings(max_examples=int(os.environ.get("FCP_LINK_EXAMPLES", "80")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("FCP_LINK_EXAMPLES", "80")),  # more: FCP_LINK_EXAMPLES=3000
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(links=LINKS)
 def test_property_any_links_save_into_what_load_restores_or_are_refused_by_name(links):
     with tempfile.TemporaryDirectory() as sandbox:
@@ -459,6 +463,32 @@ def test_a_file_rewritten_during_a_folder_save_fails_it_and_nothing_is_committed
     assert load_bytes(dest) == b"previous"
     if on_backend.name == "s3":
         assert s3_open_uploads(on_backend, dest) == []
+
+
+def test_a_file_removed_during_a_folder_save_fails_it_by_name(tmp_path, monkeypatch):
+    """Lightning's top-k rotation deletes old checkpoints: one listed, then gone, fails the save."""
+    tree = tmp_path / "state"
+    tree.mkdir()
+    (tree / "a.bin").write_bytes(os.urandom(6 * 1024 * 1024))
+    (tree / "b.ckpt").write_bytes(b"old checkpoint")
+    dest = str(tmp_path / "obj")
+    save(dest, b"previous")
+    remove = _once(lambda: (tree / "b.ckpt").unlink())
+    original = ParallelGzipWriter.write
+
+    def write_then_remove(self, data):
+        n = original(self, data)
+        if len(data) >= 1024 * 1024:  # a piece of a.bin went into the tar; b.ckpt is listed, not read
+            remove()
+        return n
+
+    monkeypatch.setattr(ParallelGzipWriter, "write", write_then_remove)
+    with pytest.raises(SourceChangedError, match="removed before") as info:
+        save(dest, tree)
+    assert remove.done  # type: ignore[attr-defined]
+    assert str(tree / "b.ckpt") in str(info.value)
+    monkeypatch.undo()
+    assert load_bytes(dest) == b"previous"
 
 
 def test_an_unchanged_file_is_not_reported_changed(tmp_path):
