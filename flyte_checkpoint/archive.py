@@ -269,22 +269,21 @@ class _Packer:
         """The relative link to store for a link that resolves inside the tree; None once the
         content of one that leaves it is added instead."""
         try:
-            real = os.path.realpath(path, strict=True)
+            real, exists = os.path.realpath(path, strict=True), True
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsupportedDataError(
                     f"the symbolic link {path} -> {target!r} is part of a loop of links: remove it, or"
                     " point it at a file or folder"
                 ) from None
-            real = os.path.realpath(path)
-            if self.inside(real):  # leads nowhere, but inside: restored leading to the same name
-                return os.path.relpath(real, os.path.join(self.root_real, os.path.dirname(arcname)))
+            real, exists = os.path.realpath(path), False
+        if self.inside(real):  # one that leads nowhere inside is restored leading to the same name
+            return os.path.relpath(real, os.path.join(self.root_real, os.path.dirname(arcname)))
+        if not exists:
             raise UnsupportedDataError(
                 f"the symbolic link {path} -> {target!r} leads out of {self.root} to nothing, so there is"
                 " nothing to store: remove it, or point it at a file inside the folder"
-            ) from None
-        if self.inside(real):
-            return os.path.relpath(real, os.path.join(self.root_real, os.path.dirname(arcname)))
+            )
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode) and self.root_real.startswith(real.rstrip("/") + "/"):
             raise UnsupportedDataError(
