@@ -85,13 +85,10 @@ def test_lightning_resume_example(tmp_path):
 # -- the Lightning callback, in this process ----------------------------------------------------
 
 
-@pytest.fixture
-def lit():
-    """Lightning parts: a tiny model, its data, and a trainer factory."""
-    need("lightning", "lightning")
+def tiny_lightning():
+    """A one-layer Lightning model class and a factory of its seeded 24-row data (CPU)."""
     import lightning.pytorch as pl
     import torch
-    from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader, TensorDataset
 
     class Tiny(pl.LightningModule):
@@ -105,6 +102,24 @@ def lit():
 
         def configure_optimizers(self):
             return torch.optim.Adam(self.parameters(), lr=0.05)
+
+    def loader():
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(24, 3, generator=g)
+        return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=8)
+
+    return Tiny, loader
+
+
+@pytest.fixture
+def lit():
+    """Lightning parts: a tiny model, its data, and a trainer factory."""
+    need("lightning", "lightning")
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    Tiny, loader = tiny_lightning()
 
     class Crash(pl.Callback):
         def __init__(self, plan: dict[int, int]) -> None:
@@ -120,11 +135,6 @@ def lit():
 
         def on_train_start(self, trainer, pl_module):
             self.seen.append(trainer.current_epoch)
-
-    def loader():
-        g = torch.Generator().manual_seed(1)
-        x = torch.randn(24, 3, generator=g)
-        return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=8)
 
     def trainer(work: Path, epochs: int, callbacks: list) -> pl.Trainer:
         return pl.Trainer(
@@ -197,6 +207,46 @@ def test_resume_path(lit, tmp_path):
     fc.Checkpoint(str(tmp_path / "file-obj")).save_sync(tree / "b" / "last.ckpt")
     with fc.Checkpoint(str(tmp_path / "d"), str(tmp_path / "file-obj")) as cp:
         assert resume_path(cp) == str(cp.path / "payload")
+
+
+@pytest.mark.parametrize("link_form", ["as Lightning writes it", "absolute"])
+def test_save_last_link_resolves_after_save_and_load(link_form, tmp_path):
+    """``ModelCheckpoint(save_last="link")``'s ``last.ckpt`` link, saved with its folder and
+    loaded, leads to the newest checkpoint; also in the absolute form older Lightning releases
+    and other frameworks write (which a save used to store as a link every load refused)."""
+    need("lightning", "lightning")
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    Tiny, loader = tiny_lightning()
+    ckpts = tmp_path / "run" / "checkpoints"
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        default_root_dir=str(tmp_path / "run"),
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ModelCheckpoint(dirpath=str(ckpts), save_last="link", save_top_k=-1)],
+    )
+    trainer.fit(Tiny(), loader())
+    last = ckpts / "last.ckpt"
+    newest = last.resolve()
+    assert last.is_symlink() and newest.parent == ckpts.resolve() and newest.name.startswith("epoch=1")
+    if link_form == "absolute":
+        last.unlink()
+        last.symlink_to(newest)
+    obj = str(tmp_path / "obj")
+    with fc.Checkpoint(obj) as cp:
+        cp.save_sync(ckpts)
+    with fc.Checkpoint(str(tmp_path / "unused"), obj) as cp:
+        path = cp.load_sync()
+        link = path / "last.ckpt"
+        assert link.is_symlink()
+        assert link.resolve() == (path / newest.name).resolve()
+        assert link.read_bytes() == newest.read_bytes()
+        assert fc.latest_checkpoint(path) == link
 
 
 def test_mirror_needs_a_checkpoint_and_one_folder(lit, tmp_path):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import importlib.util
 import os
 import tarfile
 import tempfile
@@ -27,7 +26,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import flyte_checkpoint as fc
-from conftest import require
 from flyte_checkpoint.blobstore import BlobWriter
 from flyte_checkpoint.errors import (
     PathTooLongError,
@@ -212,58 +210,6 @@ def test_a_link_that_cannot_be_stored_is_refused_by_name_and_the_previous_checkp
     assert load_bytes(obj) == b"previous"
 
 
-@pytest.mark.parametrize("link_form", ["as Lightning writes it", "absolute"])
-def test_lightning_save_last_link_resolves_after_save_and_load(link_form, tmp_path):
-    require(importlib.util.find_spec("lightning") is not None, "lightning is not installed (dev dependency)")
-    import lightning.pytorch as pl
-    import torch
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from torch.utils.data import DataLoader, TensorDataset
-
-    class Tiny(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(3, 1)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.layer(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
-    torch.manual_seed(0)
-    x = torch.randn(16, 3)
-    ckpts = tmp_path / "run" / "checkpoints"
-    trainer = pl.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        devices=1,
-        default_root_dir=str(tmp_path / "run"),
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[ModelCheckpoint(dirpath=str(ckpts), save_last="link", save_top_k=-1)],
-    )
-    trainer.fit(Tiny(), DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=8))
-    last = ckpts / "last.ckpt"
-    assert last.is_symlink()
-    newest = last.resolve()
-    assert newest.parent == ckpts.resolve() and newest.name.startswith("epoch=1")
-    if link_form == "absolute":  # the form older Lightning releases and other frameworks write
-        last.unlink()
-        last.symlink_to(newest)
-    obj = str(tmp_path / "obj")
-    save(obj, ckpts)
-    cp, path = restored(tmp_path, obj)
-    with cp:
-        link = path / "last.ckpt"
-        assert link.is_symlink()
-        assert link.resolve() == (path / newest.name).resolve()
-        assert link.read_bytes() == newest.read_bytes()
-        assert fc.latest_checkpoint(path) == link
-
-
 # -- the property: whatever the links, a save stores what a load restores, or refuses by name ----
 
 LINK_SPOTS = ["l1", "l2", "d1/l3", "d1/d2/l4"]
@@ -380,8 +326,8 @@ def _change(path: Path, how: str) -> None:
 HOW = ["truncated", "rewritten in place", "appended to"]
 
 
-def _once(action: Callable[[], None]) -> Callable[[], None]:
-    done = []
+def _once(action: Callable[[], object]) -> Callable[[], None]:
+    done: list[bool] = []
 
     def fire() -> None:
         if not done:
@@ -390,6 +336,23 @@ def _once(action: Callable[[], None]) -> Callable[[], None]:
 
     fire.done = done  # type: ignore[attr-defined]
     return fire
+
+
+def _then(monkeypatch, cls: type, name: str, action: Callable[[], None], when=lambda *args: True) -> None:
+    """Make ``cls.name`` run ``action`` right after each call whose arguments satisfy ``when``."""
+    original = getattr(cls, name)
+
+    def wrapper(self, *args):
+        result = original(self, *args)
+        if when(*args):
+            action()
+        return result
+
+    monkeypatch.setattr(cls, name, wrapper)
+
+
+def _a_piece_of_data(data) -> bool:
+    return len(data) >= 1024 * 1024  # file data, not a tar header
 
 
 @pytest.mark.parametrize("with_progress", [False, True], ids=["plain", "progress"])
@@ -404,24 +367,11 @@ def test_a_file_that_changes_during_its_save_fails_it_and_the_previous_checkpoin
     save(dest, b"previous")
     change = _once(lambda: _change(big, how))
     # after the first piece reached the store (a writer, or S3's parts read by upload_file):
-    original_write = BlobWriter.write
-
-    def write_then_change(self, data):
-        n = original_write(self, data)
-        change()
-        return n
-
-    monkeypatch.setattr(BlobWriter, "write", write_then_change)
+    _then(monkeypatch, BlobWriter, "write", change)
     if on_backend.name == "s3":
         from flyte_checkpoint_s3.upload import MultipartUpload
 
-        original_submit = MultipartUpload.submit
-
-        def submit_then_change(self, number, load):
-            original_submit(self, number, load)
-            change()
-
-        monkeypatch.setattr(MultipartUpload, "submit", submit_then_change)
+        _then(monkeypatch, MultipartUpload, "submit", change)
     progress = (lambda done, total: None) if with_progress else None
     with pytest.raises(SourceChangedError) as info, fc.Checkpoint(dest, progress=progress) as cp:
         cp.save_sync(big)
@@ -446,15 +396,7 @@ def test_a_file_rewritten_during_a_folder_save_fails_it_and_nothing_is_committed
     dest = on_backend.fresh()
     save(dest, b"previous")
     change = _once(lambda: _change(big, how))
-    original = ParallelGzipWriter.write
-
-    def write_then_change(self, data):
-        n = original(self, data)
-        if len(data) >= 1024 * 1024:  # a piece of b.bin's data went into the tar
-            change()
-        return n
-
-    monkeypatch.setattr(ParallelGzipWriter, "write", write_then_change)
+    _then(monkeypatch, ParallelGzipWriter, "write", change, when=_a_piece_of_data)  # of b.bin
     with pytest.raises(SourceChangedError) as info:
         save(dest, tree)
     assert change.done  # type: ignore[attr-defined]
@@ -474,15 +416,8 @@ def test_a_file_removed_during_a_folder_save_fails_it_by_name(tmp_path, monkeypa
     dest = str(tmp_path / "obj")
     save(dest, b"previous")
     remove = _once(lambda: (tree / "b.ckpt").unlink())
-    original = ParallelGzipWriter.write
-
-    def write_then_remove(self, data):
-        n = original(self, data)
-        if len(data) >= 1024 * 1024:  # a piece of a.bin went into the tar; b.ckpt is listed, not read
-            remove()
-        return n
-
-    monkeypatch.setattr(ParallelGzipWriter, "write", write_then_remove)
+    # once a piece of a.bin went into the tar: b.ckpt is listed, not yet read
+    _then(monkeypatch, ParallelGzipWriter, "write", remove, when=_a_piece_of_data)
     with pytest.raises(SourceChangedError, match="removed before") as info:
         save(dest, tree)
     assert remove.done  # type: ignore[attr-defined]
