@@ -19,7 +19,13 @@ gets is programmable: a function of the connection's index, or :meth:`FaultProxy
 fault applies to every connection until it has *fired* ``times`` times, then connections pass,
 so "the first K transfers fail, later ones succeed" does not depend on how many small requests
 came first). Every connection is recorded (:class:`ConnRecord`: when it opened, its fault,
-whether the fault fired, bytes each way).
+whether the fault fired, bytes forwarded and dropped each way, the HTTP request lines it
+carried to the server, whether it ended).
+
+Tests synchronise on what the proxy reports, never on time: :meth:`FaultProxy.wait_for` blocks
+until a condition on the records holds (each record change wakes it), with a deadline that is
+only a hang guard. :meth:`FaultProxy.hold` makes requests whose bytes contain a pattern wait
+at the proxy until the test releases them (e.g. two writers' commits, to order them).
 
 The proxy runs an asyncio loop in a daemon thread; :meth:`FaultProxy.stop` (or leaving the
 ``with`` block) closes the listener and every connection, stalled ones included, and joins the
@@ -31,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import re
 import socket
 import struct
 import threading
@@ -44,6 +51,13 @@ Direction = Literal["up", "down"]
 Action = Literal["pass", "reset", "stall", "truncate", "blackhole"]
 
 _CHUNK = 64 * 1024
+#: Deadline of every internal wait (start, stop, a held request): a hang guard, not a timing.
+HANG_GUARD = 120.0
+#: An HTTP/1.x request line in the client-to-server bytes (bodies here are random or small
+#: JSON/XML, so a false match would need this exact text inside a body).
+_REQUEST_LINE = re.compile(rb"(GET|HEAD|PUT|POST|DELETE|PATCH|OPTIONS) (/\S*) HTTP/1\.[01]\r\n")
+#: Bytes of one direction kept to find a request line or a held pattern split across reads.
+_CARRY = 8 * 1024
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,12 @@ PASS = Fault()
 
 @dataclass
 class ConnRecord:
-    """One accepted connection: its index, when it opened (monotonic), its fault and traffic."""
+    """One accepted connection: its index, when it opened (monotonic), its fault and traffic.
+
+    ``up``/``down`` count bytes forwarded each way; ``dropped`` bytes read and thrown away
+    after a stall fired; ``requests`` the HTTP request lines (``"PUT /path?query"``) forwarded
+    to the server; ``closed`` turns true when the proxy has finished with the connection.
+    """
 
     index: int
     opened: float
@@ -89,6 +108,8 @@ class ConnRecord:
     fired_at: float | None = None
     up: int = 0
     down: int = 0
+    dropped: int = 0
+    requests: list[str] = field(default_factory=list)
     closed: bool = False
 
 
@@ -112,6 +133,61 @@ class _Budget:
                 return False
             self.fired += 1
             return True
+
+
+class Hold:
+    """Requests whose client-to-server bytes contain ``pattern`` wait at the proxy (their bytes
+    from the matching read on are not forwarded) until :meth:`release`; only the first
+    ``times`` matches are held, later ones pass. Made by :meth:`FaultProxy.hold`."""
+
+    def __init__(self, proxy: FaultProxy, pattern: bytes, times: int) -> None:
+        self.pattern = pattern
+        self.times = times
+        self.held = 0  # requests that arrived and were held
+        self.released = 0
+        self._proxy = proxy
+        self._gates: list[asyncio.Event] = []
+
+    def wait_held(self, n: int, timeout: float = HANG_GUARD) -> None:
+        """Block until ``n`` requests are being held (AssertionError after ``timeout``: a hang guard)."""
+        self._proxy.wait_for(lambda: self.held >= n, timeout, f"{n} held requests matching {self.pattern!r}")
+
+    def release(self, n: int = 1) -> None:
+        """Let the next ``n`` held requests (in arrival order) go on to the server."""
+
+        def go() -> None:
+            for gate in self._gates[self.released : self.released + n]:
+                gate.set()
+            self.released = min(len(self._gates), self.released + n)
+
+        self._proxy._call(go)
+
+    def release_all(self) -> None:
+        """Release every request held now, and hold no more."""
+
+        def go() -> None:
+            self.times = 0
+            for gate in self._gates:
+                gate.set()
+            self.released = len(self._gates)
+
+        self._proxy._call(go)
+
+    async def _pass(self, proxy: FaultProxy) -> None:
+        """Called on the proxy's loop for a read that holds the pattern: wait for release."""
+        if self.held >= self.times:
+            return
+        gate = asyncio.Event()
+        self._gates.append(gate)
+        proxy._changed(lambda: setattr(self, "held", self.held + 1))
+        assert proxy._closing is not None
+        closing = asyncio.ensure_future(proxy._closing.wait())
+        released = asyncio.ensure_future(gate.wait())
+        try:
+            await asyncio.wait({closing, released}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            released.cancel()
 
 
 class FaultProxy:
@@ -141,7 +217,10 @@ class FaultProxy:
         self._counter = itertools.count()
         self._budget = _Budget(PASS, None)
         self._chooser: Callable[[int], Fault] | None = None
-        self._lock = threading.Lock()
+        # Reentrant, so that wait_for's condition may use the counting properties.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._hold: Hold | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -193,6 +272,54 @@ class FaultProxy:
         with self._lock:
             return len(self.records)
 
+    @property
+    def requests(self) -> list[str]:
+        """Every HTTP request line forwarded to the server since the last reset, in order per
+        connection (``"GET /bucket/key?x=1"``)."""
+        with self._lock:
+            return [line for r in self.records for line in r.requests]
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float = HANG_GUARD, what: str = "") -> None:
+        """Block until ``condition()`` is true; it is checked again at every change of the
+        records (a connection accepted, bytes forwarded or dropped, a fault fired, a request
+        seen or held, a connection ended). ``timeout`` is a hang guard: AssertionError then."""
+        with self._cond:
+            if not self._cond.wait_for(condition, timeout):
+                raise AssertionError(
+                    f"the proxy never reported {what or 'the awaited condition'} within the"
+                    f" {timeout:.0f} s hang guard; records: {self.records}"
+                )
+
+    def hold(self, pattern: bytes, times: int = 1) -> Hold:
+        """Hold the first ``times`` requests whose bytes (client to server) contain ``pattern``
+        until the returned :class:`Hold` releases them (:meth:`stop` releases them too)."""
+        with self._lock:
+            self._hold = Hold(self, pattern, times)
+            return self._hold
+
+    def _changed(self, update: Callable[[], object] | None = None) -> None:
+        """Apply ``update`` to the records under the lock, and wake :meth:`wait_for`."""
+        with self._cond:
+            if update is not None:
+                update()
+            self._cond.notify_all()
+
+    def _add(self, rec: ConnRecord, counter: str, n: int) -> None:
+        """Add ``n`` to one of ``rec``'s byte counters, and wake :meth:`wait_for`."""
+        with self._cond:
+            setattr(rec, counter, getattr(rec, counter) + n)
+            self._cond.notify_all()
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the proxy's loop and wait for it (bounded by the hang guard)."""
+        loop = self._loop
+        assert loop is not None, "the proxy is not running"
+
+        async def run() -> None:
+            fn()
+
+        asyncio.run_coroutine_threadsafe(run(), loop).result(HANG_GUARD)
+
     # -- lifetime ---------------------------------------------------------------------
 
     def start(self) -> FaultProxy:
@@ -222,8 +349,8 @@ class FaultProxy:
 
         self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
         self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("the fault proxy did not start within 10 s")
+        if not ready.wait(HANG_GUARD):
+            raise RuntimeError(f"the fault proxy did not start within {HANG_GUARD:.0f} s (hang guard)")
         if errors:
             raise errors[0]
         return self
@@ -236,9 +363,9 @@ class FaultProxy:
         if loop.is_running():
             fut = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
             with contextlib.suppress(Exception):
-                fut.result(timeout=10)
+                fut.result(timeout=HANG_GUARD)
             loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
+        thread.join(timeout=HANG_GUARD)
         self._loop = self._thread = None
 
     async def _shutdown(self) -> None:
@@ -265,8 +392,8 @@ class FaultProxy:
 
     # -- the proxying -----------------------------------------------------------------
 
-    async def _hold(self) -> None:
-        """Wait until the proxy stops (a stalled or blackholed connection's fate)."""
+    async def _wait_closing(self) -> None:
+        """Wait until the proxy stops (a blackholed connection's fate)."""
         assert self._closing is not None
         await self._closing.wait()
 
@@ -284,14 +411,13 @@ class FaultProxy:
         index = next(self._counter)
         fault, budget = self._choose(index)
         rec = ConnRecord(index, time.monotonic(), fault)
-        with self._lock:
-            self.records.append(rec)
+        self._changed(lambda: self.records.append(rec))
         uwriter: asyncio.StreamWriter | None = None
         try:
             if fault.action == "blackhole":
                 if budget is None or budget.may_fire():
-                    rec.fired, rec.fired_at = True, time.monotonic()
-                    await self._hold()
+                    self._changed(lambda: _mark_fired(rec))
+                    await self._wait_closing()
                     return
                 fault = PASS
                 rec.fault = PASS
@@ -299,7 +425,7 @@ class FaultProxy:
                 self.upstream_host, self.upstream_port, limit=_CHUNK
             )
             self._writers.add(uwriter)
-            state = _State(rec, fault, budget, cwriter, uwriter)
+            state = _State(self, rec, fault, budget, cwriter, uwriter)
             up = asyncio.ensure_future(self._pump(creader, uwriter, "up", state))
             down = asyncio.ensure_future(self._pump(ureader, cwriter, "down", state))
             pending: set[asyncio.Future[None]] = {up, down}
@@ -317,16 +443,17 @@ class FaultProxy:
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass
         finally:
-            rec.closed = True
             for w in (cwriter, uwriter):
                 if w is not None:
                     self._writers.discard(w)
                     _close(w)
+            self._changed(lambda: setattr(rec, "closed", True))
             self._tasks.discard(task)
 
-    async def _discard(self, src: asyncio.StreamReader) -> None:
-        """Read and drop ``src`` until it ends or the proxy stops: nothing more is forwarded,
-        but a peer that gives up and closes is noticed, so the connection then ends."""
+    async def _discard(self, src: asyncio.StreamReader, rec: ConnRecord) -> None:
+        """Read and drop ``src`` until it ends or the proxy stops: nothing more is forwarded
+        (``rec.dropped`` counts what was thrown away), but a peer that gives up and closes is
+        noticed, so the connection then ends."""
         assert self._closing is not None
         closing = asyncio.ensure_future(self._closing.wait())
         try:
@@ -336,8 +463,10 @@ class FaultProxy:
                 if not reading.done():
                     reading.cancel()
                     return
-                if not reading.result():
+                data = reading.result()
+                if not data:
                     return
+                self._add(rec, "dropped", len(data))
         finally:
             closing.cancel()
 
@@ -352,7 +481,7 @@ class FaultProxy:
                     if state.budget is None or state.budget.may_fire():
                         await state.fire(direction)
                         if state.stalled:
-                            await self._discard(src)
+                            await self._discard(src, rec)
                         return
                     armed = False
                 want = _CHUNK
@@ -364,9 +493,11 @@ class FaultProxy:
                         with contextlib.suppress(OSError):
                             dst.write_eof()
                     return
+                if direction == "up":
+                    await state.inspect_up(data)
                 dst.write(data)
                 await dst.drain()
-                setattr(rec, direction, getattr(rec, direction) + len(data))
+                self._add(rec, direction, len(data))
         except (OSError, asyncio.IncompleteReadError):
             state.broken = True
 
@@ -374,19 +505,38 @@ class FaultProxy:
 class _State:
     def __init__(
         self,
+        proxy: FaultProxy,
         rec: ConnRecord,
         fault: Fault,
         budget: _Budget | None,
         cwriter: asyncio.StreamWriter,
         uwriter: asyncio.StreamWriter,
     ) -> None:
+        self.proxy = proxy
         self.rec, self.fault, self.budget = rec, fault, budget
         self.cwriter, self.uwriter = cwriter, uwriter
         self.broken = False
         self.stalled = False
+        self.carry = b""  # the last client-to-server bytes, for matches split across reads
+
+    async def inspect_up(self, data: bytes) -> None:
+        """Record the request lines in ``data`` and wait here if it holds a held pattern."""
+        buf = self.carry + data
+        seen = len(self.carry)
+        lines = [
+            f"{m.group(1).decode()} {m.group(2).decode(errors='replace')}"
+            for m in _REQUEST_LINE.finditer(buf)
+            if m.end() > seen
+        ]
+        if lines:
+            self.proxy._changed(lambda: self.rec.requests.extend(lines))
+        hold = self.proxy._hold
+        if hold is not None and buf.find(hold.pattern, max(0, seen - len(hold.pattern) + 1)) >= 0:
+            await hold._pass(self.proxy)
+        self.carry = buf[-_CARRY:]
 
     async def fire(self, direction: Direction) -> None:
-        self.rec.fired, self.rec.fired_at = True, time.monotonic()
+        self.proxy._changed(lambda: _mark_fired(self.rec))
         action = self.fault.action
         if action == "reset":
             self.broken = True
@@ -398,6 +548,10 @@ class _State:
                 _close(w)
         else:  # stall: the caller swallows this direction's bytes from now on
             self.stalled = True
+
+
+def _mark_fired(rec: ConnRecord) -> None:
+    rec.fired, rec.fired_at = True, time.monotonic()
 
 
 def _reset(w: asyncio.StreamWriter) -> None:
@@ -419,4 +573,4 @@ def _close(w: asyncio.StreamWriter) -> None:
         w.close()
 
 
-__all__ = ["PASS", "ConnRecord", "Fault", "FaultProxy"]
+__all__ = ["HANG_GUARD", "PASS", "ConnRecord", "Fault", "FaultProxy", "Hold"]

@@ -1,7 +1,9 @@
 """The fault-injecting proxy itself: each fault does exactly what it says, at the byte it says.
 
 An upstream test server on 127.0.0.1 sends a fixed body on every connection and records what
-it receives; a plain socket client talks to it through the proxy.
+it receives; a plain socket client talks to it through the proxy. Every wait is on an event
+that the proxy or the upstream reports (bytes forwarded or dropped, a fault fired, a connection
+ended, bytes received); socket timeouts and deadlines are hang guards only, never the outcome.
 """
 
 from __future__ import annotations
@@ -10,15 +12,14 @@ import os
 import socket
 import socketserver
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from .faultproxy import Fault, FaultProxy
+from .faultproxy import HANG_GUARD, Fault, FaultProxy
 
 BODY = os.urandom(200_000)
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(600)
 
 
 class _Upstream(socketserver.ThreadingTCPServer):
@@ -29,7 +30,12 @@ class _Upstream(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[bytes] = []
         self.accepted = 0
-        self.lock = threading.Lock()
+        self.changed = threading.Condition()
+
+    def wait_for(self, condition: Callable[[], bool]) -> None:
+        """Block until ``condition()`` holds; checked at each connection accepted or ended."""
+        with self.changed:
+            assert self.changed.wait_for(condition, HANG_GUARD), (self.accepted, self.received)
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -37,10 +43,11 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         server: _Upstream = self.server  # type: ignore[assignment]
-        with server.lock:
+        with server.changed:
             server.accepted += 1
+            server.changed.notify_all()
         sock: socket.socket = self.request
-        sock.settimeout(10)
+        sock.settimeout(HANG_GUARD)
         got = bytearray()
 
         def send() -> None:
@@ -56,9 +63,10 @@ class _Handler(socketserver.BaseRequestHandler):
                 got += chunk
         except OSError:
             pass
-        sender.join(10)
-        with server.lock:
+        sender.join(HANG_GUARD)
+        with server.changed:
             server.received.append(bytes(got))
+            server.changed.notify_all()
 
 
 @pytest.fixture
@@ -69,7 +77,7 @@ def upstream() -> Iterator[_Upstream]:
     yield server
     server.shutdown()
     server.server_close()
-    t.join(10)
+    t.join(HANG_GUARD)
 
 
 @pytest.fixture
@@ -79,21 +87,49 @@ def proxy(upstream: _Upstream) -> Iterator[FaultProxy]:
         yield p
 
 
-def _connect(proxy: FaultProxy, timeout: float = 5.0) -> socket.socket:
-    return socket.create_connection(proxy.address, timeout=timeout)
+def _connect(proxy: FaultProxy) -> socket.socket:
+    """A client socket through the proxy; its timeout is only a hang guard."""
+    return socket.create_connection(proxy.address, timeout=HANG_GUARD)
 
 
 def _read_all(sock: socket.socket) -> tuple[bytes, str]:
-    """Everything the socket delivers, and how it ended: "eof", "reset" or "timeout"."""
+    """Everything the socket delivers, and how it ended: "eof" or "reset"."""
     got = bytearray()
     try:
         while chunk := sock.recv(65536):
             got += chunk
     except ConnectionResetError:
         return bytes(got), "reset"
-    except TimeoutError:
-        return bytes(got), "timeout"
     return bytes(got), "eof"
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    got = bytearray()
+    while len(got) < n:
+        chunk = sock.recv(n - len(got))
+        assert chunk, f"the connection ended after {len(got)} of {n} bytes"
+        got += chunk
+    return bytes(got)
+
+
+def _nothing_pending(sock: socket.socket) -> bool:
+    """True when the socket is open and has no byte to read (not ended, not reset)."""
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.settimeout(HANG_GUARD)
+    return False
+
+
+def _up(proxy: FaultProxy, index: int) -> int:
+    """Bytes forwarded to the server on connection ``index`` (-1 before it is accepted)."""
+    records = proxy.records
+    return records[index].up if len(records) > index else -1
 
 
 def _fetch(proxy: FaultProxy) -> tuple[bytes, str]:
@@ -103,15 +139,6 @@ def _fetch(proxy: FaultProxy) -> tuple[bytes, str]:
         return _read_all(s)
 
 
-def _wait(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
-
-
 def test_passthrough_forwards_every_byte_both_ways(proxy, upstream):
     """With no fault, the client gets the whole body and the server gets what the client sent."""
     with _connect(proxy) as s:
@@ -119,9 +146,11 @@ def test_passthrough_forwards_every_byte_both_ways(proxy, upstream):
         s.shutdown(socket.SHUT_WR)
         data, end = _read_all(s)
     assert (data, end) == (BODY, "eof")
-    assert _wait(lambda: upstream.received == [b"hello" * 1000])
+    upstream.wait_for(lambda: len(upstream.received) == 1)
+    assert upstream.received == [b"hello" * 1000]
+    proxy.wait_for(lambda: proxy.records[0].closed, what="the connection's end")
     assert proxy.connections == 1 and proxy.fired == 0
-    assert _wait(lambda: proxy.records[0].down == len(BODY) and proxy.records[0].up == 5000)
+    assert (proxy.records[0].down, proxy.records[0].up) == (len(BODY), 5000)
 
 
 def test_reset_down_delivers_exactly_n_bytes_then_a_reset(proxy):
@@ -142,38 +171,44 @@ def test_truncate_down_delivers_exactly_n_bytes_then_eof(proxy):
 
 
 def test_stall_down_delivers_n_bytes_then_nothing_while_open(proxy):
-    """``stall("down", after=N)``: N bytes arrive, then nothing, and the connection stays open."""
+    """``stall("down", after=N)``: N bytes arrive, then nothing, and the connection stays open:
+    once the proxy reports the rest of the body read and dropped, the client has no byte to
+    read and no end of stream; it ends when the client leaves."""
     proxy.fail(Fault.stall("down", after=1000))
-    with _connect(proxy, timeout=0.7) as s:
-        data, end = _read_all(s)
-    assert (data, end) == (BODY[:1000], "timeout")
+    with _connect(proxy) as s:
+        assert _read_exactly(s, 1000) == BODY[:1000]
+        rec = proxy.records[0]
+        # (or the connection's end, which the assertions then report at once)
+        proxy.wait_for(lambda: rec.closed or rec.dropped == len(BODY) - 1000, what="the body dropped")
+        assert rec.fired and rec.down == 1000 and not rec.closed
+        assert _nothing_pending(s)
+    proxy.wait_for(lambda: rec.closed, what="the end of the stalled connection")
 
 
 def test_blackhole_accepts_but_never_connects_or_answers(proxy, upstream):
-    """``blackhole()``: the TCP connect succeeds, no byte ever comes back, upstream sees nothing."""
+    """``blackhole()``: the TCP connect succeeds, no byte comes back, upstream sees nothing;
+    the connection stays open until the proxy stops, which ends it."""
     proxy.fail(Fault.blackhole())
-    with _connect(proxy, timeout=0.7) as s:
+    with _connect(proxy) as s:
         s.sendall(b"GET / HTTP/1.1\r\n\r\n")
-        data, end = _read_all(s)
-    assert (data, end) == (b"", "timeout")
+        proxy.wait_for(lambda: proxy.fired == 1, what="the blackhole")
+        assert _nothing_pending(s)
+        rec = proxy.records[0]
+        assert (rec.up, rec.down, rec.closed) == (0, 0, False)
+        proxy.stop()
+        assert _read_all(s)[0] == b""
     assert upstream.accepted == 0
-    assert proxy.fired == 1
 
 
 def test_reset_up_forwards_n_bytes_upstream_then_resets(proxy, upstream):
     """``reset("up", after=N)``: the server receives exactly N bytes; the client's side is reset."""
     proxy.fail(Fault.reset("up", after=1000))
     with _connect(proxy) as s:
-        ended = "none"
-        try:
-            for _ in range(200):
-                s.sendall(b"x" * 5000)
-                time.sleep(0.001)
-            _data, ended = _read_all(s)
-        except (ConnectionResetError, BrokenPipeError):
-            ended = "reset"
-    assert ended == "reset"
-    assert _wait(lambda: upstream.received == [b"x" * 1000])
+        s.sendall(b"x" * 5000)
+        proxy.wait_for(lambda: proxy.fired == 1, what="the reset")
+        assert _read_all(s)[1] == "reset"
+    upstream.wait_for(lambda: len(upstream.received) == 1)
+    assert upstream.received == [b"x" * 1000]
 
 
 def test_stall_up_forwards_n_bytes_then_holds(proxy, upstream):
@@ -181,9 +216,11 @@ def test_stall_up_forwards_n_bytes_then_holds(proxy, upstream):
     proxy.fail(Fault.stall("up", after=3000))
     with _connect(proxy) as s:
         s.sendall(b"y" * 10_000)
-        time.sleep(0.3)
-    _wait(lambda: upstream.received == [b"y" * 3000])
-    assert [len(r) for r in upstream.received] == [3000], proxy.records
+        proxy.wait_for(lambda: proxy.fired == 1 and proxy.records[0].dropped == 7000, what="the rest dropped")
+        rec = proxy.records[0]
+        assert rec.up == 3000 and not rec.closed and upstream.received == []
+    upstream.wait_for(lambda: len(upstream.received) == 1)
+    assert upstream.received == [b"y" * 3000], proxy.records
 
 
 def test_fail_times_fires_k_times_then_connections_pass(proxy):
@@ -213,20 +250,57 @@ def test_plan_chooses_per_connection_index(proxy):
 
 
 def test_stop_releases_stalled_connections_and_the_port(upstream):
-    """Stopping the proxy ends stalled connections (the client sees the end) and frees the port."""
+    """Stopping the proxy ends stalled connections (the client sees the end), joins its thread
+    and frees the port."""
     host, port = upstream.server_address[:2]
     p = FaultProxy((str(host), int(port))).start()
     p.fail(Fault.stall("down", after=10))
-    s = socket.create_connection(p.address, timeout=5)
-    assert s.recv(100) == BODY[:10]
-    threads_before = {t.name for t in threading.enumerate()}
-    assert "fault-proxy" in threads_before
-    started = time.monotonic()
+    s = socket.create_connection(p.address, timeout=HANG_GUARD)
+    assert _read_exactly(s, 10) == BODY[:10]
+    assert "fault-proxy" in {t.name for t in threading.enumerate()}
     p.stop()
-    assert time.monotonic() - started < 15
     _data, end = _read_all(s)
     s.close()
     assert end in ("eof", "reset")
     assert "fault-proxy" not in {t.name for t in threading.enumerate()}
-    with pytest.raises(OSError):
-        socket.create_connection(p.address, timeout=1).close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(p.address, timeout=HANG_GUARD).close()
+
+
+def test_request_lines_are_recorded_per_connection(proxy):
+    """Each HTTP request line the client sends is recorded once, also when it is split across
+    reads and when it follows a body with no line break."""
+    first = b"PUT /b/k?partNumber=1 HTTP/1.1\r\nContent-Length: 4\r\n\r\nabcdGE"
+    with _connect(proxy) as s:
+        s.sendall(first)
+        proxy.wait_for(lambda: _up(proxy, 0) == len(first), what="the first bytes forwarded")
+        s.sendall(b"T /b/k HTTP/1.1\r\n\r\nHEAD /b/k2 HTTP/1.0\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        _read_all(s)
+    proxy.wait_for(lambda: proxy.records[0].closed, what="the connection's end")
+    assert proxy.requests == ["PUT /b/k?partNumber=1", "GET /b/k", "HEAD /b/k2"]
+
+
+def test_hold_keeps_matching_requests_until_released_in_order(proxy, upstream):
+    """``hold(pattern, times=2)``: the first two requests holding the pattern wait at the proxy
+    (the server sees none of their bytes) until released, one at a time, in arrival order; a
+    third passes at once."""
+    hold = proxy.hold(b"comp=blocklist", times=2)
+    first, second, third = _connect(proxy), _connect(proxy), _connect(proxy)
+    try:
+        first.sendall(b"PUT /a?comp=blocklist HTTP/1.1\r\n\r\n")
+        hold.wait_held(1)
+        second.sendall(b"PUT /b?comp=blocklist HTTP/1.1\r\n\r\n")
+        hold.wait_held(2)
+        third.sendall(b"PUT /c?comp=blocklist HTTP/1.1\r\n\r\n")
+        proxy.wait_for(lambda: _up(proxy, 2) == 34, what="the third request forwarded")
+        assert [r.up for r in proxy.records] == [0, 0, 34]
+        hold.release(1)
+        proxy.wait_for(lambda: _up(proxy, 0) > 0, what="the first request released")
+        assert proxy.records[1].up == 0
+        hold.release(1)
+        proxy.wait_for(lambda: _up(proxy, 1) > 0, what="the second request released")
+        assert hold.held == 2
+    finally:
+        for s in (first, second, third):
+            s.close()
