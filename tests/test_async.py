@@ -1,60 +1,115 @@
-"""``await load()`` and ``await save()`` never block the event loop."""
+"""``await load()`` and ``await save()`` never block the event loop.
+
+Shown without any clock: every store call of the transfer (each write, read, stat, commit)
+goes through a store that makes the call wait until a coroutine running on the event loop
+answers it. A transfer that blocked the loop could not get a single answer (the test's hang
+guard then reports it), and one that ran on the loop's own thread is caught at its first
+store call. So each answered call is an event-loop turn taken in the middle of the transfer.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import threading
+from pathlib import Path
+
+import pytest
 
 import flyte_checkpoint as fc
+from tests.spystore import spying
 
-SIZE = 32 * 1024 * 1024
-
-
-async def _with_ticker(coro) -> tuple[object, int, float]:
-    ticks = 0
-    longest = 0.0
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    async def ticker():
-        nonlocal ticks, longest
-        last = loop.time()
-        while not stop.is_set():
-            await asyncio.sleep(0.005)
-            now = loop.time()
-            longest = max(longest, now - last)
-            last = now
-            ticks += 1
-
-    t = asyncio.create_task(ticker())
-    await asyncio.sleep(0.02)
-    before = ticks
-    result = await coro
-    stop.set()
-    await t
-    return result, ticks - before, longest
+SIZE = 16 * 1024 * 1024
+#: How long a store call waits for the loop's answer before the test counts it as blocked:
+#: a hang guard (a free loop answers at once; a blocked one never does).
+HANG_GUARD = 120.0
 
 
-def test_ticker_keeps_running_during_32mib_save_and_load(tmp_path):
-    src = tmp_path / "ckpt"
-    src.mkdir()
-    (src / "weights.bin").write_bytes(os.urandom(SIZE))
-    dest = str(tmp_path / "obj")
+class LoopGate:
+    """A store hook: each call waits until the :meth:`serve` coroutine, running on the event
+    loop, has answered it."""
 
-    async def main():
-        cp = fc.Checkpoint(dest)
-        _, save_ticks, save_gap = await _with_ticker(cp.save(src))
-        nxt = fc.Checkpoint(str(tmp_path / "n"), dest)
-        path, load_ticks, load_gap = await _with_ticker(nxt.load())
-        same = (path / "weights.bin").read_bytes() == (src / "weights.bin").read_bytes()
-        nxt.close()
-        return save_ticks, save_gap, load_ticks, load_gap, same
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_ident()
+        self.queue: asyncio.Queue[threading.Event] = asyncio.Queue()
+        self.ops: list[str] = []
+        self.answered = 0
+        self.on_loop_thread: list[str] = []
+        self.unanswered: list[str] = []
 
-    save_ticks, save_gap, load_ticks, load_gap, same = asyncio.run(main())
-    assert same
-    # A blocked loop cannot tick while the transfer runs (at most once after it); a free one
-    # ticks throughout, every 5 ms.
-    assert save_ticks >= 3 and load_ticks >= 3, (save_ticks, save_gap, load_ticks, load_gap)
+    def __call__(self, op: str, uri: str) -> None:
+        self.ops.append(op)
+        if threading.get_ident() == self.loop_thread:
+            self.on_loop_thread.append(op)  # the transfer runs on the loop itself
+            return
+        if self.unanswered:
+            return  # the loop is known to be blocked: do not wait again
+        answer = threading.Event()
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, answer)
+        if not answer.wait(HANG_GUARD):
+            self.unanswered.append(op)
+
+    async def serve(self) -> None:
+        while True:
+            answer = await self.queue.get()
+            self.answered += 1
+            answer.set()
+
+    async def run(self, transfer):
+        """Await ``transfer`` while :meth:`serve` answers; return its result."""
+        server = asyncio.create_task(self.serve())
+        try:
+            return await transfer
+        finally:
+            server.cancel()
+
+    def check(self, what: str, at_least: int) -> None:
+        assert not self.on_loop_thread, f"{what} made store calls on the loop's thread: {self.on_loop_thread}"
+        assert not self.unanswered, f"{what} blocked the event loop: {self.unanswered} never answered"
+        assert len(self.ops) >= at_least, f"{what} made too few store calls to show anything: {self.ops}"
+        assert self.answered == len(self.ops), (self.answered, self.ops)
+
+
+def _data(kind: str, tmp_path: Path) -> tuple[object, bytes]:
+    """What to save for ``kind``, and the bytes ``load()`` must give back."""
+    blob = os.urandom(SIZE)
+    if kind == "bytes":
+        return blob, blob
+    if kind == "file":
+        (tmp_path / "weights.bin").write_bytes(blob)
+        return tmp_path / "weights.bin", blob
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "weights.bin").write_bytes(blob)
+    return tmp_path / "tree", blob
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["directory", "file", "bytes"])
+def test_save_and_load_answer_the_event_loop_at_every_store_call(tmp_path: Path, kind: str):
+    """Proves: while ``await save(...)`` and ``await load()`` run, the event loop keeps running
+    other coroutines: each of the transfer's store calls (at least 3 for a directory save of
+    16 MiB, the one upload call of a file or bytes, 5 for a load) went on only after a
+    coroutine on the loop answered it, from a thread other than the loop's."""
+    data, expected = _data(kind, tmp_path)
+
+    async def main() -> tuple[LoopGate, LoopGate, bytes]:
+        with spying("file") as spy:
+            dest = spy.uri_for(str(tmp_path / "obj"))
+            spy.hook = saving = LoopGate()
+            await saving.run(fc.Checkpoint(dest).save(data))
+            spy.hook = loading = LoopGate()
+            with fc.Checkpoint(str(tmp_path / "next"), dest) as nxt:
+                path = await loading.run(nxt.load())
+                got = path / "weights.bin" if kind == "directory" else path
+                return saving, loading, got.read_bytes()
+
+    saving, loading, got = asyncio.run(main())
+    assert got == expected
+    # a save: open_write, writes, commit (write_bytes or upload_file for bytes and files);
+    # a load: stat, open_read, a read per 4 MiB and one at the end
+    saving.check(f"save of {kind}", at_least=3 if kind == "directory" else 1)
+    loading.check(f"load of {kind}", at_least=5)
 
 
 def test_async_bytes_round_trip(tmp_path):

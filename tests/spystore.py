@@ -1,0 +1,164 @@
+"""A store for tests that passes every call on to another scheme's store, counting the calls
+and running a hook before each one (in the calling thread).
+
+``spy://rest`` is ``{target}://rest`` (``spy:///abs/path`` is the local file ``/abs/path``), so
+a test can count the store calls a ``Checkpoint`` makes on any backend, or make a call wait
+for an event::
+
+    with spying("s3") as spy:
+        fc.Checkpoint(spy.uri_for("s3://bucket/ckpt")).save_sync(b"x")
+    assert spy.count("write_bytes") == 1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
+
+from flyte_checkpoint.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.registry import register_store, store_for, unregister_store
+from flyte_checkpoint.uri import is_local, normalize, scheme_of
+
+#: ``hook(operation, uri)``: runs before each call. Operations: the store's method names, and
+#: ``write``/``commit``/``abort`` of its writers and ``read`` of its readers.
+Hook = Callable[[str, str], None]
+
+
+class SpyStore(BlobStore):
+    """Passes each call to the store for ``target`` URIs; counts it in :attr:`calls` by
+    ``(operation, uri)`` (the ``spy://`` URI), after running :attr:`hook` (if set)."""
+
+    def __init__(self, scheme: str, target: str, hook: Hook | None = None) -> None:
+        self.scheme = scheme
+        self.target = target
+        self.hook = hook
+        self.calls: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def uri_for(self, uri: str) -> str:
+        """The ``spy://`` URI of a ``target`` URI (or, for the ``file`` target, a local path)."""
+        uri = normalize(uri)
+        assert scheme_of(uri) == self.target, f"{uri} is not a {self.target}:// URI"
+        rest = uri if is_local(uri) else uri.split("://", 1)[1]
+        return f"{self.scheme}://{rest}"
+
+    def count(self, op: str, uri: str | None = None) -> int:
+        """How many ``op`` calls were made (on ``uri`` only, if given)."""
+        with self._lock:
+            return sum(n for (o, u), n in self.calls.items() if o == op and uri in (None, u))
+
+    def _before(self, op: str, uri: str) -> None:
+        if self.hook is not None:
+            self.hook(op, uri)
+        with self._lock:
+            self.calls[(op, uri)] += 1
+
+    def _real(self, uri: str) -> str:
+        rest = uri.split("://", 1)[1]
+        return f"{self.target}://{rest}"
+
+    def _inner(self, uri: str) -> BlobStore:
+        return store_for(self._real(uri))
+
+    # -- BlobStore ---------------------------------------------------------------------
+
+    def open_read(self, uri: str) -> BinaryIO:
+        self._before("open_read", uri)
+        return _SpyReader(self._inner(uri).open_read(self._real(uri)), lambda: self._before("read", uri))  # type: ignore[return-value]
+
+    def open_write(self, uri: str) -> BlobWriter:
+        self._before("open_write", uri)
+        return _SpyWriter(uri, self._inner(uri).open_write(self._real(uri)), self._before)
+
+    def stat(self, uri: str) -> int | None:
+        self._before("stat", uri)
+        return self._inner(uri).stat(self._real(uri))
+
+    def delete(self, uri: str) -> None:
+        self._before("delete", uri)
+        self._inner(uri).delete(self._real(uri))
+
+    def list(self, prefix: str) -> Iterator[str]:
+        self._before("list", prefix)
+        for uri in self._inner(prefix).list(self._real(prefix)):
+            yield f"{self.scheme}://{uri.split('://', 1)[1] if '://' in uri else uri}"
+
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        self._before("read_range", uri)
+        return self._inner(uri).read_range(self._real(uri), start, length)
+
+    def upload_file(self, path: Any, uri: str) -> None:
+        self._before("upload_file", uri)
+        self._inner(uri).upload_file(path, self._real(uri))
+
+    def download_file(self, uri: str, path: Any) -> None:
+        self._before("download_file", uri)
+        self._inner(uri).download_file(self._real(uri), path)
+
+    def read_bytes(self, uri: str) -> bytes:
+        self._before("read_bytes", uri)
+        return self._inner(uri).read_bytes(self._real(uri))
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        self._before("write_bytes", uri)
+        self._inner(uri).write_bytes(self._real(uri), data)
+
+
+class _SpyWriter(BlobWriter):
+    def __init__(self, uri: str, inner: BlobWriter, before: Callable[[str, str], None]) -> None:
+        super().__init__(uri)
+        self._inner = inner
+        self._spy_before = before
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        self._spy_before("write", self.uri)
+        self._inner.write(data)
+
+    def _commit(self) -> None:
+        self._spy_before("commit", self.uri)
+        self._inner.close()
+
+    def _abort(self) -> None:
+        self._spy_before("abort", self.uri)
+        self._inner.abort()
+
+
+class _SpyReader(io.RawIOBase):
+    def __init__(self, inner: BinaryIO, before: Callable[[], None]) -> None:
+        self._inner = inner
+        self._spy_before = before
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:  # type: ignore[override]
+        self._spy_before()
+        return self._inner.read(n)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+@contextlib.contextmanager
+def spying(target: str, hook: Hook | None = None, scheme: str = "spy") -> Iterator[SpyStore]:
+    """Register a :class:`SpyStore` for ``scheme://`` URIs over ``target``'s store while the
+    block runs."""
+    spy = SpyStore(scheme, target, hook)
+    name = f"{scheme}-store"
+    register_store(name, (scheme,), lambda: spy, "counts and hooks store calls (tests)")
+    try:
+        yield spy
+    finally:
+        unregister_store(name)
