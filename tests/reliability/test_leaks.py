@@ -1,14 +1,23 @@
 """Leaks: many save/load cycles keep memory, file descriptors, threads and temp folders flat.
 
 Each cycle saves a small payload or a small directory with one ``Checkpoint`` and loads it
-back with another (and closes both). After a warm-up, resident memory (``/proc/self/statm``),
-open file descriptors (``/proc/self/fd``), ``threading.active_count()`` and the number of
-``flyte-cp-*`` folders under ``tempfile.gettempdir()`` (a private folder for the test) are
-measured, and again after the remaining cycles: fds, threads and folders must come back to
-the same numbers, memory may grow by a small bound only. 1,000 cycles on the file backend,
-``CLOUD_CYCLES`` (default 200) on each cloud backend to keep CI time low; ``FCP_LEAK_CYCLES``
-and ``FCP_LEAK_CLOUD_CYCLES`` raise them. A child-process test checks that workspaces are
-removed on ``close()``, on leaving ``with``, when collected, and at interpreter exit.
+back with another (and closes both). Measured after a warm-up (the baseline), halfway, and at
+the end: resident memory (``/proc/self/statm``), open file descriptors by kind
+(``/proc/self/fd``: sockets, and everything else: files, pipes, event fds), the threads, and
+the ``flyte-cp-*`` folders under ``tempfile.gettempdir()`` (a private folder for the test).
+
+Nothing depends on the machine's speed. The baseline and the end are taken with the
+registry's stores closed (their connection pools and worker threads released), so every
+socket and thread a cycle opened must be gone: each new thread is joined (a generous deadline
+is only a hang guard), then non-socket descriptors, sockets, threads and folders must be back
+to the baseline. Halfway, with the store alive, non-socket descriptors must be at the baseline
+and sockets at most the baseline plus the pool size the store declares
+(``max_pooled_connections``): how many idle connections a pool happens to hold at that moment
+is not fixed, but a leak of one per cycle would pass that bound long before the middle.
+Memory may grow by a small bound only. 1,000 cycles on the file backend, ``CLOUD_CYCLES``
+(default 200) on each cloud backend to keep CI time low; ``FCP_LEAK_CYCLES`` and
+``FCP_LEAK_CLOUD_CYCLES`` raise them. A child-process test checks that workspaces are removed
+on ``close()``, on leaving ``with``, when collected, and at interpreter exit.
 """
 
 from __future__ import annotations
@@ -26,8 +35,10 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
+from flyte_checkpoint.registry import get_registry, store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend
+from tests.reliability.faultproxy import HANG_GUARD
 
 #: The backends' fixtures (see backends.py), visible to pytest in this module.
 backend = backends.backend
@@ -46,8 +57,16 @@ def rss() -> int:
         return int(f.read().split()[1]) * PAGE
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def open_fds() -> dict[str, int]:
+    """Open file descriptors by kind: ``sockets``, and ``files`` (everything else)."""
+    counts = {"sockets": 0, "files": 0}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except FileNotFoundError:  # the listing's own descriptor, closed by now
+            continue
+        counts["sockets" if target.startswith("socket:") else "files"] += 1
+    return counts
 
 
 def workspaces() -> list[str]:
@@ -56,7 +75,18 @@ def workspaces() -> list[str]:
 
 def measure() -> dict[str, int]:
     gc.collect()
-    return {"rss": rss(), "fds": open_fds(), "threads": threading.active_count(), "dirs": len(workspaces())}
+    return {"rss": rss(), **open_fds(), "threads": threading.active_count(), "dirs": len(workspaces())}
+
+
+def close_stores_and_join(known: set[threading.Thread]) -> list[threading.Thread]:
+    """Close the registry's stores (pools, worker threads), then join every thread not in
+    ``known``; return those still alive at the hang guard."""
+    get_registry().close()
+    deadline = time.monotonic() + HANG_GUARD
+    for t in threading.enumerate():
+        if t not in known and t is not threading.current_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threading.enumerate() if t not in known and t.is_alive()]
 
 
 @pytest.fixture
@@ -87,12 +117,15 @@ def cycle(dest: str, i: int, tree: Path, scratch: Path) -> None:
             assert path.read_bytes() == b"step %d" % i
 
 
+@pytest.mark.timeout(1800)
 def test_save_load_cycles_keep_resources_flat(backend: Backend, private_tmp: Path, tmp_path: Path):
-    """Proves: 1,000 save/load cycles on the file backend (200 on each cloud backend) leave
-    open file descriptors, threads and flyte-cp-* temp folders exactly where they were after
-    the warm-up, and resident memory within a small bound."""
+    """Proves: 1,000 save/load cycles on the file backend (200 on each cloud backend) leave no
+    thread, socket, other descriptor or flyte-cp-* folder behind once the stores are closed,
+    keep non-socket descriptors at the baseline and sockets within the store's declared pool
+    while it is open, and keep resident memory within a small bound."""
     cycles = FILE_CYCLES if backend.name == "file" else CLOUD_CYCLES
     dest = backend.fresh("leaks")
+    pool = getattr(store_for(dest), "max_pooled_connections", 0)
     tree = tmp_path / "tree"
     (tree / "sub").mkdir(parents=True)
     (tree / "sub" / "weights.bin").write_bytes(os.urandom(20_000))
@@ -102,6 +135,8 @@ def test_save_load_cycles_keep_resources_flat(backend: Backend, private_tmp: Pat
     before_any = len(workspaces())
     for i in range(WARMUP):
         cycle(dest, i, tree, scratch)
+    known = set(threading.enumerate())
+    assert close_stores_and_join(known) == []
     start = measure()
     middle: dict[str, int] = {}
     started = time.monotonic()
@@ -109,21 +144,22 @@ def test_save_load_cycles_keep_resources_flat(backend: Backend, private_tmp: Pat
         cycle(dest, i, tree, scratch)
         if i == (WARMUP + cycles) // 2:
             middle = measure()
-    end = measure()
     took = time.monotonic() - started
-    deadline = time.monotonic() + 10  # pool threads of a closed store may take a moment to exit
-    while end["threads"] > start["threads"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-        end = measure()
+    alive = close_stores_and_join(known)
+    end = measure()
     print(
         f"\nleaks[{backend.name}]: {cycles} save/load cycles ({cycles - WARMUP} measured, {took:.1f}s):"
         f" rss {start['rss'] / 2**20:.1f} -> {middle['rss'] / 2**20:.1f} -> {end['rss'] / 2**20:.1f} MiB,"
-        f" fds {start['fds']} -> {middle['fds']} -> {end['fds']},"
+        f" other fds {start['files']} -> {middle['files']} -> {end['files']},"
+        f" sockets {start['sockets']} -> {middle['sockets']} (pool {pool}) -> {end['sockets']},"
         f" threads {start['threads']} -> {middle['threads']} -> {end['threads']},"
         f" flyte-cp-* dirs {start['dirs']} -> {middle['dirs']} -> {end['dirs']}"
     )
-    assert before_any == start["dirs"] == end["dirs"] == 0, workspaces()
-    assert end["fds"] <= start["fds"], f"file descriptors grew: {start['fds']} -> {end['fds']}"
+    assert alive == [], f"threads that never ended: {alive}"
+    assert before_any == start["dirs"] == middle["dirs"] == end["dirs"] == 0, workspaces()
+    assert middle["files"] <= start["files"] and end["files"] <= start["files"], (start, middle, end)
+    assert middle["sockets"] <= start["sockets"] + pool, f"sockets beyond the pool of {pool}: {middle}"
+    assert end["sockets"] <= start["sockets"], f"sockets left open: {start} -> {end}"
     assert end["threads"] <= start["threads"], f"threads grew: {threading.enumerate()}"
     assert end["rss"] - start["rss"] <= RSS_SLACK, "resident memory grew"
 
@@ -177,7 +213,7 @@ def test_workspaces_are_removed_on_close_and_at_interpreter_exit(tmp_path: Path,
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=HANG_GUARD,
     )
     assert out.returncode == (0 if how == "normal" else 1), out.stderr
     roots = [Path(line) for line in out.stdout.split()]

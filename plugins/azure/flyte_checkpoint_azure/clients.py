@@ -58,6 +58,12 @@ class Clients:
         """A client for the container ``loc`` names."""
         return self.service(loc, uri).get_container_client(loc.container)
 
+    @property
+    def pool_size(self) -> int:
+        """HTTP connections each client keeps open to its endpoint, at most."""
+        s = self.settings
+        return max(16, 2 * max(s.upload_concurrency, s.read_concurrency))
+
     def close(self) -> None:
         """Close every client and connection pool (they are made again on next use)."""
         with self._lock:
@@ -72,9 +78,8 @@ class Clients:
     def _make(self, account: str, endpoint: str, uri: str) -> tuple[BlobServiceClient, requests.Session]:
         s = self.settings
         credential = self.config.credential_for(account, uri)
-        pool = max(16, 2 * max(s.upload_concurrency, s.read_concurrency))
         session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=self.pool_size)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         transport = RequestsTransport(

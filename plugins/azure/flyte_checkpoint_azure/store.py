@@ -74,6 +74,11 @@ class AzureBlobStore(BlobStore):
         )
         self._clients = Clients(self.config, self.settings)
 
+    @property
+    def max_pooled_connections(self) -> int:
+        """The most HTTP connections the store keeps open between calls, per account endpoint."""
+        return self._clients.pool_size
+
     # -- BlobStore -------------------------------------------------------------
 
     def open_read(self, uri: str) -> BinaryIO:

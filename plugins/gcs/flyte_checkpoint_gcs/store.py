@@ -64,6 +64,11 @@ class GcsStore(BlobStore):
         self.config = config or GcsConfig.from_env(**overrides)
         self._transport = Transport(self.config, session)
 
+    @property
+    def max_pooled_connections(self) -> int:
+        """The most HTTP connections the store keeps open between calls (its session's pool)."""
+        return self._transport.pool_size
+
     # -- BlobStore --------------------------------------------------------------------
 
     def open_read(self, uri: str) -> BinaryIO:

@@ -85,12 +85,16 @@ class Transport:
         credentials, project = google.auth.default(scopes=list(SCOPES))
         return credentials, cfg.project or project
 
+    @property
+    def pool_size(self) -> int:
+        """HTTP connections the session it builds keeps open to one host, at most."""
+        return max(16, self.config.read_concurrency * 4)
+
     def _new_session(self, credentials: Any) -> requests.Session:
         from google.auth.transport.requests import AuthorizedSession
 
         session = AuthorizedSession(credentials)
-        pool = max(16, self.config.read_concurrency * 4)
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool, max_retries=0)
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=self.pool_size, max_retries=0)
         session.mount("https://", adapter)
         session.mount("http://", adapter)
         return session

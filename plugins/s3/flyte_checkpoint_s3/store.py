@@ -64,6 +64,11 @@ class S3Store(BlobStore):
         return self._clients.get()
 
     @property
+    def max_pooled_connections(self) -> int:
+        """The most HTTP connections the store keeps open between calls (its client's pool)."""
+        return self.config.pool_connections
+
+    @property
     def executor(self) -> ThreadPoolExecutor:
         """The pool that sends parts and fetches ranges (made on first use)."""
         pool = self._pool
