@@ -98,7 +98,8 @@ class ConnRecord:
 
     ``up``/``down`` count bytes forwarded each way; ``dropped`` bytes read and thrown away
     after a stall fired; ``requests`` the HTTP request lines (``"PUT /path?query"``) forwarded
-    to the server; ``closed`` turns true when the proxy has finished with the connection.
+    to the server; ``server_ended`` turns true when the server has ended its side and the
+    proxy keeps the connection open; ``closed`` when the proxy has finished with it.
     """
 
     index: int
@@ -110,6 +111,7 @@ class ConnRecord:
     down: int = 0
     dropped: int = 0
     requests: list[str] = field(default_factory=list)
+    server_ended: bool = False
     closed: bool = False
 
 
@@ -431,10 +433,14 @@ class FaultProxy:
             pending: set[asyncio.Future[None]] = {up, down}
             try:
                 while pending:
-                    _done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    if state.broken or state.stalled:
-                        # a reset, a truncation, or a stall whose other side ended: finish now
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if state.broken or (state.stalled and up in done):
+                        # a reset, a truncation, or a client that left a stalled connection.
+                        # A server that ends its side does not end a stall: the client must
+                        # see silence, not an early end of stream.
                         break
+                    if down in done:  # the server ended its side; the connection goes on
+                        self._changed(lambda: setattr(rec, "server_ended", True))
             finally:
                 for p in pending:
                     p.cancel()

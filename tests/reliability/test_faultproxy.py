@@ -30,6 +30,7 @@ class _Upstream(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[bytes] = []
         self.accepted = 0
+        self.end_after_body = False  # end its side (FIN) once the body is sent
         self.changed = threading.Condition()
 
     def wait_for(self, condition: Callable[[], bool]) -> None:
@@ -53,6 +54,8 @@ class _Handler(socketserver.BaseRequestHandler):
         def send() -> None:
             try:
                 sock.sendall(BODY)
+                if server.end_after_body:
+                    sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
 
@@ -181,6 +184,21 @@ def test_stall_down_delivers_n_bytes_then_nothing_while_open(proxy):
         # (or the connection's end, which the assertions then report at once)
         proxy.wait_for(lambda: rec.closed or rec.dropped == len(BODY) - 1000, what="the body dropped")
         assert rec.fired and rec.down == 1000 and not rec.closed
+        assert _nothing_pending(s)
+    proxy.wait_for(lambda: rec.closed, what="the end of the stalled connection")
+
+
+def test_stall_down_stays_open_when_the_server_ends_its_side(proxy, upstream):
+    """A server that ends its side after its answer does not end a stall: once the proxy has
+    seen the server's end, the client still has no byte and no end of stream (an early end
+    would make a stall a truncation); the connection ends when the client leaves."""
+    upstream.end_after_body = True
+    proxy.fail(Fault.stall("down", after=1000))
+    with _connect(proxy) as s:
+        assert _read_exactly(s, 1000) == BODY[:1000]
+        rec = proxy.records[0]
+        proxy.wait_for(lambda: rec.closed or rec.server_ended, what="the server's end")
+        assert rec.dropped == len(BODY) - 1000 and not rec.closed
         assert _nothing_pending(s)
     proxy.wait_for(lambda: rec.closed, what="the end of the stalled connection")
 
