@@ -752,7 +752,7 @@ class _DenyingServer:
     def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
-        self._thread.join(10)
+        self._thread.join(HANG_GUARD)
 
 
 def _moto_auth(endpoint: str, count: str) -> None:
@@ -762,7 +762,7 @@ def _moto_auth(endpoint: str, count: str) -> None:
         method="POST",
         headers={"Content-Type": "text/plain"},
     )
-    with urllib.request.urlopen(req, timeout=10) as resp:
+    with urllib.request.urlopen(req, timeout=HANG_GUARD) as resp:
         assert resp.status == 200
 
 
