@@ -809,6 +809,28 @@ def test_sdk_retries_by_default_recover_one_cut_answer(rig: Rig):
     assert rig.proxy.fired == 1
 
 
+#: Reads of one small object's body when every answer is cut mid-body, before the store
+#: gives up, whatever the SDK retry setting: S3 reads once (the core retries); GCS's reader
+#: resumes a broken stream twice (3 reads); azure-storage-blob re-reads a cut body itself.
+BODY_READS = {"s3": 1, "gcs": 3, "azure": 3}
+
+
+@pytest.mark.parametrize("sdk_retries", ["off", "default"])
+def test_a_body_cut_mid_way_is_read_a_fixed_number_of_times(rig: Rig, sdk_retries: str):
+    """A 300 KB object whose every answer is cut 100,000 bytes in: the store reads the body
+    exactly BODY_READS times (each read's cut counted at the proxy) and raises TransientError,
+    with the plugin's SDK retries off and at their default alike (Azure: "3 re-reads whatever
+    RETRIES says")."""
+    uri = f"{rig.root}/ckpt"
+    rig.direct.write_bytes(uri, random.Random(13).randbytes(300_000))
+    name = SDK_RETRY_SETTINGS[rig.server.name][0]
+    rig.use(attempts=1, **({name: None} if sdk_retries == "default" else {}))
+    rig.proxy.fail(Fault.reset("down", after=MID_BODY))
+    with pytest.raises(TransientError), store_for(uri).open_read(uri) as f:
+        f.read()
+    assert rig.proxy.fired == BODY_READS[rig.server.name], rig.requests_for()
+
+
 # --------------------------------------------------------------------------- the policy itself
 
 
