@@ -4,7 +4,8 @@ Each cycle saves a small payload or a small directory with one ``Checkpoint`` an
 back with another (and closes both). Measured after a warm-up (the baseline), halfway, and at
 the end: resident memory (``/proc/self/statm``), open file descriptors by kind
 (``/proc/self/fd``: sockets, and everything else: files, pipes, event fds), the threads, and
-the ``flyte-cp-*`` folders under ``tempfile.gettempdir()`` (a private folder for the test).
+the workspace folders (``flyte-checkpoint-ws-*``) under ``tempfile.gettempdir()`` (a private
+folder for the test); the test first checks that a live workspace is counted.
 
 Nothing depends on the machine's speed. The baseline and the end are taken with the
 registry's stores closed (their connection pools and worker threads released), so every
@@ -50,6 +51,8 @@ WARMUP = 50
 #: Resident memory may grow this much after the warm-up (allocator noise, caches).
 RSS_SLACK = 24 * 1024 * 1024
 PAGE = resource.getpagesize()
+#: The names of ``Checkpoint`` workspace folders (``tempfile.mkdtemp`` prefix + random).
+WORKSPACES = "flyte-checkpoint-ws-*"
 
 
 def rss() -> int:
@@ -70,7 +73,7 @@ def open_fds() -> dict[str, int]:
 
 
 def workspaces() -> list[str]:
-    return sorted(p.name for p in Path(tempfile.gettempdir()).glob("flyte-cp-*"))
+    return sorted(p.name for p in Path(tempfile.gettempdir()).glob(WORKSPACES))
 
 
 def measure() -> dict[str, int]:
@@ -91,7 +94,7 @@ def close_stores_and_join(known: set[threading.Thread]) -> list[threading.Thread
 
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``tempfile.gettempdir()`` is a folder of this test's own (nobody else's flyte-cp-* in it)."""
+    """``tempfile.gettempdir()`` is a folder of this test's own (nobody else's workspace in it)."""
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
@@ -120,7 +123,7 @@ def cycle(dest: str, i: int, tree: Path, scratch: Path) -> None:
 @pytest.mark.timeout(1800)
 def test_save_load_cycles_keep_resources_flat(backend: Backend, private_tmp: Path, tmp_path: Path):
     """Proves: 1,000 save/load cycles on the file backend (200 on each cloud backend) leave no
-    thread, socket, other descriptor or flyte-cp-* folder behind once the stores are closed,
+    thread, socket, other descriptor or workspace folder behind once the stores are closed,
     keep non-socket descriptors at the baseline and sockets within the store's declared pool
     while it is open, and keep resident memory within a small bound."""
     cycles = FILE_CYCLES if backend.name == "file" else CLOUD_CYCLES
@@ -133,6 +136,9 @@ def test_save_load_cycles_keep_resources_flat(backend: Backend, private_tmp: Pat
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     before_any = len(workspaces())
+    with fc.Checkpoint(dest) as probe:  # the count sees a live workspace
+        live = probe.path.parent.name
+        assert workspaces() == [live]
     for i in range(WARMUP):
         cycle(dest, i, tree, scratch)
     known = set(threading.enumerate())
@@ -153,7 +159,7 @@ def test_save_load_cycles_keep_resources_flat(backend: Backend, private_tmp: Pat
         f" other fds {start['files']} -> {middle['files']} -> {end['files']},"
         f" sockets {start['sockets']} -> {middle['sockets']} (pool {pool}) -> {end['sockets']},"
         f" threads {start['threads']} -> {middle['threads']} -> {end['threads']},"
-        f" flyte-cp-* dirs {start['dirs']} -> {middle['dirs']} -> {end['dirs']}"
+        f" workspaces {start['dirs']} -> {middle['dirs']} -> {end['dirs']}"
     )
     assert alive == [], f"threads that never ended: {alive}"
     assert before_any == start["dirs"] == middle["dirs"] == end["dirs"] == 0, workspaces()
@@ -204,7 +210,7 @@ if sys.argv[2] == "raise":
 def test_workspaces_are_removed_on_close_and_at_interpreter_exit(tmp_path: Path, how: str):
     """Proves: a child process's workspaces are gone after close(), after a with block, after
     garbage collection, and, for Checkpoints still alive (or in a cycle) when the interpreter
-    exits normally or through an unhandled exception, after exit; no flyte-cp-* is left."""
+    exits normally or through an unhandled exception, after exit; no workspace folder is left."""
     tmp = tmp_path / "tmpdir"
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
@@ -217,6 +223,6 @@ def test_workspaces_are_removed_on_close_and_at_interpreter_exit(tmp_path: Path,
     )
     assert out.returncode == (0 if how == "normal" else 1), out.stderr
     roots = [Path(line) for line in out.stdout.split()]
-    assert len(roots) == 2 and all(r.parent == tmp for r in roots), out.stdout
+    assert len(roots) == 2 and all(r.parent == tmp and r.match(WORKSPACES) for r in roots), out.stdout
     assert not any(r.exists() for r in roots), "a workspace outlived the interpreter"
-    assert list(tmp.glob("flyte-cp-*")) == []
+    assert list(tmp.glob(WORKSPACES)) == []
