@@ -56,6 +56,7 @@ from flyte_checkpoint.errors import (
 from flyte_checkpoint.registry import get_registry, store_for
 from flyte_checkpoint.restore import restore
 from flyte_checkpoint.retry import RetryPolicy
+from tests.test_retry import Clock as PauseClock  # time for the retry module: only pauses advance it
 
 from .faultproxy import HANG_GUARD, Fault, FaultProxy
 
@@ -467,23 +468,6 @@ def test_load_under_persistent_download_faults_fails_bounded_never_none(rig: Rig
     assert_backoff(retries, ATTEMPTS)
 
 
-class _PauseClock:
-    """Stands in for the ``time`` module of :mod:`flyte_checkpoint.retry`: its clock advances
-    only by the pauses the policy takes (which return at once), so how long a try takes on
-    this machine does not enter the total."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.pauses: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.pauses.append(seconds)
-        self.now += seconds
-
-
 class _FixedPauses(RetryPolicy):
     """The policy with every pause at its bound (no jitter), so the count is exact."""
 
@@ -501,14 +485,14 @@ def test_retry_total_timeout_bounds_a_failing_load(rig: Rig, tmp_path: Path, mon
 
     uri = f"{rig.root}/ckpt"
     rig.direct.write_bytes(uri, tarball_of(make_tree(tmp_path / "tree", 6), tmp_path))
-    clock = _PauseClock()
+    clock = PauseClock()
     monkeypatch.setattr(retry_module, "time", clock)
     policy = _FixedPauses(attempts=1000, base_delay=0.5, max_delay=1.0, total_timeout=2.5)
     rig.proxy.fail(Fault.reset("down", after=MID_BODY))
     cp = fc.Checkpoint(f"{rig.root}/next", uri, retry=policy)
     with cp, pytest.raises(TransientError, match=r"failed after 4 tries in 2\.5s"):
         cp.load_sync()
-    assert clock.pauses == [0.5, 1.0, 1.0]
+    assert clock.sleeps == [0.5, 1.0, 1.0]
     assert [(n, of) for n, of, _ in rig.retries()] == [(1, 1000), (2, 1000), (3, 1000)]
     assert rig.proxy.fired >= 4  # each try met the fault
 
@@ -851,12 +835,12 @@ class _Flaky:
 
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Record the retry policy's pauses instead of sleeping them (on a :class:`_PauseClock`)."""
+    """Record the retry policy's pauses instead of sleeping them (on a :class:`PauseClock`)."""
     import flyte_checkpoint.retry as retry_module
 
-    clock = _PauseClock()
+    clock = PauseClock()
     monkeypatch.setattr(retry_module, "time", clock)
-    return clock.pauses
+    return clock.sleeps
 
 
 def test_backoff_is_exponential_with_full_jitter_and_bounded(sleeps: list[float]):
