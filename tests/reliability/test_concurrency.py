@@ -9,8 +9,8 @@ parts/blocks/chunks, so uploads overlap.
 
 Nothing here depends on the machine's speed. The retry budgets are counts: a try of a save
 fails on a block-list race only when another save committed during it, and a load only when
-an overwrite landed during it, so ``attempts`` = the number of saves always suffices (no time
-limit but a hang guard). The Azure race itself is made to happen, not hoped for: a proxy in
+an overwrite landed during it, each time a different one, so ``attempts`` = saves + 1 always
+suffices (no time limit but a hang guard). The Azure race itself is made to happen, not hoped for: a proxy in
 front of Azurite holds both writers' commit requests (sent once every block is staged) and
 releases them one after the other. "Loads once" is counted by a pass-through store.
 """
