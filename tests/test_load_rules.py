@@ -410,9 +410,8 @@ def test_memory_stays_bounded_whatever_the_members_and_their_names(tmp_path):
         print(files, (peak_kib() - before) // 1024)
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(obj), str(tmp_path)], capture_output=True, text=True
-    )
+    child = [sys.executable, "-c", code, str(obj), str(tmp_path)]
+    out = subprocess.run(child, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     files, grew_mib = map(int, out.stdout.split())
     assert files == 25_000
