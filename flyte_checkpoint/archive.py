@@ -727,6 +727,8 @@ class _Extractor:
         """Stand-in for the symbolic link ``rel`` -> ``target`` until :meth:`_make_links`."""
         fd = self._create(rel, name, _PLACEHOLDER_MODE)
         try:
+            if self.umask < 0 or self.umask & _PLACEHOLDER_MODE:  # it must stay readable
+                os.fchmod(fd, _PLACEHOLDER_MODE)
             body = _LINK_MAGIC + target
             self.budget.claim(len(body))
             view = memoryview(body)

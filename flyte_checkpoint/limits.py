@@ -7,8 +7,8 @@
   hold; default :data:`DEFAULT_MAX_MEMBERS`.
 - ``FLYTE_CHECKPOINT_DISK_RESERVE``: bytes a restore leaves free on the workspace's file
   system; it stops with :class:`~flyte_checkpoint.errors.WorkspaceError` rather than go
-  below. Default: 1% of the file system's size, at least 64 MiB but at most 10% of it;
-  ``0`` turns the check off.
+  below. Default: 1% of the file system's size, at least 64 MiB, at most 4 GiB and never
+  more than 10% of it; ``0`` turns the check off.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ DISK_RESERVE_ENV = "FLYTE_CHECKPOINT_DISK_RESERVE"
 #: Far more members than a checkpoint holds, far fewer than the inodes a bomb would take.
 DEFAULT_MAX_MEMBERS = 1_000_000
 _RESERVE_FLOOR = 64 * 1024 * 1024
+_RESERVE_CAP = 4 * 1024**3
 #: Free space is looked up again after this much is written, so others' writes are seen.
 _RECHECK = 64 * 1024 * 1024
 
@@ -78,8 +79,9 @@ class LoadLimits:
 
 
 def default_reserve(total: int) -> int:
-    """The default reserve for a file system of ``total`` bytes: 1%, at least 64 MiB, at most 10%."""
-    return min(max(_RESERVE_FLOOR, total // 100), total // 10)
+    """The default reserve for a file system of ``total`` bytes: 1%, at least 64 MiB, at most
+    4 GiB, and never more than 10%."""
+    return min(max(_RESERVE_FLOOR, total // 100), _RESERVE_CAP, total // 10)
 
 
 class DiskBudget:
@@ -93,8 +95,13 @@ class DiskBudget:
     def __init__(self, path: str, reserve: int | None, *, source: str) -> None:
         self._path = path
         self._source = source
-        st = os.statvfs(path)
-        self.reserve = default_reserve(st.f_blocks * st.f_frsize) if reserve is None else reserve
+        try:
+            st = os.statvfs(path)
+        except OSError:  # a file system that cannot tell its free space: no check
+            reserve, st = 0, None
+        if reserve is None and st is not None:
+            reserve = default_reserve(st.f_blocks * st.f_frsize)
+        self.reserve = reserve or 0
         self._budget = -1 if self.reserve else float("inf")
 
     def claim(self, n: int) -> None:

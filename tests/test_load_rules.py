@@ -419,9 +419,10 @@ def test_memory_stays_bounded_whatever_the_members_and_their_names(tmp_path):
 
 
 def test_the_default_disk_reserve():
-    assert default_reserve(1000 * 2**30) == 10 * 2**30  # 1%
-    assert default_reserve(2 * 2**30) == 64 * MiB  # the floor
-    assert default_reserve(100 * MiB) == 10 * MiB  # at most 10%
+    assert default_reserve(200 * 2**30) == 2 * 2**30  # 1%
+    assert default_reserve(2 * 2**30) == 64 * MiB  # at least 64 MiB
+    assert default_reserve(10 * 2**40) == 4 * 2**30  # at most 4 GiB
+    assert default_reserve(100 * MiB) == 10 * MiB  # never more than 10%
 
 
 @pytest.mark.parametrize("kind", ["tarball", "payload"])
