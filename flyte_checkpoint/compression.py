@@ -84,7 +84,7 @@ def stored_member(data: bytes | memoryview) -> list[bytes | memoryview]:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
-_RAW_CHUNK = 256 * 1024  # compressed input per step: small enough that leftovers cost little to keep
+_RAW_CHUNK = 1024 * 1024  # compressed input per step, as views of what the source holds (no copies)
 
 
 class _ZlibMember:
@@ -133,9 +133,10 @@ class GzipMembers:
     """
 
     def __init__(self, fileobj: BinaryIO) -> None:
-        self._raw = fileobj
+        # read1 hands out what the source holds without copying it
+        self._raw_read = getattr(fileobj, "read1", fileobj.read)
         self._d = _member_decoder()
-        self._pending = b""  # compressed input read but not yet given to a decoder
+        self._pending: bytes | memoryview = b""  # read, not yet given to a decoder
         self._fed = 0  # compressed bytes given to the current member's decoder
         self._start = 0  # where the current member begins in the compressed stream
         self._members = 1
@@ -158,7 +159,7 @@ class GzipMembers:
                 continue
             data = b""
             if d.needs_input:
-                data, self._pending = self._pending or self._raw.read(_RAW_CHUNK), b""
+                data, self._pending = self._pending or self._raw_read(_RAW_CHUNK), b""
                 if not data:
                     out = self._decode(b"", n)  # what the decoder still holds, if anything
                     if out:
@@ -173,7 +174,7 @@ class GzipMembers:
                 return out
         return b""
 
-    def _decode(self, data: bytes, n: int) -> bytes:
+    def _decode(self, data: bytes | memoryview, n: int) -> bytes:
         try:
             return self._d.decompress(data, n)
         except GZIP_ERRORS as exc:
@@ -181,19 +182,19 @@ class GzipMembers:
                 f"gzip member {self._members} (starting at byte {self._start}) is damaged ({exc})"
             ) from None
 
-    def _next_member(self, rest: bytes) -> None:
+    def _next_member(self, rest: bytes | memoryview) -> None:
         """After a member's end: start the next one, or end the stream if nothing follows."""
         self._start += self._fed - len(rest)
         while len(rest) < 2:
-            more = self._raw.read(_RAW_CHUNK)
+            more = self._raw_read(_RAW_CHUNK)
             if not more:
                 break
-            rest += more
+            rest = bytes(rest) + bytes(more)
         if not rest:
             self._done = True
             return
-        if rest[:2] != GZIP_MAGIC:
-            what = "zero bytes" if rest[:1] == b"\0" else "bytes that are not a gzip member"
+        if bytes(rest[:2]) != GZIP_MAGIC:
+            what = "zero bytes" if bytes(rest[:1]) == b"\0" else "bytes that are not a gzip member"
             raise self._damage(
                 f"{what} follow gzip member {self._members} at byte {self._start}: members must"
                 " follow each other with nothing between or after them (a wiped or cut member, or"

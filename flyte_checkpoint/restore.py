@@ -58,6 +58,19 @@ class CountingReader:
         self.count += len(out)
         return out
 
+    def read1(self, n: int = -1) -> bytes | memoryview:
+        """Up to ``n`` bytes as the source holds them (no copy where it has ``read1``)."""
+        if self._head:
+            out = self._head[:n] if n >= 0 else self._head
+            self._head = self._head[len(out) :]
+        else:
+            read = getattr(self._raw, "read1", self._raw.read)
+            out = read(n)
+            if not out and n:
+                self.eof = True
+        self.count += len(out)
+        return out
+
     def _raw_read(self, n: int) -> bytes:
         out = self._raw.read(n)
         if not out and n:
