@@ -597,7 +597,7 @@ class _Extractor:
         if limits.max_bytes is not None and reader.offset + member.size > limits.max_bytes:
             raise UnsafeArchiveError(
                 f"the tarball expands beyond the limit of {limits.max_bytes} bytes (at member"
-                f" {_shown(member.name)}; headers count 512 bytes each); refusing to extract."
+                f" {_shown(member.name)}), counting 512 bytes for each header; refusing to extract."
                 f" Raise {MAX_UNPACKED_ENV} if it is genuine"
             )
         self.budget.claim(_MEMBER_COST)
