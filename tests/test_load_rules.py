@@ -40,7 +40,7 @@ from flyte_checkpoint.errors import (
 from flyte_checkpoint.inspection import inspect_uri
 from flyte_checkpoint.limits import DEFAULT_MAX_MEMBERS, LoadLimits, default_reserve
 
-from .helpers import file_member, tar_bytes
+from .helpers import file_member, tar_bytes, tree
 
 MiB = 1024 * 1024
 
@@ -255,7 +255,7 @@ def test_record_padding_after_the_marker_is_fine(tmp_path):
     assert (path / "a").read_bytes() == b"A"
 
 
-def _source_tree(root: Path) -> Path:
+def _sourcetree(root: Path) -> Path:
     rng = random.Random(11)
     (root / "sub" / "deeper").mkdir(parents=True)
     (root / "empty-dir").mkdir()
@@ -266,18 +266,6 @@ def _source_tree(root: Path) -> Path:
     (root / "last.ckpt").symlink_to("model.bin")
     os.link(root / "sub" / "naïve.txt", root / "hard.txt")
     return root
-
-
-def _tree(root: Path) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for dirpath, dirs, files in os.walk(root):
-        for name in dirs + files:
-            p = Path(dirpath, name)
-            rel = p.relative_to(root).as_posix()
-            out[rel] = (
-                ("link", os.readlink(p)) if p.is_symlink() else ("dir",) if p.is_dir() else p.read_bytes()
-            )
-    return out
 
 
 def _write(writer: str, src: Path, obj: Path) -> None:
@@ -309,7 +297,7 @@ def test_objects_from_every_writer_still_load(tmp_path, writer, empty):
     src = tmp_path / "src"
     src.mkdir()
     if not empty:
-        _source_tree(src)
+        _sourcetree(src)
     obj = tmp_path / "obj"
     _write(writer, src, obj)
     cp, path = load(tmp_path, str(obj))
@@ -317,7 +305,7 @@ def test_objects_from_every_writer_still_load(tmp_path, writer, empty):
         assert path.name == "payload" and path.read_bytes() == obj.read_bytes()
         return
     assert path == cp.path
-    assert _tree(path) == _tree(src)
+    assert tree(path) == tree(src)
     if not empty:
         assert os.stat(path / "hard.txt").st_ino == os.stat(path / "sub" / "naïve.txt").st_ino
 
