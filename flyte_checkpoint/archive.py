@@ -15,12 +15,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from . import tarstream as ts
-from .compression import GZIP_ERRORS
 from .errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -28,8 +28,11 @@ from .errors import (
     StoreError,
     UnsafeArchiveError,
     UnsupportedDataError,
+    WorkspaceError,
 )
+from .limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, DiskBudget, LoadLimits
 from .sources import changed_error, check_unchanged
+from .sparse import SparseWriter
 
 _CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
@@ -337,11 +340,11 @@ def _copy_fd(fd: int, path: str, size: int, write) -> None:
 
 @dataclass
 class UnpackStats:
-    """What ``unpack`` restored."""
+    """What ``unpack`` restored: members, bytes of file data, symbolic links."""
 
     members: int = 0
     bytes: int = 0
-    symlinks: list[tuple[str, str]] = field(default_factory=list)
+    links: int = 0
 
 
 class ExactReader:
@@ -388,13 +391,27 @@ class ExactReader:
         """Read past a member's ``size`` bytes of data and their padding."""
         left = size + ts.padding(size)
         while left:
-            n = min(left, _CHUNK)
-            self.read(n)
-            left -= n
+            left -= len(self.read_some(min(left, _CHUNK)))
 
-    def drain(self) -> None:
-        while self._read(_CHUNK):
-            pass
+    def finish(self) -> None:
+        """Read the rest of the stream (so a compressed stream's checksums are verified),
+        which after the end-of-archive marker may only be zero padding.
+
+        Raises:
+            CorruptCheckpointError: a byte that is not zero.
+        """
+        while data := self._read_some(_CHUNK):
+            view = memoryview(data)
+            for i in range(0, len(view), len(_ZEROS)):
+                if not _ZEROS.startswith(view[i : i + len(_ZEROS)]):
+                    raise CorruptCheckpointError(
+                        f"data follows the tarball's end-of-archive marker (near byte {self.offset + i}):"
+                        " the object is damaged; save the checkpoint again"
+                    )
+            self.offset += len(view)
+
+
+_ZEROS = bytes(64 * 1024)
 
 
 @dataclass
@@ -408,14 +425,15 @@ class TarMember:
 
 
 def read_members(reader: ExactReader) -> Iterator[TarMember]:
-    r"""Yield the members of an uncompressed tar stream, up to its end-of-archive block.
+    r"""Yield the members of an uncompressed tar stream, up to its end-of-archive marker.
 
     PAX and GNU metadata members are applied to the member they describe, not yielded.
     The caller reads (or :meth:`ExactReader.skip`\ s) each member's data before asking
-    for the next one.
+    for the next one, and :meth:`ExactReader.finish`\ es the stream after the last.
 
     Raises:
-        CorruptCheckpointError: a damaged header or metadata, or a stream that ends early.
+        CorruptCheckpointError: a damaged header or metadata, a stream that ends early or
+            whose end-of-archive marker (two zero blocks) is missing or cut.
         UnsafeArchiveError: a metadata member too large to be names.
     """
     pax: dict[str, str] = {}
@@ -424,6 +442,12 @@ def read_members(reader: ExactReader) -> Iterator[TarMember]:
     while True:
         block = reader.read(ts.BLOCK)
         if block == ts.ZERO_BLOCK:
+            if reader.read(ts.BLOCK) != ts.ZERO_BLOCK:
+                raise CorruptCheckpointError(
+                    f"a zero block inside the tarball (at byte {reader.offset - 2 * ts.BLOCK}) where a"
+                    " header or the end-of-archive marker should be: the object is damaged; save the"
+                    " checkpoint again"
+                )
             return
         try:
             h = ts.parse(block)
@@ -458,146 +482,391 @@ def read_members(reader: ExactReader) -> Iterator[TarMember]:
 def _safe_name(name: str, what: str = "member") -> str:
     """The member's path relative to the destination, or UnsafeArchiveError."""
     if "\0" in name:
-        raise UnsafeArchiveError(f"{what} {name!r} has a NUL in its name; refusing to extract")
+        raise UnsafeArchiveError(f"{what} {_shown(name)} has a NUL in its name; refusing to extract")
     if name.startswith("/"):
-        raise UnsafeArchiveError(f"{what} {name!r} has an absolute name; refusing to extract")
+        raise UnsafeArchiveError(f"{what} {_shown(name)} has an absolute name; refusing to extract")
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise UnsafeArchiveError(f"{what} {name!r} climbs out with '..'; refusing to extract")
+        raise UnsafeArchiveError(f"{what} {_shown(name)} climbs out with '..'; refusing to extract")
     return "/".join(parts)
 
 
-def unpack(stream: BinaryIO, dest: str | os.PathLike[str], *, max_bytes: int | None = None) -> UnpackStats:
+def _shown(name: str) -> str:
+    """``repr(name)``, shortened in the middle when long (names may have thousands of characters)."""
+    return repr(name) if len(name) <= 200 else repr(name[:120]) + "..." + repr(name[-60:])
+
+
+def unpack(
+    stream: BinaryIO,
+    dest: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+    limits: LoadLimits | None = None,
+    budget: DiskBudget | None = None,
+    source: str = "the checkpoint",
+) -> UnpackStats:
     """Extract a tar stream under ``dest`` (an existing, empty directory of ours).
 
-    Reads ``stream`` to its end, so a compressed stream's checksums are verified.
-    On an error, ``dest`` may hold part of the tree (never a link that leaves it):
-    the caller discards it.
+    Reads ``stream`` to its end, so a compressed stream's checksums are verified, and
+    checks that only zero padding follows the end-of-archive marker. ``limits`` (default
+    :class:`LoadLimits` ``(max_bytes=max_bytes)``) bound the tar stream's bytes and its
+    members; ``budget`` (default: the reserve of ``limits``) keeps the disk from filling.
+    Memory stays bounded whatever the member count and name lengths: what must be
+    remembered (links to create last, folders' modes and times) goes to an unnamed file
+    in ``dest``, and the tree itself answers what is already there. On an error, ``dest``
+    may hold part of the tree (never a link that leaves it): the caller discards it.
 
     Raises:
         UnsafeArchiveError: a member would land outside ``dest``, is a device or FIFO,
-            or the tree would exceed ``max_bytes``.
-        CorruptCheckpointError: the stream is truncated or a header is damaged.
-        StoreError: the file system refused a member (a name too long, no space left...).
+            or the archive is over a limit.
+        CorruptCheckpointError: the stream is truncated or damaged.
+        WorkspaceError: no space left (or the reserve reached), naming the member.
+        PathTooLongError: a member's name is too long for the file system, naming it.
+        StoreError: the file system refused a member for another reason.
     """
-    try:
-        return _unpack(stream, dest, max_bytes)
-    except CheckpointError:
-        raise
-    except OSError as exc:
-        if isinstance(exc, GZIP_ERRORS):
-            raise
-        raise StoreError(
-            f"cannot restore the checkpoint into {dest}: {exc.strerror or exc}"
-            + (f" ({exc.filename})" if exc.filename else "")
-        ) from exc
-
-
-def _unpack(stream: BinaryIO, dest: str | os.PathLike[str], max_bytes: int | None) -> UnpackStats:
     root = os.path.realpath(dest)
-    umask = current_umask()
-    reader = ExactReader(stream)
-    stats = UnpackStats()
-    made_dirs: set[str] = {""}
-    files: set[str] = set()
-    symlinks: dict[str, str] = {}
-    dir_meta: list[tuple[str, int, int]] = []
+    limits = limits or LoadLimits(max_bytes=max_bytes)
+    budget = budget or DiskBudget(root, limits.disk_reserve, source=source)
+    import tempfile
 
-    def ensure_parent(rel: str) -> str:
-        parent = rel.rpartition("/")[0]
-        if parent not in made_dirs:
-            for anc in _ancestors(parent):
-                if anc in symlinks:
-                    raise UnsafeArchiveError(
-                        f"member {rel!r} lies under the symbolic link {anc!r}; refusing to extract"
-                    )
-                if anc in files:
-                    raise UnsafeArchiveError(f"member {rel!r} lies under the file {anc!r}; refusing")
-            os.makedirs(os.path.join(root, parent), exist_ok=True)
-            made_dirs.update(_ancestors(parent))
-        return os.path.join(root, rel)
+    with tempfile.TemporaryFile(dir=root, buffering=256 * 1024) as spill:  # O_TMPFILE: never named
+        return _Extractor(root, limits, budget, source, spill).run(ExactReader(stream))
 
-    def clear(rel: str, target: str) -> None:
-        if rel in made_dirs:
-            raise UnsafeArchiveError(f"member {rel!r} would replace a folder of the same name")
-        symlinks.pop(rel, None)
-        if rel in files:
-            os.unlink(target)
-            files.discard(rel)
 
-    for member in read_members(reader):
-        h, name, linkname, size = member.header, member.name, member.linkname, member.size
-        rel = _safe_name(name)
+_PLACEHOLDER_MODE = 0o400  # no owner write: no restored file has that (they get at least 0o600)
+_LINK_MAGIC = b"\0flyte-checkpoint link placeholder\0"
+_MEMBER_COST = 4096  # disk an empty member takes (an inode, a directory entry), for the reserve
+_LINK, _DIR = b"L", b"D"
+_RECORD = struct.Struct("<cI")
+_DIR_META = struct.Struct("<Iq")
+_MTIME_RANGE = (-(2**40), 2**40)  # os.utime overflows beyond what time_t holds
+
+
+def _clamp_mtime(mtime: int) -> int:
+    return min(max(mtime, _MTIME_RANGE[0]), _MTIME_RANGE[1])
+
+
+class _Extractor:
+    """One extraction into ``root``.
+
+    The tree is its own index: a file, folder or link placeholder already there is found
+    by the file system, not in a table. A symbolic link is first a placeholder, a
+    read-only file holding its target, so that nothing is ever written through a link and
+    a member under a link fails like one under a file; the placeholders become links at
+    the end. Links to create and folders' metadata are recorded in an unnamed spill file.
+    """
+
+    def __init__(
+        self, root: str, limits: LoadLimits, budget: DiskBudget, source: str, spill: BinaryIO
+    ) -> None:
+        self.root = root
+        self.limits = limits
+        self.budget = budget
+        self.source = source
+        self.umask = current_umask()
+        self.stats = UnpackStats()
+        self._spill = spill
+
+    def run(self, reader: ExactReader) -> UnpackStats:
+        for member in read_members(reader):
+            self._count(member, reader)
+            try:
+                self._extract(member, reader)
+            except CheckpointError:
+                raise
+            except OSError as exc:
+                raise file_system_error(exc, self.source, self.root, f"member {_shown(member.name)}") from exc
+        reader.finish()
+        try:
+            self._make_links()
+            self._set_folders()
+        except CheckpointError:
+            raise
+        except OSError as exc:
+            raise file_system_error(exc, self.source, self.root, "a link or folder") from exc
+        return self.stats
+
+    def _count(self, member: TarMember, reader: ExactReader) -> None:
+        stats, limits = self.stats, self.limits
         stats.members += 1
+        if stats.members > limits.max_members:
+            raise UnsafeArchiveError(
+                f"the tarball has more than {limits.max_members:,} members (at {_shown(member.name)});"
+                f" refusing to extract. Raise {MAX_MEMBERS_ENV} if it is genuine"
+            )
+        if limits.max_bytes is not None and reader.offset + member.size > limits.max_bytes:
+            raise UnsafeArchiveError(
+                f"the tarball expands beyond the limit of {limits.max_bytes} bytes (at member"
+                f" {_shown(member.name)}), counting 512 bytes for each header; refusing to extract."
+                f" Raise {MAX_UNPACKED_ENV} if it is genuine"
+            )
+        self.budget.claim(_MEMBER_COST)
+
+    def _extract(self, member: TarMember, reader: ExactReader) -> None:
+        h, name, size = member.header, member.name, member.size
+        rel = _safe_name(name)
         t = h.typeflag
         if t in (ts.REGTYPE, ts.AREGTYPE, ts.CONTTYPE) and not (t == ts.AREGTYPE and name.endswith("/")):
             if not rel:
-                raise UnsafeArchiveError(f"file member {name!r} names the destination itself")
-            stats.bytes += size
-            if max_bytes is not None and stats.bytes > max_bytes:
-                raise UnsafeArchiveError(
-                    f"the tarball expands beyond the limit of {max_bytes} bytes (at member {name!r});"
-                    " refusing to extract. Raise FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES if it is genuine"
-                )
-            target = ensure_parent(rel)
-            clear(rel, target)
-            _write_member(reader, target, size, h, umask)
-            files.add(rel)
+                raise UnsafeArchiveError(f"file member {_shown(name)} names the destination itself")
+            mode = (h.mode & 0o777) | 0o600
+            fd = self._create(rel, name, mode)
+            try:
+                out = SparseWriter(fd, self.budget)
+                left = size
+                while left:
+                    chunk = reader.read_some(min(left, _CHUNK))
+                    out.write(chunk)
+                    left -= len(chunk)
+                out.finish()
+                if self.umask < 0 or mode & self.umask:  # the umask took bits away: put them back
+                    os.fchmod(fd, mode)
+                mtime = _clamp_mtime(h.mtime)
+                os.utime(fd, (mtime, mtime))
+            finally:
+                os.close(fd)
+            pad = ts.padding(size)
+            if pad:
+                reader.read(pad)
+            self.stats.bytes += size
         elif t == ts.DIRTYPE or (t == ts.AREGTYPE and name.endswith("/")):
             reader.skip(size)
-            if not rel:
-                continue
-            if rel in files or rel in symlinks:
-                raise UnsafeArchiveError(f"folder member {name!r} would replace a file or link")
-            ensure_parent(rel)
-            path = os.path.join(root, rel)
-            os.makedirs(path, exist_ok=True)
-            made_dirs.update(_ancestors(rel))
-            dir_meta.append((path, h.mode, h.mtime))
+            if rel:
+                self._make_dirs(rel, name, folder=True)
+                self._record(_DIR, _DIR_META.pack(h.mode & 0o7777, _clamp_mtime(h.mtime)) + os.fsencode(rel))
         elif t == ts.SYMTYPE:
             reader.skip(size)
             if not rel:
-                raise UnsafeArchiveError(f"link member {name!r} names the destination itself")
-            if linkname.startswith("/") or "\0" in linkname:
+                raise UnsafeArchiveError(f"link member {_shown(name)} names the destination itself")
+            if member.linkname.startswith("/") or "\0" in member.linkname:
                 raise UnsafeArchiveError(
-                    f"symbolic link {name!r} points to the absolute path {linkname!r}; refusing"
+                    f"symbolic link {_shown(name)} points to the absolute path {_shown(member.linkname)};"
+                    " refusing"
                 )
-            target = ensure_parent(rel)
-            clear(rel, target)
-            symlinks[rel] = linkname
+            self._placeholder(rel, name, os.fsencode(member.linkname))
         elif t == ts.LNKTYPE:
             reader.skip(size)
-            src_rel = _safe_name(linkname, what=f"hard link {name!r} to")
-            if not rel or (src_rel not in files and src_rel not in symlinks):
-                raise UnsafeArchiveError(
-                    f"hard link {name!r} points to {linkname!r}, which is not an earlier file of the"
-                    " archive; refusing to extract"
-                )
-            if src_rel == rel:  # a link to itself: the member is already there
-                continue
-            target = ensure_parent(rel)
-            if src_rel in symlinks:
-                link_to = symlinks[src_rel]
-                clear(rel, target)
-                symlinks[rel] = link_to
-            else:
-                clear(rel, target)
-                os.link(os.path.join(root, src_rel), target)
-                files.add(rel)
+            self._hard_link(rel, name, member.linkname)
         elif t in (ts.CHRTYPE, ts.BLKTYPE, ts.FIFOTYPE):
             kind = "a FIFO" if t == ts.FIFOTYPE else "a device file"
-            raise UnsafeArchiveError(f"member {name!r} is {kind}; a checkpoint cannot hold one")
+            raise UnsafeArchiveError(f"member {_shown(name)} is {kind}; a checkpoint cannot hold one")
         else:
             raise UnsafeArchiveError(
-                f"member {name!r} has tar type {t!r}, which a checkpoint cannot hold; refusing"
+                f"member {_shown(name)} has tar type {t!r}, which a checkpoint cannot hold; refusing"
             )
-    reader.drain()
-    _make_links(root, symlinks)
-    for path, mode, mtime in reversed(dir_meta):
-        os.chmod(path, (mode & 0o777) | 0o700)
-        os.utime(path, (mtime, mtime))
-    stats.symlinks = sorted(symlinks.items())
-    return stats
+
+    # -- the tree as the index -------------------------------------------------
+
+    def _path(self, rel: str) -> str:
+        return self.root + "/" + rel
+
+    def _create(self, rel: str, name: str, mode: int) -> int:
+        """A new file at ``rel`` (its folders made, a file or placeholder there replaced)."""
+        path = self._path(rel)
+        while True:
+            try:
+                return os.open(path, _OPEN_FLAGS, mode)
+            except FileNotFoundError:
+                parent = rel.rpartition("/")[0]
+                if not parent:
+                    raise
+                self._make_dirs(parent, name)
+            except FileExistsError:
+                self._clear(rel, name)
+            except NotADirectoryError:
+                raise self._under_non_folder(rel, name) from None
+
+    def _clear(self, rel: str, name: str) -> None:
+        """Remove the file or placeholder at ``rel`` (a later member replaces it), never a folder."""
+        path = self._path(rel)
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            raise UnsafeArchiveError(f"member {_shown(name)} would replace a folder of the same name")
+        os.unlink(path)
+
+    def _make_dirs(self, rel: str, name: str, *, folder: bool = False) -> None:
+        """Make the folder ``rel`` and any missing parents (walking up, not recursing: paths
+        may have thousands of parts)."""
+        missing: list[str] = []
+        cur = rel
+        while True:
+            try:
+                os.mkdir(self._path(cur))
+                break
+            except FileNotFoundError:
+                missing.append(cur)
+                cur = cur.rpartition("/")[0]
+                if not cur:
+                    raise
+            except FileExistsError:
+                if stat.S_ISDIR(os.lstat(self._path(cur)).st_mode):
+                    break
+                if folder and cur == rel:
+                    raise UnsafeArchiveError(
+                        f"folder member {_shown(name)} would replace a file or link"
+                    ) from None
+                raise self._under_non_folder(rel, name) from None
+            except NotADirectoryError:
+                raise self._under_non_folder(rel, name) from None
+        for path in reversed(missing):
+            os.mkdir(self._path(path))
+
+    def _under_non_folder(self, rel: str, name: str) -> UnsafeArchiveError:
+        """The error for a member whose path runs through a file or a link."""
+        parts = rel.split("/")
+        for i in range(1, len(parts)):
+            anc = "/".join(parts[:i])
+            st = os.lstat(self._path(anc))
+            if not stat.S_ISDIR(st.st_mode):
+                what = "symbolic link" if _is_placeholder(st) else "file"
+                return UnsafeArchiveError(
+                    f"member {_shown(name)} lies under the {what} {_shown(anc)}; refusing to extract"
+                )
+        return UnsafeArchiveError(f"member {_shown(name)} lies under a file or link; refusing")
+
+    def _placeholder(self, rel: str, name: str, target: bytes) -> None:
+        """Stand-in for the symbolic link ``rel`` -> ``target`` until :meth:`_make_links`."""
+        fd = self._create(rel, name, _PLACEHOLDER_MODE)
+        try:
+            if self.umask < 0 or self.umask & _PLACEHOLDER_MODE:  # it must stay readable
+                os.fchmod(fd, _PLACEHOLDER_MODE)
+            body = _LINK_MAGIC + target
+            self.budget.claim(len(body))
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        self._record(_LINK, os.fsencode(rel))
+        self.stats.links += 1
+
+    def _hard_link(self, rel: str, name: str, linkname: str) -> None:
+        src_rel = _safe_name(linkname, what=f"hard link {_shown(name)} to")
+        try:
+            st = os.lstat(self._path(src_rel)) if rel and src_rel else None
+        except (FileNotFoundError, NotADirectoryError):
+            st = None
+        if st is None or stat.S_ISDIR(st.st_mode):
+            raise UnsafeArchiveError(
+                f"hard link {_shown(name)} points to {_shown(linkname)}, which is not an earlier file of"
+                " the archive; refusing to extract"
+            )
+        if src_rel == rel:  # a link to itself: the member is already there
+            return
+        if _is_placeholder(st):  # a hard link to a symbolic link is that link again
+            self._placeholder(rel, name, _read_placeholder(self._path(src_rel)))
+            return
+        path = self._path(rel)
+        while True:
+            try:
+                os.link(self._path(src_rel), path, follow_symlinks=False)
+                return
+            except FileNotFoundError:
+                self._make_dirs(rel.rpartition("/")[0], name)
+            except FileExistsError:
+                self._clear(rel, name)
+            except NotADirectoryError:
+                raise self._under_non_folder(rel, name) from None
+
+    # -- the spill file ----------------------------------------------------------
+
+    def _record(self, kind: bytes, payload: bytes) -> None:
+        self._spill.write(_RECORD.pack(kind, len(payload)) + payload)
+
+    def _records(self, kind: bytes) -> Iterator[bytes]:
+        spill = self._spill
+        spill.flush()
+        spill.seek(0)
+        while head := spill.read(_RECORD.size):
+            k, n = _RECORD.unpack(head)
+            payload = spill.read(n)
+            if k == kind:
+                yield payload
+        spill.seek(0, os.SEEK_END)
+
+    def _make_links(self) -> None:
+        """Turn placeholders into links, then check where each resolves; on any escape,
+        remove them all."""
+        try:
+            for rel in self._records(_LINK):
+                path = self._path(os.fsdecode(rel))
+                st = os.lstat(path)
+                if _is_placeholder(st):  # not replaced by a later member, nor made already
+                    target = _read_placeholder(path)
+                    os.unlink(path)
+                    os.symlink(target, path)
+            prefix = self.root.rstrip("/") + "/"
+            for rel in self._records(_LINK):
+                path = self._path(os.fsdecode(rel))
+                if not os.path.islink(path):
+                    continue
+                real = os.path.realpath(path)
+                if real != self.root and not real.startswith(prefix):
+                    raise UnsafeArchiveError(
+                        f"symbolic link {_shown(os.fsdecode(rel))} -> {_shown(os.readlink(path))} resolves"
+                        " outside the checkpoint; refusing"
+                    )
+        except BaseException:
+            for rel in self._records(_LINK):
+                path = self._path(os.fsdecode(rel))
+                if os.path.islink(path):
+                    os.unlink(path)
+            raise
+
+    def _set_folders(self) -> None:
+        """Give folders their archived modes (owner rwx kept, to manage the tree) and times."""
+        for payload in self._records(_DIR):
+            mode, mtime = _DIR_META.unpack_from(payload)
+            path = self._path(os.fsdecode(payload[_DIR_META.size :]))
+            os.chmod(path, (mode & 0o777) | 0o700)
+            os.utime(path, (mtime, mtime))
+
+
+def _is_placeholder(st: os.stat_result) -> bool:
+    return stat.S_ISREG(st.st_mode) and not st.st_mode & 0o200
+
+
+def _read_placeholder(path: str) -> bytes:
+    """The link target a placeholder holds.
+
+    Raises:
+        StoreError: the file is not a placeholder of ours (its file system does not keep modes).
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        parts = []
+        while chunk := os.read(fd, 1 << 20):
+            parts.append(chunk)
+    finally:
+        os.close(fd)
+    body = b"".join(parts)
+    if not body.startswith(_LINK_MAGIC):
+        raise StoreError(
+            f"{path} lost its mode while restoring: its file system does not keep file modes, which"
+            " restoring links needs; restore onto another disk (load() restores under TMPDIR)"
+        )
+    return body[len(_LINK_MAGIC) :]
+
+
+def file_system_error(exc: OSError, source: str, where: str, what: str) -> StoreError:
+    """The project's error for the file system refusing to restore ``what`` into ``where``."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return WorkspaceError(
+            f"no space left to restore {source} into {where} ({what}: {reason}): free space on that"
+            " disk, restore on a larger one (load() restores under TMPDIR), or save a smaller checkpoint"
+        )
+    if exc.errno == errno.EFBIG:
+        return WorkspaceError(
+            f"cannot restore {source} into {where}: {what} is larger than this process or file system"
+            f" may write ({reason}); raise the file size limit (ulimit -f) or restore on another disk"
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return PathTooLongError(
+            f"cannot restore {source} into {where}: {what} has a path too long for its file system"
+            f" ({reason}; on Linux a name may have 255 bytes, a path 4,095): save it with shorter"
+            " names, or restore into a shorter folder"
+        )
+    return StoreError(f"cannot restore {source} into {where} ({what}): {reason}")
 
 
 def _pax_size(value: str) -> int:
@@ -607,13 +876,6 @@ def _pax_size(value: str) -> int:
             f"damaged tar metadata: PAX size {value[:40]!r} is not a byte count; the object is corrupt"
         )
     return int(value)
-
-
-def _ancestors(rel: str) -> list[str]:
-    if not rel:
-        return [""]
-    parts = rel.split("/")
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def current_umask() -> int:
@@ -626,51 +888,6 @@ def current_umask() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return -1  # unknown: callers set modes explicitly
-
-
-def _write_member(reader: ExactReader, target: str, size: int, h: ts.Header, umask: int) -> None:
-    mode = (h.mode & 0o777) | 0o600
-    fd = os.open(target, _OPEN_FLAGS, mode)
-    try:
-        left = size
-        while left:
-            chunk = reader.read_some(min(left, _CHUNK))
-            _write_all(fd, chunk)
-            left -= len(chunk)
-        if umask < 0 or mode & umask:  # the umask took bits away: put them back
-            os.fchmod(fd, mode)
-        os.utime(fd, (h.mtime, h.mtime))
-    finally:
-        os.close(fd)
-    pad = ts.padding(size)
-    if pad:
-        reader.read(pad)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _make_links(root: str, symlinks: dict[str, str]) -> None:
-    """Create the links, then check where each resolves; on any escape, remove them all."""
-    made = []
-    try:
-        for rel, linkname in symlinks.items():
-            os.symlink(linkname, os.path.join(root, rel))
-            made.append(rel)
-        prefix = root.rstrip("/") + "/"
-        for rel, linkname in symlinks.items():
-            real = os.path.realpath(os.path.join(root, rel))
-            if real != root and not real.startswith(prefix):
-                raise UnsafeArchiveError(
-                    f"symbolic link {rel!r} -> {linkname!r} resolves outside the checkpoint; refusing"
-                )
-    except BaseException:
-        for rel in made:
-            os.unlink(os.path.join(root, rel))
-        raise
 
 
 def tree_size(path: str | os.PathLike[str]) -> int:

@@ -20,8 +20,6 @@ from .logs import logger
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
 
-MAX_UNPACKED_ENV = "FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES"
-
 Data = bytes | bytearray | memoryview | str | os.PathLike
 #: ``progress(done, total)``: bytes done so far, and the total when it is known.
 ProgressCallback = Callable[[int, "int | None"], None]
@@ -60,17 +58,6 @@ def _remove_tree(path: str) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
-
-
-def max_unpacked() -> int | None:
-    """The unpacked-size limit for tarballs from ``FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES`` (None: none)."""
-    value = os.environ.get(MAX_UNPACKED_ENV, "").strip()
-    try:
-        return int(value) if value else None
-    except ValueError:
-        raise ValueError(
-            f"{MAX_UNPACKED_ENV}={value!r} is not a number of bytes: unset it or fix it"
-        ) from None
 
 
 class Checkpoint(BaseCheckpoint):
@@ -187,7 +174,7 @@ class Checkpoint(BaseCheckpoint):
             progress = self._progress
             counter = _Counter(progress, size) if progress else None
             with store.open_read(self._src) as raw, ReadAhead(raw, on_chunk=counter) as ahead:
-                is_tar = restore(ahead, staging, size, max_bytes=max_unpacked())  # type: ignore[arg-type]
+                is_tar = restore(ahead, staging, size, uri=self._src)  # type: ignore[arg-type]
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:

@@ -282,7 +282,6 @@ def show_inspect(r: dict[str, Any]) -> None:
 
 
 def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
-    from .checkpoint import max_unpacked
     from .pipeline import ReadAhead
     from .restore import restore
 
@@ -305,7 +304,7 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
         if bar is not None:
             bar(0, size)
         with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=counted) as ahead:
-            is_tar = restore(ahead, staging, size, max_bytes=max_unpacked())  # type: ignore[arg-type]
+            is_tar = restore(ahead, staging, size, uri=uri)  # type: ignore[arg-type]
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(staging, 0o777 & ~mask)

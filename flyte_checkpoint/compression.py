@@ -2,7 +2,9 @@
 
 ISA-L (``isal``) where it is installed, the standard library otherwise. Whatever the
 library, the output is a standard gzip stream (possibly several members), which any
-gzip reader decodes, Flyte's included; readers verify every member's CRC and length.
+gzip reader decodes, Flyte's included. Our reader (:class:`GzipMembers`) verifies every
+member's CRC and length, and is stricter than most: nothing may lie between or after
+the members.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import struct
 import zlib
 from typing import BinaryIO
 
+from .errors import CorruptCheckpointError
+
 try:  # pragma: no cover - which branch runs depends on the environment
     from isal import igzip as _igzip
+    from isal import igzip_lib as _igzip_lib
     from isal import isal_zlib as _isal_zlib
 except ImportError:  # pragma: no cover
     _igzip = None
+    _igzip_lib = None
     _isal_zlib = None
 
 #: The library in use, for logs and benchmarks.
@@ -39,11 +45,10 @@ def compressor(fileobj: BinaryIO, level: int = DEFAULT_LEVEL) -> BinaryIO:
     return gzip.GzipFile(fileobj=fileobj, mode="wb", compresslevel=level, mtime=0)  # type: ignore[return-value]
 
 
-def decompressor(fileobj: BinaryIO) -> BinaryIO:
-    """A readable of the decompressed stream; reading to the end verifies every member."""
-    if _igzip is not None:
-        return _igzip.IGzipFile(fileobj=fileobj, mode="rb")
-    return gzip.GzipFile(fileobj=fileobj, mode="rb")  # type: ignore[return-value]
+def decompressor(fileobj: BinaryIO) -> GzipMembers:
+    """A readable of the decompressed stream; reading to the end verifies every member and
+    that nothing lies between or after them (see :class:`GzipMembers`)."""
+    return GzipMembers(fileobj)
 
 
 def compress_member(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
@@ -78,17 +83,151 @@ def stored_member(data: bytes | memoryview) -> list[bytes | memoryview]:
     return pieces
 
 
-def decompress_head(data: bytes, want: int) -> bytes:
-    """Decompress up to ``want`` bytes from the start of a gzip stream held in ``data``.
+GZIP_MAGIC = b"\x1f\x8b"
+_RAW_CHUNK = 1024 * 1024  # compressed input per step, as views of what the source holds (no copies)
 
-    Follows concatenated members. Raises one of :data:`GZIP_ERRORS` if the head is damaged;
-    returns fewer bytes if ``data`` ends first.
+
+class _ZlibMember:
+    """The standard library's decoder of one gzip member, with the interface of ISA-L's."""
+
+    def __init__(self) -> None:
+        self._d = zlib.decompressobj(wbits=31)
+        self._tail = b""
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._d.unused_data
+
+    @property
+    def needs_input(self) -> bool:
+        return not self._tail
+
+    def decompress(self, data: bytes | memoryview, max_length: int) -> bytes:
+        if self._tail:
+            data = self._tail + bytes(data)
+        out = self._d.decompress(data, max_length)
+        self._tail = self._d.unconsumed_tail
+        return out
+
+
+def _member_decoder():
+    if _isal_zlib is not None and _igzip_lib is not None:
+        return _igzip_lib.IgzipDecompressor(flag=_igzip_lib.DECOMP_GZIP)
+    return _ZlibMember()
+
+
+class GzipMembers:
+    """A readable of the data held in a series of gzip members, read strictly.
+
+    Every member's CRC and length are checked (by the decoder); each member must begin
+    exactly where the previous one ends, and nothing may follow the last one. Common gzip
+    readers skip zero bytes between members; here they are damage, since a run of zeros is
+    what a wiped member looks like, and skipping it would drop the data it held unnoticed.
+
+    ``read`` raises :class:`~flyte_checkpoint.errors.CorruptCheckpointError` for a damaged
+    member, bytes between or after members, or input that ends inside a member.
     """
-    out = b""
-    while len(out) < want and data:
-        d = zlib.decompressobj(wbits=31)
-        out += d.decompress(data, want - len(out))
-        if not d.eof:
-            break
-        data = d.unused_data
-    return out
+
+    def __init__(self, fileobj: BinaryIO) -> None:
+        # read1 hands out what the source holds without copying it
+        self._raw_read = getattr(fileobj, "read1", fileobj.read)
+        self._d = _member_decoder()
+        self._pending: bytes | memoryview = b""  # read, not yet given to a decoder
+        self._fed = 0  # compressed bytes given to the current member's decoder
+        self._start = 0  # where the current member begins in the compressed stream
+        self._members = 1
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` bytes, at least one until the stream ends (all of them if ``n < 0``)."""
+        if n is None or n < 0:
+            parts = []
+            while part := self.read(4 * _RAW_CHUNK):
+                parts.append(part)
+            return b"".join(parts)
+        while not self._done:
+            d = self._d
+            if d.eof:
+                self._next_member(d.unused_data)
+                continue
+            data = b""
+            if d.needs_input:
+                data, self._pending = self._pending or self._raw_read(_RAW_CHUNK), b""
+                if not data:
+                    out = self._decode(b"", n)  # what the decoder still holds, if anything
+                    if out:
+                        return out
+                    raise self._damage(
+                        f"the gzip stream ends inside member {self._members} (which starts at byte"
+                        f" {self._start}): the object is truncated"
+                    )
+                self._fed += len(data)
+            out = self._decode(data, n)
+            if out:
+                return out
+        return b""
+
+    def _decode(self, data: bytes | memoryview, n: int) -> bytes:
+        try:
+            return self._d.decompress(data, n)
+        except GZIP_ERRORS as exc:
+            raise self._damage(
+                f"gzip member {self._members} (starting at byte {self._start}) is damaged ({exc})"
+            ) from None
+
+    def _next_member(self, rest: bytes | memoryview) -> None:
+        """After a member's end: start the next one, or end the stream if nothing follows."""
+        self._start += self._fed - len(rest)
+        while len(rest) < 2:
+            more = self._raw_read(_RAW_CHUNK)
+            if not more:
+                break
+            rest = bytes(rest) + bytes(more)
+        if not rest:
+            self._done = True
+            return
+        if bytes(rest[:2]) != GZIP_MAGIC:
+            what = "zero bytes" if bytes(rest[:1]) == b"\0" else "bytes that are not a gzip member"
+            raise self._damage(
+                f"{what} follow gzip member {self._members} at byte {self._start}: members must"
+                " follow each other with nothing between or after them (a wiped or cut member, or"
+                " data appended)"
+            )
+        self._members += 1
+        self._d = _member_decoder()
+        self._fed = 0
+        self._pending = rest
+
+    @staticmethod
+    def _damage(what: str) -> CorruptCheckpointError:
+        return CorruptCheckpointError(f"{what}; save the checkpoint again")
+
+
+def inflate(data: bytes, limit: int) -> tuple[bytes, bool]:
+    """Decode up to ``limit`` bytes from the gzip stream that begins ``data``, strictly.
+
+    Returns the bytes decoded (fewer than ``limit`` if the stream ends or is damaged first)
+    and whether ``data`` is exactly a complete, undamaged series of members holding no
+    more than ``limit`` bytes. Never raises for damage.
+    """
+    import io
+
+    reader = GzipMembers(io.BytesIO(data))
+    parts, got = [], 0
+    try:
+        while got <= limit:
+            part = reader.read(limit + 1 - got)
+            if not part:
+                return b"".join(parts), True
+            parts.append(part)
+            got += len(part)
+    except (CorruptCheckpointError, *GZIP_ERRORS):
+        return b"".join(parts)[:limit], False
+    return b"".join(parts)[:limit], False

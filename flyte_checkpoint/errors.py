@@ -37,6 +37,11 @@ class PathTooLongError(StoreError):
         return cls(f"the path {shown} is too long for this system ({why}): {advice}")
 
 
+class WorkspaceError(StoreError):
+    """The local folder a checkpoint is restored into cannot hold it: the disk is full or
+    would go below the reserve, or a file is over a size limit."""
+
+
 class NotFoundError(CheckpointError, FileNotFoundError):
     """The object does not exist (only this one, on the source URI, loads as "no checkpoint")."""
 
@@ -111,4 +116,5 @@ __all__ = [
     "UnknownSchemeError",
     "UnsafeArchiveError",
     "UnsupportedDataError",
+    "WorkspaceError",
 ]

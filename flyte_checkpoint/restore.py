@@ -1,34 +1,46 @@
 """Restore one stored object into a folder: a tarball is extracted, anything else is a payload.
 
 The decision comes from the content (a tar stream, optionally gzip-compressed), not
-from names or metadata, so objects written by other tools restore too.
+from names or metadata, so objects written by other tools restore too. The rule
+(:func:`sniff`): an object is a tarball only if it begins with a tar header (not all
+zeros, checksum right), or is a gzip stream whose data begins with one; a gzip stream
+that is wholly an empty archive (zero blocks only: what saving an empty folder writes)
+is an empty tarball. Everything else is a payload and is restored byte for byte, even
+when it starts like gzip or tar. Once an object is a tarball, any damage after that
+first header raises :class:`CorruptCheckpointError`.
 """
 
 from __future__ import annotations
 
 import os
-import zlib
 from typing import BinaryIO
 
 from . import tarstream as ts
-from .archive import unpack
-from .compression import GZIP_ERRORS, decompress_head, decompressor
-from .errors import CheckpointError, CorruptCheckpointError, TransientError
+from .archive import file_system_error, unpack
+from .compression import GZIP_MAGIC, decompressor, inflate
+from .errors import CorruptCheckpointError, StoreError, TransientError
+from .limits import DiskBudget, LoadLimits
 from .pipeline import ReadAhead
+from .sparse import SparseWriter
 
 PAYLOAD = "payload"
 _HEAD = 64 * 1024
 _CHUNK = 1024 * 1024
-_GZIP_MAGIC = b"\x1f\x8b"
+#: The largest empty archive: two zero blocks padded to a record of GNU tar's largest blocking factor.
+_EMPTY_ARCHIVE_MAX = 1024 * 1024
 
 
 class CountingReader:
-    """A readable that serves ``head`` first, then ``raw``, and counts what it served."""
+    """A readable that serves ``head`` first, then ``raw``, and counts what it served.
+
+    ``eof`` turns true once ``raw`` has returned nothing (its end).
+    """
 
     def __init__(self, head: bytes, raw: BinaryIO) -> None:
         self._head = memoryview(head)
         self._raw = raw
         self.count = 0
+        self.eof = False
 
     def read(self, n: int = -1) -> bytes:
         if self._head:
@@ -36,14 +48,33 @@ class CountingReader:
                 out = bytes(self._head)
                 self._head = memoryview(b"")
                 if n > len(out) or n < 0:
-                    more = self._raw.read(-1 if n < 0 else n - len(out))
+                    more = self._raw_read(-1 if n < 0 else n - len(out))
                     out += more
             else:
                 out = bytes(self._head[:n])
                 self._head = self._head[n:]
         else:
-            out = self._raw.read(n)
+            out = self._raw_read(n)
         self.count += len(out)
+        return out
+
+    def read1(self, n: int = -1) -> bytes | memoryview:
+        """Up to ``n`` bytes as the source holds them (no copy where it has ``read1``)."""
+        if self._head:
+            out = self._head[:n] if n >= 0 else self._head
+            self._head = self._head[len(out) :]
+        else:
+            read = getattr(self._raw, "read1", self._raw.read)
+            out = read(n)
+            if not out and n:
+                self.eof = True
+        self.count += len(out)
+        return out
+
+    def _raw_read(self, n: int) -> bytes:
+        out = self._raw.read(n)
+        if not out and n:
+            self.eof = True
         return out
 
     def readable(self) -> bool:
@@ -67,94 +98,105 @@ def read_head(raw: BinaryIO) -> bytes:
     return b"".join(parts)
 
 
-def sniff(head: bytes) -> str:
-    """``"tar.gz"``, ``"tar"``, ``"gzip"`` (a gzip payload) or ``"raw"`` for an object's first bytes.
+def sniff(head: bytes, size: int) -> str:
+    """What an object of ``size`` bytes whose first bytes are ``head`` holds.
 
-    Raises:
-        CorruptCheckpointError: the head is a damaged gzip stream or a damaged ustar header.
+    ``"tar.gz"`` or ``"tar"`` for a tarball, ``"gzip"`` for a payload that starts with
+    gzip's magic bytes, ``"raw"`` for any other payload. Never raises: whatever is not a
+    tarball by the rule in this module's docstring is a payload.
     """
-    if head[:2] == _GZIP_MAGIC:
-        try:
-            inner = decompress_head(head, ts.BLOCK)
-        except GZIP_ERRORS as exc:
-            raise CorruptCheckpointError(f"the object starts as gzip but is damaged ({exc})") from None
-        if ts.is_header(inner):
+    if head[:2] == GZIP_MAGIC:
+        first, _ = inflate(head, ts.BLOCK)
+        if ts.is_header(first):
             return "tar.gz"
-        if ts.looks_like_ustar(inner):
-            raise CorruptCheckpointError("the tarball's first header is damaged")
+        if first == ts.ZERO_BLOCK and len(head) >= size and _is_empty_archive(head):
+            return "tar.gz"
         return "gzip"
-    if ts.is_header(head):
-        return "tar"
-    if ts.looks_like_ustar(head):
-        raise CorruptCheckpointError("the tarball's first header is damaged")
-    return "raw"
+    return "tar" if ts.is_header(head) else "raw"
 
 
-def restore(raw: BinaryIO, dest: str, expected_size: int, *, max_bytes: int | None = None) -> bool:
+def _is_empty_archive(data: bytes) -> bool:
+    """``data`` is a complete gzip stream of an empty tar archive (zero blocks, at least two)."""
+    inner, complete = inflate(data, _EMPTY_ARCHIVE_MAX)
+    return complete and len(inner) >= 2 * ts.BLOCK and len(inner) % ts.BLOCK == 0 and not inner.strip(b"\0")
+
+
+def restore(
+    raw: BinaryIO,
+    dest: str,
+    expected_size: int,
+    *,
+    max_bytes: int | None = None,
+    limits: LoadLimits | None = None,
+    uri: str | None = None,
+) -> bool:
     """Restore the object read from ``raw`` into the empty folder ``dest``.
 
     Returns True for a tarball (the tree is in ``dest``), False for a payload
-    (``dest/payload``). Reads the object to its end and checks its length.
+    (``dest/payload``). Reads the object to its end and checks its length. ``limits``
+    default to :meth:`LoadLimits.from_env`; ``max_bytes``, if given, replaces theirs.
+    ``uri`` (credentials already removed, or not: it is redacted here) names the object
+    in error messages.
 
     Raises:
-        CorruptCheckpointError: damaged or truncated content.
-        UnsafeArchiveError: a tarball member that would escape ``dest``.
+        CorruptCheckpointError: a damaged or truncated tarball.
+        UnsafeArchiveError: a tarball member that would escape ``dest``, or a tarball over
+            a limit.
+        WorkspaceError: the file system of ``dest`` is full (or would go below the
+            reserve), or a file is over a size limit.
+        PathTooLongError: a member's name is too long for that file system.
         TransientError: fewer or more bytes arrived than the store reported.
+        ValueError: a limit's environment variable holds something other than a number.
     """
+    from dataclasses import replace
+
+    from .uri import redact
+
+    limits = limits or LoadLimits.from_env()
+    if max_bytes is not None:
+        limits = replace(limits, max_bytes=max_bytes)
+    source = redact(uri) if uri else "the checkpoint"
+    budget = DiskBudget(dest, limits.disk_reserve, source=source)
     head = read_head(raw)
     stream = CountingReader(head, raw)
-    kind = sniff(head)
+    kind = sniff(head, expected_size)
     try:
         if kind == "tar.gz":
             # decompression (which releases the GIL) runs in its own thread, ahead of unpacking
             with ReadAhead(decompressor(stream), chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
-                unpack(inflated, dest, max_bytes=max_bytes)  # type: ignore[arg-type]
+                unpack(inflated, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
         elif kind == "tar":
-            unpack(stream, dest, max_bytes=max_bytes)  # type: ignore[arg-type]
+            unpack(stream, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
         else:
-            _write_payload(stream, os.path.join(dest, PAYLOAD), verify_gzip=kind == "gzip")
-    except CheckpointError:
+            _write_payload(stream, os.path.join(dest, PAYLOAD), budget, source)
+    except CorruptCheckpointError:
+        if stream.eof and stream.count != expected_size:
+            raise length_error(stream.count, expected_size) from None
         raise
-    except GZIP_ERRORS as exc:
-        raise CorruptCheckpointError(f"the tarball's gzip stream is damaged or truncated ({exc})") from None
     if stream.count != expected_size:
-        raise TransientError(
-            f"read {stream.count} bytes where the store reported {expected_size}: the object changed"
-            " or the connection was cut"
-        )
+        raise length_error(stream.count, expected_size)
     return kind in ("tar.gz", "tar")
 
 
-class _GzipVerifier:
-    """Decompresses a gzip stream fed in pieces, only to check it (output is dropped)."""
-
-    def __init__(self) -> None:
-        self._d = zlib.decompressobj(wbits=31)
-        self.complete = False
-
-    def feed(self, data: bytes) -> None:
-        while data:
-            if self.complete:
-                if not data.strip(b"\0"):  # zero padding after the last member, as gzip allows
-                    return
-                self._d = zlib.decompressobj(wbits=31)
-                self.complete = False
-            try:
-                self._d.decompress(data, _CHUNK)
-            except zlib.error as exc:
-                raise CorruptCheckpointError(f"the gzip payload is damaged ({exc})") from None
-            if self._d.eof:
-                data, self.complete = self._d.unused_data, True
-            else:
-                data = self._d.unconsumed_tail
+def length_error(got: int, expected: int) -> TransientError:
+    """The error for an object whose length differs from what the store reported."""
+    return TransientError(
+        f"read {got} bytes where the store reported {expected}: the object changed or the connection was cut"
+    )
 
 
-def _write_payload(stream: CountingReader, path: str, *, verify_gzip: bool) -> None:
-    check = _GzipVerifier() if verify_gzip else None
-    with open(path, "wb") as out:
-        while chunk := stream.read(_CHUNK):
-            out.write(chunk)
-            if check is not None:
-                check.feed(chunk)
-    if check is not None and not check.complete:
-        raise CorruptCheckpointError("the gzip payload is truncated")
+def _write_payload(stream: CountingReader, path: str, budget: DiskBudget, source: str) -> None:
+    """Write the rest of ``stream`` to the new file ``path``, runs of zeros as holes."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            out = SparseWriter(fd, budget)
+            while chunk := stream.read(_CHUNK):
+                out.write(chunk)
+            out.finish()
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if isinstance(exc, (StoreError, TransientError)):
+            raise
+        raise file_system_error(exc, source, os.path.dirname(path), "the payload") from exc

@@ -154,10 +154,10 @@ class Header:
 
 
 def _number(field: bytes) -> int:
-    if field and field[0] & 0x80:  # GNU base-256: 0x80 marks a positive, 0xFF a negative number
-        if field[0] == 0xFF:
-            return int.from_bytes(field, "big", signed=True)
-        return int.from_bytes(bytes([field[0] & 0x7F]) + field[1:], "big")
+    if field[:1] == b"\x80":  # GNU base-256, positive
+        return int.from_bytes(field[1:], "big")
+    if field[:1] == b"\xff":  # GNU base-256, negative
+        return int.from_bytes(field, "big", signed=True)
     text = field.split(b"\0", 1)[0].strip(b" \0")
     if not text:
         return 0
@@ -172,21 +172,17 @@ def _text(field: bytes) -> bytes:
 
 
 def is_header(block: bytes) -> bool:
-    """True when ``block`` is a tar header with a valid checksum (or an all-zero block)."""
-    if len(block) < BLOCK:
+    """True when ``block`` starts with a tar header: not all zeros, its checksum right and its
+    numeric fields numbers (the test of what a tarball must begin with)."""
+    if len(block) < BLOCK or block[:BLOCK] == ZERO_BLOCK:
         return False
-    if block[:BLOCK] == ZERO_BLOCK:
-        return True
     try:
         parse(block[:BLOCK])
+        for start, end in ((108, 116), (116, 124), (329, 337), (337, 345)):  # uid, gid, device numbers
+            _number(block[start:end])
     except HeaderError:
         return False
     return True
-
-
-def looks_like_ustar(block: bytes) -> bool:
-    """The block carries the ustar magic (so a bad checksum means damage, not another format)."""
-    return len(block) >= 263 and block[257:262] == b"ustar"
 
 
 def parse(block: bytes) -> Header:
@@ -206,10 +202,13 @@ def parse(block: bytes) -> Header:
         prefix = _text(block[345:500])
         if prefix and block[257:263] == b"ustar\x00":
             name = prefix + b"/" + name
+    size = _number(block[124:136])
+    if size < 0:
+        raise HeaderError(f"negative size {size}")
     return Header(
         name=name.decode("utf-8", "surrogateescape"),
         mode=_number(block[100:108]),
-        size=_number(block[124:136]),
+        size=size,
         mtime=_number(block[136:148]),
         typeflag=block[156:157],
         linkname=_text(block[157:257]).decode("utf-8", "surrogateescape"),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import tarfile
+from pathlib import Path
 
 
 def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]], *, gz: bool = True) -> bytes:
@@ -40,3 +42,19 @@ def dir_member(name: str) -> tuple[tarfile.TarInfo, None]:
     info.type = tarfile.DIRTYPE
     info.mode = 0o755
     return info, None
+
+
+def tree(root: Path) -> dict[str, object]:
+    """Every entry under root: file bytes, ("dir",) or ("link", target)."""
+    out: dict[str, object] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath, name)
+            rel = p.relative_to(root).as_posix()
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = ("dir",)
+            else:
+                out[rel] = p.read_bytes()
+    return out

@@ -382,6 +382,10 @@ def test_every_flipped_byte_of_a_small_tarball_is_detected(dest, tmp_path):
         cp = fc.Checkpoint(str(tmp_path / f"n{i}"), dest)
         try:
             path = cp.load_sync()
+            # a flip that spoils the first tar header leaves bytes that no longer begin as a
+            # tarball: by the rule of issue 14 they are a payload, and come back whole
+            if path.name == "payload" and path.read_bytes() == bytes(data):
+                continue
         except CorruptCheckpointError:
             continue
         finally:

@@ -21,6 +21,8 @@ import pytest
 import flyte_checkpoint as fc
 from conftest import require
 
+from .helpers import tree
+
 try:
     import flyte
 except ImportError:
@@ -49,22 +51,6 @@ def make_tree(root: Path, *, big: int = 0) -> Path:
     if big:
         (root / "big.bin").write_bytes(rng.randbytes(big))
     return root
-
-
-def tree(root: Path) -> dict[str, object]:
-    """Every entry under root: file bytes, ("dir",) or ("link", target)."""
-    out: dict[str, object] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath, name)
-            rel = p.relative_to(root).as_posix()
-            if p.is_symlink():
-                out[rel] = ("link", os.readlink(p))
-            elif p.is_dir():
-                out[rel] = ("dir",)
-            else:
-                out[rel] = p.read_bytes()
-    return out
 
 
 def members(obj: bytes) -> dict[str, object]:

@@ -168,8 +168,8 @@ def bad_crc(blob: bytes) -> bytes:
 @dataclass(frozen=True)
 class Case:
     """``build(sandbox)`` gives the object; ``expect``: "refused", "corrupt", "store" (a file
-    system refusal as StoreError), "error" (any project error) or "restores"; ``check`` looks at
-    a restored workspace."""
+    system refusal as StoreError), "error" (any project error), "restores" or "payload" (the
+    object comes back whole as ``payload``); ``check`` looks at a restored workspace."""
 
     build: Callable[[Path], bytes]
     expect: str
@@ -253,15 +253,26 @@ CORPUS: dict[str, Case] = {
         lambda s: gz(member("a", b"A" * 100, size=10_000)), "corrupt", "ends early"
     ),
     "size-field-garbage": Case(
-        lambda s: gz(_with(header("a", b"0", 1), 124, b"zzzzzzzzzzz\0") + END),
+        lambda s: gz(member("ok", b"x") + _with(header("a", b"0", 1), 124, b"zzzzzzzzzzz\0") + END),
         "corrupt",
         "damaged",
     ),
     "bad-header-checksum": Case(
-        lambda s: gz(_with(header("a", b"0", 0), 148, b"0000000\0", checksum=False) + END),
+        lambda s: gz(
+            member("ok", b"x") + _with(header("a", b"0", 0), 148, b"0000000\0", checksum=False) + END
+        ),
         "corrupt",
         "damaged",
     ),
+    # what does not begin with a valid tar header is a payload, returned as it is (issue 14)
+    "first-header-size-garbage": Case(
+        lambda s: gz(_with(header("a", b"0", 1), 124, b"zzzzzzzzzzz\0") + END), "payload"
+    ),
+    "first-header-bad-checksum": Case(
+        lambda s: gz(_with(header("a", b"0", 0), 148, b"0000000\0", checksum=False) + END), "payload"
+    ),
+    "zero-block-then-data-plain": Case(lambda s: bytes(512) + b"w", "payload"),
+    "gzip-magic-then-noise": Case(lambda s: b"\x1f\x8b" + bytes(range(256)) * 4, "payload"),
     "gzip-bomb-over-limit": Case(
         lambda s: bomb(256 * 1024 * 1024),
         "refused",
@@ -408,7 +419,10 @@ def test_hostile_object(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert _listing(tmp_path, cp_root) == before
     assert not [p for p in Path(tmp_path).rglob(f"*{MARK}*") if cp_root not in p.parents]
     assert not list(Path("/tmp").glob(f"{MARK}*"))
-    if case.expect == "restores":
+    if case.expect == "payload":
+        assert error is None, f"{name}: {error!r}"
+        assert result == ws / "payload" and result.read_bytes() == blob
+    elif case.expect == "restores":
         assert error is None, f"{name}: {error!r}"
         assert result == ws
         _assert_inside(ws)
@@ -442,7 +456,7 @@ def test_corpus_covers_the_issue():
         "truncated-gzip", "bad-gzip-crc", "trailing-garbage-after-gzip", "tar-without-end-marker-gz",
     }  # fmt: skip
     assert required <= set(CORPUS)
-    assert len(CORPUS) == 50  # as RELIABILITY.md states: update both together
+    assert len(CORPUS) == 54  # as RELIABILITY.md states: update both together
 
 
 def test_bomb_is_refused_at_its_first_member_after_little_work(
