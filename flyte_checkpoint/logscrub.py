@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Iterable
 
+from .forksafe import lock
 from .uri import redact_text
 
 REDACTED = "<redacted>"
 
 _patterns: list[re.Pattern[str]] = []
 _watched: set[str] = set()
-_lock = threading.Lock()
+_lock = lock()  # a forked child finds it free, whoever held it
 
 
 def scrub(text: str) -> str:
@@ -55,7 +55,7 @@ _FILTER = _ScrubFilter()
 def protect(loggers: Iterable[str], patterns: Iterable[str | re.Pattern[str]]) -> None:
     """Scrub ``patterns`` (regular expressions whose group 1 is the field name to keep)
     from every record of ``loggers``. Idempotent; safe from several threads."""
-    with _lock:
+    with _lock.get():
         for p in patterns:
             compiled = re.compile(p) if isinstance(p, str) else p
             if compiled.pattern not in {q.pattern for q in _patterns}:

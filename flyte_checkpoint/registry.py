@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from .errors import (
     BackendNotInstalledError,
     UnknownSchemeError,
 )
+from .forksafe import lock
 from .uri import redact, scheme_of
 
 DISABLE_AUTOLOAD_ENV = "FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD"
@@ -135,7 +135,7 @@ class Registry:
         if autoload is None:
             autoload = not _env_true(DISABLE_AUTOLOAD_ENV)
         self._autoload = autoload
-        self._lock = threading.RLock()
+        self._lock = lock(reentrant=True)  # a forked child finds it free, whoever held it
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         from .stores import builtin_plugin
@@ -152,7 +152,7 @@ class Registry:
 
     def load_entry_points(self) -> None:
         """Load every plugin named in the entry-point group, once; broken ones are recorded."""
-        with self._lock:
+        with self._lock.get():
             if self._entry_points_loaded or not self._autoload:
                 return
             self._entry_points_loaded = True
@@ -176,14 +176,14 @@ class Registry:
 
     def register_plugin(self, plugin: Any, name: str) -> None:
         """Register a plugin object (a module or instance with ``@hookimpl`` functions)."""
-        with self._lock:
+        with self._lock.get():
             self._pm.register(plugin, name=name)
             self._plugin_info.setdefault(name, _PluginInfo())
             self._invalidate()
 
     def unregister_plugin(self, name: str) -> None:
         """Remove a plugin registered by :meth:`register_plugin` or an entry point."""
-        with self._lock:
+        with self._lock.get():
             plugin = self._pm.get_plugin(name)
             if plugin is not None:
                 self._pm.unregister(plugin, name=name)
@@ -191,14 +191,14 @@ class Registry:
 
     def register(self, spec: StoreSpec) -> None:
         """Register a store at runtime; it takes precedence over plugins and built-ins."""
-        with self._lock:
+        with self._lock.get():
             self._runtime = [s for s in self._runtime if s.name != spec.name]
             self._runtime.append(spec)
             self._invalidate()
 
     def unregister(self, name: str) -> None:
         """Remove a runtime registration by backend name (no error if absent)."""
-        with self._lock:
+        with self._lock.get():
             self._runtime = [s for s in self._runtime if s.name != name]
             self._invalidate()
 
@@ -212,7 +212,7 @@ class Registry:
 
     def backends(self) -> list[Backend]:
         """Every registered backend, winners first for each scheme."""
-        with self._lock:
+        with self._lock.get():
             self.load_entry_points()
             if self._backends is None:
                 self._backends = self._collect()
@@ -241,7 +241,7 @@ class Registry:
         from .storelog import wrap
 
         backend = self.backend_for(uri)
-        with self._lock:
+        with self._lock.get():
             store = self._stores.get(backend.name)
             if store is None:
                 store = self._build(backend)
@@ -250,7 +250,7 @@ class Registry:
 
     def close(self) -> None:
         """Close every store built so far (they are rebuilt on next use)."""
-        with self._lock:
+        with self._lock.get():
             stores, self._stores = self._stores, {}
         for store in stores.values():
             store.close()
@@ -386,14 +386,14 @@ def _env_true(name: str) -> bool:
 
 
 _default: Registry | None = None
-_default_lock = threading.Lock()
+_default_lock = lock()
 
 
 def get_registry() -> Registry:
     """The process-wide registry, made on first use."""
     global _default
     if _default is None:
-        with _default_lock:
+        with _default_lock.get():
             if _default is None:
                 _default = Registry()
     return _default

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
 from .blobstore import BlobStore, BlobWriter
+from .forksafe import lock
 from .uri import redact
 
 __all__ = ["LoggedStore", "enabled", "log", "wrap"]
@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 _wrapped: weakref.WeakKeyDictionary[BlobStore, LoggedStore] = weakref.WeakKeyDictionary()
-_wrapped_lock = threading.Lock()
+_wrapped_lock = lock()  # a forked child finds it free, whoever held it
 
 
 def enabled() -> bool:
@@ -54,7 +54,7 @@ def wrap(store: BlobStore) -> BlobStore:
     """
     if isinstance(store, LoggedStore) or not enabled():
         return store
-    with _wrapped_lock:
+    with _wrapped_lock.get():
         try:
             logged = _wrapped.get(store)
             if logged is None:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from ..blobstore import BlobStore, BlobWriter
 from ..errors import NotFoundError
+from ..forksafe import lock
 from ..uri import redact
 
 _objects: dict[str, bytes] = {}
-_lock = threading.Lock()
+_lock = lock()  # a forked child finds it free, whoever held it
 
 
 class _MemoryWriter(BlobWriter):
@@ -24,7 +24,7 @@ class _MemoryWriter(BlobWriter):
         self._buf.write(data)
 
     def _commit(self) -> None:
-        with _lock:
+        with _lock.get():
             _objects[self.uri] = self._buf.getvalue()
         self._buf = io.BytesIO()
 
@@ -44,16 +44,16 @@ class MemoryStore(BlobStore):
         return _MemoryWriter(uri)
 
     def stat(self, uri: str) -> int | None:
-        with _lock:
+        with _lock.get():
             data = _objects.get(uri)
         return None if data is None else len(data)
 
     def delete(self, uri: str) -> None:
-        with _lock:
+        with _lock.get():
             _objects.pop(uri, None)
 
     def list(self, prefix: str) -> Iterator[str]:
-        with _lock:
+        with _lock.get():
             keys = sorted(k for k in _objects if k.startswith(prefix))
         yield from keys
 
@@ -61,7 +61,7 @@ class MemoryStore(BlobStore):
         return self._get(uri)[start : start + length]
 
     def _get(self, uri: str) -> bytes:
-        with _lock:
+        with _lock.get():
             data = _objects.get(uri)
         if data is None:
             raise NotFoundError(f"no checkpoint object at {redact(uri)}")

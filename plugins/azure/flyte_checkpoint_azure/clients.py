@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import threading
 
 import requests
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.blob import BlobClient, BlobServiceClient, ContainerClient, ExponentialRetry
 
 from flyte_checkpoint.errors import CheckpointError, StoreError
+from flyte_checkpoint.forksafe import PerProcess, lock
 from flyte_checkpoint.uri import redact
 
 from .config import AzureConfig
@@ -30,8 +30,12 @@ class Clients:
     def __init__(self, config: AzureConfig, settings: AzureSettings) -> None:
         self.config = config
         self.settings = settings
-        self._lock = threading.Lock()
-        self._services: dict[tuple[str, str], tuple[BlobServiceClient, requests.Session]] = {}
+        # Per process: a forked child makes its own clients rather than share the parent's
+        # connections (the lock, too, may have been held by a parent's thread).
+        self._lock = lock()
+        self._services: PerProcess[dict[tuple[str, str], tuple[BlobServiceClient, requests.Session]]] = (
+            PerProcess(dict)
+        )
         install_log_scrubbing()
 
     def service(self, loc: BlobLocation, uri: str) -> BlobServiceClient:
@@ -43,11 +47,12 @@ class Clients:
         account = self.config.account_for(loc, uri)
         endpoint = self.config.endpoint_for(account, loc)
         key = (account, endpoint)
-        with self._lock:
-            entry = self._services.get(key)
+        services = self._services.get()
+        with self._lock.get():
+            entry = services.get(key)
             if entry is None:
                 entry = self._make(account, endpoint, uri)
-                self._services[key] = entry
+                services[key] = entry
             return entry[0]
 
     def blob(self, loc: BlobLocation, uri: str) -> BlobClient:
@@ -66,9 +71,9 @@ class Clients:
 
     def close(self) -> None:
         """Close every client and connection pool (they are made again on next use)."""
-        with self._lock:
-            entries, self._services = list(self._services.values()), {}
-        for service, session in entries:
+        with self._lock.get():
+            services = self._services.take() or {}
+        for service, session in services.values():
             try:
                 service.close()
             finally:

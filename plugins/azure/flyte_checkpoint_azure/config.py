@@ -23,12 +23,12 @@ from __future__ import annotations
 import importlib.util
 import ipaddress
 import os
-import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from flyte_checkpoint.errors import CheckpointPermissionError, StoreError
+from flyte_checkpoint.forksafe import PerProcess
 from flyte_checkpoint.uri import redact
 
 from .locations import BlobLocation
@@ -129,8 +129,8 @@ class AzureConfig:
         self._sas: str | None = None
         self._credential: Any = credential
         self._sp: tuple[str, str, str] | None = None
-        self._token_credential: Any = None
-        self._lock = threading.Lock()
+        # Per process (it holds connections): a forked child makes its own.
+        self._token_credential: PerProcess[Any] = PerProcess(self._make_token)
         self._secrets: list[str] = []
 
         endpoint_from_cs: str | None = None
@@ -271,26 +271,24 @@ class AzureConfig:
         return None
 
     def _token(self) -> Any:
-        with self._lock:
-            if self._token_credential is None:
-                try:
-                    import azure.identity as identity
-                except ImportError:
-                    raise StoreError(
-                        f"{self.source} asks for an Azure AD credential, but azure-identity is"
-                        f" not installed: {IDENTITY_HINT}"
-                    ) from None
-                if self._sp is not None:
-                    tenant, client, secret = self._sp
-                    self._token_credential = identity.ClientSecretCredential(tenant, client, secret)
-                else:
-                    self._token_credential = identity.DefaultAzureCredential()
-            return self._token_credential
+        return self._token_credential.get()
+
+    def _make_token(self) -> Any:
+        try:
+            import azure.identity as identity
+        except ImportError:
+            raise StoreError(
+                f"{self.source} asks for an Azure AD credential, but azure-identity is"
+                f" not installed: {IDENTITY_HINT}"
+            ) from None
+        if self._sp is not None:
+            tenant, client, secret = self._sp
+            return identity.ClientSecretCredential(tenant, client, secret)
+        return identity.DefaultAzureCredential()
 
     def close(self) -> None:
         """Close a token credential made here (it is made again on next use)."""
-        with self._lock:
-            cred, self._token_credential = self._token_credential, None
+        cred = self._token_credential.take()
         close = getattr(cred, "close", None)
         if close is not None:
             close()

@@ -7,7 +7,6 @@ application-default login, or the metadata server on Google Cloud).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -15,6 +14,8 @@ from urllib.parse import quote
 
 import requests
 from requests.adapters import HTTPAdapter
+
+from flyte_checkpoint.forksafe import PerProcess
 
 from .config import GcsConfig
 
@@ -32,9 +33,8 @@ class Transport:
     def __init__(self, config: GcsConfig, session: requests.Session | None = None) -> None:
         self.config = config
         self._given_session = session
-        self._lock = threading.Lock()
-        self._session: requests.Session | None = None
-        self._client: Any = None
+        # Per process: a forked child builds its own rather than share the parent's connections.
+        self._made: PerProcess[tuple[requests.Session, Any]] = PerProcess(self._make)
 
     # -- the SDK objects ---------------------------------------------------------
 
@@ -45,32 +45,23 @@ class Transport:
         Raises:
             google.auth.exceptions.DefaultCredentialsError: no credentials can be found.
         """
-        self._ensure()
-        assert self._session is not None
-        return self._session
+        return self._made.get()[0]
 
     @property
     def client(self) -> Any:
         """The ``google.cloud.storage.Client`` sharing :attr:`session`."""
-        self._ensure()
-        return self._client
+        return self._made.get()[1]
 
-    def _ensure(self) -> None:
-        if self._client is not None:
-            return
-        with self._lock:
-            if self._client is not None:
-                return
-            from google.cloud import storage
+    def _make(self) -> tuple[requests.Session, Any]:
+        from google.cloud import storage
 
-            credentials, project = self._credentials()
-            session = self._given_session or self._new_session(credentials)
-            options = {"api_endpoint": self.config.endpoint} if self.config.endpoint else None
-            client = storage.Client(
-                project=project, credentials=credentials, _http=session, client_options=options
-            )
-            self._session = session
-            self._client = client
+        credentials, project = self._credentials()
+        session = self._given_session or self._new_session(credentials)
+        options = {"api_endpoint": self.config.endpoint} if self.config.endpoint else None
+        client = storage.Client(
+            project=project, credentials=credentials, _http=session, client_options=options
+        )
+        return session, client
 
     def _credentials(self) -> tuple[Any, str | None]:
         cfg = self.config
@@ -101,10 +92,9 @@ class Transport:
 
     def close(self) -> None:
         """Drop the session and client; they are made again on next use."""
-        with self._lock:
-            session, self._session, self._client = self._session, None, None
-        if session is not None and session is not self._given_session:
-            session.close()
+        made = self._made.take()
+        if made is not None and made[0] is not self._given_session:
+            made[0].close()
 
     # -- URLs -----------------------------------------------------------------------
 

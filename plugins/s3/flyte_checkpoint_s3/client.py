@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
+
+from flyte_checkpoint.forksafe import PerProcess
 
 from .config import S3Config
 
@@ -12,12 +13,15 @@ FALLBACK_REGION = "us-east-1"
 
 
 class ClientProvider:
-    """Builds the client on first :meth:`get` (importing boto3 then) and keeps it until :meth:`close`."""
+    """Builds the client on first :meth:`get` (importing boto3 then) and keeps it until :meth:`close`.
+
+    One client per process: a forked child builds its own rather than share the parent's
+    pooled connections.
+    """
 
     def __init__(self, config: S3Config) -> None:
         self.config = config
-        self._lock = threading.Lock()
-        self._client: Any = None
+        self._client: PerProcess[Any] = PerProcess(self._build)
 
     def get(self) -> Any:
         """The shared ``botocore`` S3 client (thread-safe to use).
@@ -25,21 +29,17 @@ class ClientProvider:
         Raises:
             botocore.exceptions.ProfileNotFound: the configured profile does not exist.
         """
-        client = self._client
-        if client is None:
-            with self._lock:
-                if self._client is None:
-                    from .logscrub import install
+        return self._client.get()
 
-                    install()
-                    self._client = _build(self.config)
-                client = self._client
-        return client
+    def _build(self) -> Any:
+        from .logscrub import install
+
+        install()
+        return _build(self.config)
 
     def close(self) -> None:
         """Close the client's connections; the next :meth:`get` builds a new one."""
-        with self._lock:
-            client, self._client = self._client, None
+        client = self._client.take()
         if client is not None and hasattr(client, "close"):
             client.close()
 
