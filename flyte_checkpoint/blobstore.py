@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, ClassVar
 
 from .errors import StoreError
+from .interrupts import finish
 from .uri import redact
 
 #: Chunk size for copies between streams and files.
@@ -41,13 +42,21 @@ class BlobWriter(abc.ABC):
     Used as a context manager it commits on a clean exit and aborts on an exception.
     Subclasses implement :meth:`_write`, :meth:`_commit` and :meth:`_abort`; this base
     guarantees each of commit and abort runs at most once, and that a failed commit is
-    followed by an abort.
+    followed by an abort. ``_abort`` runs to its end even if interrupted (so it must be
+    safe to run again from the start, and harmless after a commit that succeeded), and a
+    writer collected while open or mid-commit is aborted.
+
+    A writer opened inside a save that gets cancelled (:mod:`flyte_checkpoint.cancellation`)
+    refuses further writes and its commit, raising the cancellation error.
     """
 
     def __init__(self, uri: str) -> None:
+        from .cancellation import current
+
         self.uri = uri
         self._state = "open"
         self._lock = threading.Lock()
+        self._scope = current()
         self.bytes_written = 0
 
     @property
@@ -59,31 +68,43 @@ class BlobWriter(abc.ABC):
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append bytes to the object; returns how many were taken (all of them)."""
-        if self._state != "open":
-            raise ValueError(f"write to a {self._state} writer for {redact(self.uri)}")
-        n = len(data)
-        if n:
-            self._write(data)
-            self.bytes_written += n
-        return n
+        # Under the lock: an abort from another thread (the writing thread's owner, interrupted)
+        # waits for a write in progress, and no write starts after it (none may reopen an upload).
+        with self._lock:
+            if self._state != "open":
+                raise ValueError(f"write to a {self._state} writer for {redact(self.uri)}")
+            if self._scope is not None:
+                self._scope.check()
+            n = len(data)
+            if n:
+                self._write(data)
+                self.bytes_written += n
+            return n
 
     def flush(self) -> None:
         """Nothing to do: data is committed by ``close()``, not by flushing."""
 
     def close(self) -> None:
-        """Commit the object. Idempotent; after ``abort()`` it does nothing."""
-        with self._lock:
-            if self._state != "open":
-                return
-            self._state = "committing"
+        """Commit the object. Idempotent; after ``abort()`` it does nothing.
+
+        Raises:
+            OperationCancelledError: the save it belongs to was cancelled (it is aborted).
+        """
         try:
+            with self._lock:
+                if self._state != "open":
+                    return
+                if self._scope is not None:
+                    self._scope.check()
+                self._state = "committing"
             self._commit()
         except BaseException:
-            self._state = "aborted"
-            try:
-                self._abort()
-            except Exception:
-                pass
+            if self._state in ("open", "committing"):
+                self._state = "aborted"
+                try:
+                    finish(self._abort)
+                except Exception:
+                    pass
             raise
         self._state = "committed"
 
@@ -93,7 +114,18 @@ class BlobWriter(abc.ABC):
             if self._state != "open":
                 return
             self._state = "aborted"
-        self._abort()
+        finish(self._abort)
+
+    def __del__(self) -> None:
+        # Dropped while open, or in a commit that never finished: its owner was interrupted
+        # before it could abort. Nothing may stay behind (an upload, a temporary file, a
+        # thread); an abort after a commit that did succeed changes nothing.
+        if getattr(self, "_state", None) in ("open", "committing"):
+            self._state = "aborted"
+            try:
+                finish(self._abort)
+            except BaseException:
+                pass
 
     def __enter__(self) -> BlobWriter:
         return self

@@ -10,15 +10,20 @@ import abc
 import errno
 import os
 import stat
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import NotFoundError, PathTooLongError, UnsupportedDataError
+from .forksafe import lock
 from .logs import logger
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
+
+if TYPE_CHECKING:
+    from .cancellation import Scope
+    from .saveorder import Turn
 
 Data = bytes | bytearray | memoryview | str | os.PathLike
 #: ``progress(done, total)``: bytes done so far, and the total when it is known.
@@ -54,10 +59,12 @@ class BaseCheckpoint(abc.ABC):
         """``save`` for synchronous code."""
 
 
-def _remove_tree(path: str) -> None:
-    import shutil
+def _remove_tree(path: str, owner: int) -> None:
+    # A forked child inherits the finalizer with the object: only the maker removes the folder.
+    if os.getpid() == owner:
+        import shutil
 
-    shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class Checkpoint(BaseCheckpoint):
@@ -100,10 +107,14 @@ class Checkpoint(BaseCheckpoint):
             self._src = src
         self._retry = retry or RetryPolicy.from_env()
         self._progress = progress
-        self._lock = threading.RLock()
+        # Guards the fields below and is never held across I/O, so close() stays prompt.
+        self._lock = lock()
+        self._load_lock = lock()  # one download at a time: a second load() reuses the first's
         self._root: str | None = None
         self._finalizer: Callable[[], object] | None = None
         self._loaded: tuple[Path | None] | None = None
+        self._loading: Scope | None = None  # the download in flight, which close() cancels
+        self._stale: list[Callable[[], object]] = []  # workspaces it removes when it stops
 
     # -- properties ------------------------------------------------------------
 
@@ -119,14 +130,25 @@ class Checkpoint(BaseCheckpoint):
 
     @property
     def path(self) -> Path:
-        """The workspace folder, made on first use."""
-        with self._lock:
+        """The workspace folder, made on first use (removed only by the process that made it)."""
+        from .cancellation import check
+
+        check()  # a download cancelled by close() must not make a new workspace
+        with self._lock.get():
             if self._root is None:
+                import secrets
                 import tempfile
                 import weakref
 
-                self._root = tempfile.mkdtemp(prefix="flyte-checkpoint-ws-")
-                self._finalizer = weakref.finalize(self, _remove_tree, self._root)
+                root = os.path.join(tempfile.gettempdir(), "flyte-checkpoint-ws-" + secrets.token_hex(6))
+                # The finalizer comes first, so no interrupt can leave the folder without one.
+                remove = weakref.finalize(self, _remove_tree, root, os.getpid())
+                try:
+                    os.mkdir(root, 0o700)
+                except BaseException:
+                    remove.detach()  # never remove a folder this did not make
+                    raise
+                self._root, self._finalizer = root, remove
             workspace = Path(self._root, "workspace")
             workspace.mkdir(exist_ok=True)
             return workspace
@@ -137,23 +159,66 @@ class Checkpoint(BaseCheckpoint):
     # -- load ------------------------------------------------------------------
 
     def load_sync(self) -> Path | None:
-        with self._lock:
-            if self._src is None:
-                return None
-            if self._loaded is None:
-                started = time.monotonic()
-                result = self._retry.call(self._download, f"load of {redact(self._src)}")
-                self._loaded = (result[0],)
-                if result[0] is None:
-                    logger().info("no checkpoint at %s: starting fresh", redact(self._src))
-                else:
-                    log_transfer("loaded", self._src, result[1], time.monotonic() - started)
-            return self._loaded[0]
+        """See :meth:`load`.
+
+        Raises:
+            OperationCancelledError: :meth:`close` was called (by another thread) meanwhile.
+        """
+        if self._src is None:
+            return None
+        from .cancellation import Scope
+
+        return self._load(Scope(f"load of {redact(self._src)}"))
 
     async def load(self) -> Path | None:
+        """Restore the previous attempt's checkpoint, in a worker thread.
+
+        Cancelling the awaiting task stops the download in flight (in the worker, which
+        removes what it had restored); :meth:`close` does the same without waiting for it.
+        """
+        if self._src is None:
+            return None
         import asyncio
 
-        return await asyncio.to_thread(self.load_sync)
+        from .cancellation import Scope
+
+        scope = Scope(f"load of {redact(self._src)}")
+        try:
+            return await asyncio.to_thread(self._load, scope)
+        except asyncio.CancelledError:
+            scope.cancel()
+            raise
+
+    def _load(self, scope: Scope) -> Path | None:
+        from .cancellation import using
+
+        assert self._src is not None
+        with self._load_lock.get():
+            with self._lock.get():
+                if self._loaded is not None:
+                    return self._loaded[0]
+            try:
+                with self._lock.get():
+                    self._loading = scope
+                scope.check()
+                started = time.monotonic()
+                with using(scope):
+                    result = self._retry.call(self._download, f"load of {redact(self._src)}", scope=scope)
+            finally:
+                with self._lock.get():
+                    self._loading = None
+                    stale, self._stale = self._stale, []
+                for remove in stale:
+                    remove()
+            if stale:  # closed meanwhile: what it restored went with the old workspace
+                raise scope.error()
+            with self._lock.get():
+                self._loaded = (result[0],)
+        if result[0] is None:
+            logger().info("no checkpoint at %s: starting fresh", redact(self._src))
+        else:
+            log_transfer("loaded", self._src, result[1], time.monotonic() - started)
+        return result[0]
 
     def _download(self) -> tuple[Path | None, int]:
         from .pipeline import ReadAhead
@@ -185,16 +250,43 @@ class Checkpoint(BaseCheckpoint):
     # -- save ------------------------------------------------------------------
 
     def save_sync(self, data: Data) -> None:
-        action = self._prepare(data)
-        with self._lock:
-            started = time.monotonic()
-            size = self._retry.call(action, f"save to {redact(self._dest)}")
-            log_transfer("saved", self._dest, size, time.monotonic() - started)
+        """See :meth:`save`."""
+        from .cancellation import Scope
+        from .saveorder import take
+
+        self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}"))
 
     async def save(self, data: Data) -> None:
+        """Store bytes, a file or a directory as this attempt's checkpoint, in a worker thread.
+
+        Saves to one destination commit in the order they were called, from any thread or
+        ``Checkpoint`` (see :mod:`flyte_checkpoint.saveorder`). Cancelling the awaiting task
+        aborts the upload: nothing is committed unless the commit had already begun, and
+        a later save starts only once this one has stopped.
+        """
         import asyncio
 
-        await asyncio.to_thread(self.save_sync, data)
+        from .cancellation import Scope
+        from .saveorder import take
+
+        turn = take(self._dest)  # in the caller, so the order is that of the calls
+        scope = Scope(f"save to {redact(self._dest)}")
+        try:
+            await asyncio.to_thread(self._save, data, turn, scope)
+        except asyncio.CancelledError:
+            scope.cancel()
+            raise
+
+    def _save(self, data: Data, turn: Turn, scope: Scope) -> None:
+        from .cancellation import using
+
+        with turn:
+            action = self._prepare(data)
+            turn.wait(scope)
+            started = time.monotonic()
+            with using(scope):
+                size = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
+        log_transfer("saved", self._dest, size, time.monotonic() - started)
 
     def _prepare(self, data: Data):
         """Check ``data`` now (so errors are not retried) and return the upload to run."""
@@ -255,13 +347,21 @@ class Checkpoint(BaseCheckpoint):
     # -- lifetime --------------------------------------------------------------
 
     def close(self) -> None:
-        """Remove the workspace. The checkpoint stays usable: a later use makes a new one."""
-        with self._lock:
-            if self._finalizer is not None:
-                self._finalizer()
-            self._root = None
-            self._finalizer = None
-            self._loaded = None
+        """Remove the workspace. The checkpoint stays usable: a later use makes a new one.
+
+        A download in flight is cancelled and removes what it restored when it stops; this
+        returns without waiting for it. In a forked child the parent's workspace is left alone.
+        """
+        with self._lock.get():
+            remove, loading = self._finalizer, self._loading
+            self._root = self._finalizer = self._loaded = None
+            if loading is not None and remove is not None:
+                self._stale.append(remove)
+                remove = None
+        if loading is not None:
+            loading.cancel()
+        if remove is not None:
+            remove()
 
     def __enter__(self) -> Checkpoint:
         return self

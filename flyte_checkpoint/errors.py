@@ -61,6 +61,15 @@ class TransientError(CheckpointError, ConnectionError):
     """A failure worth retrying: throttling, a 5xx answer, a reset or timed-out connection."""
 
 
+class OperationCancelledError(CheckpointError):
+    """A save or load was cancelled (its task cancelled, or ``close()`` during a load).
+
+    No built-in matches (``asyncio.CancelledError`` is what the awaiting task sees).
+
+    A cancelled save commits nothing unless its commit had already begun.
+    """
+
+
 class CorruptCheckpointError(CheckpointError, ValueError):
     """The stored object is truncated or damaged (bad gzip checksum, broken tar stream)."""
 
@@ -109,6 +118,7 @@ __all__ = [
     "CorruptCheckpointError",
     "InvalidURIError",
     "NotFoundError",
+    "OperationCancelledError",
     "PathTooLongError",
     "SourceChangedError",
     "StoreError",

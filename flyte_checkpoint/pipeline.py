@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO
 
 from .compression import DEFAULT_LEVEL, compress_member, stored_member
+from .interrupts import finish
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _SAMPLE = 64 * 1024
@@ -29,6 +30,8 @@ _SAMPLE = 64 * 1024
 #: (model weights: about 1.08x under gzip) costs more to inflate on load than it saves.
 STORE_RATIO = 0.9
 _POLL = 0.2
+#: How long closing a reader waits for its filler, which may be stuck in a read of the source.
+_JOIN_TIMEOUT = 5.0
 
 
 def default_workers() -> int:
@@ -68,12 +71,71 @@ class _Stop:
 _STOP = _Stop()
 
 
+def _empty(q: queue.Queue) -> None:
+    """Take everything out of ``q`` without waiting."""
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return
+
+
+class _GzipState:
+    """What the writer thread shares with the :class:`ParallelGzipWriter` that feeds it.
+
+    It never refers to the writer object itself, so a writer whose owner was interrupted
+    before closing it can be collected, which stops the threads (see :func:`_abandon`).
+    """
+
+    def __init__(self, sink: BinaryIO, depth: int) -> None:
+        self.sink = sink
+        self.pending: queue.Queue[Future[list[bytes | memoryview]] | _Stop] = queue.Queue(maxsize=depth)
+        self.closing = threading.Event()  # nothing more will be queued: write the rest, then stop
+        self.aborted = threading.Event()  # drop what is queued, and stop
+        self.error: BaseException | None = None
+
+
+def _drain(state: _GzipState) -> None:
+    """The writer thread: write each block's gzip member to the sink, in order."""
+    while True:
+        try:
+            item = state.pending.get(timeout=_POLL)
+        except queue.Empty:
+            if state.aborted.is_set() or (state.closing.is_set() and state.pending.empty()):
+                return
+            continue
+        if isinstance(item, _Stop):
+            if state.closing.is_set():
+                return
+            continue
+        if state.error is not None or state.aborted.is_set():
+            item.cancel()
+            continue
+        try:
+            for piece in item.result():
+                state.sink.write(piece)
+        except BaseException as exc:
+            state.error = exc
+
+
+def _abandon(state: _GzipState, pool: ThreadPoolExecutor) -> None:
+    """Stop the threads of a writer collected without ``close()`` or ``abort()``."""
+    state.aborted.set()
+    state.closing.set()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 class ParallelGzipWriter:
     """Compress everything written into ``sink`` as a series of gzip members.
 
     ``on_block`` (if given) is called with the size of each block of input as it is queued.
     ``close()`` flushes, waits for the writer thread and raises its error if it had one;
-    ``abort()`` drops what is pending. Neither closes ``sink``.
+    ``abort()`` drops what is pending. Neither closes ``sink``. Inside a cancelled
+    operation (:mod:`flyte_checkpoint.cancellation`) ``write()`` raises its error.
+
+    No interrupt leaves a thread behind: ``close()`` and ``abort()`` first tell the threads
+    to end (an event they watch) and then wait for them even if interrupted (raising the
+    interrupt after); a writer dropped without either stops its threads when collected.
     """
 
     def __init__(
@@ -85,27 +147,32 @@ class ParallelGzipWriter:
         workers: int | None = None,
         on_block: Callable[[int], None] | None = None,
     ) -> None:
-        self._sink = sink
+        import weakref
+
+        from .cancellation import current
+
         self._on_block = on_block
         self._level = level
         self._block = block_size
+        self._scope = current()
         n = workers or default_workers()
+        self._state = _GzipState(sink, n + 2)
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
-        self._pending: queue.Queue[Future[list[bytes | memoryview]] | _Stop] = queue.Queue(maxsize=n + 2)
+        self._finalizer = weakref.finalize(self, _abandon, self._state, self._pool)
         self._buf = bytearray()
-        self._error: BaseException | None = None
-        self._aborted = False
         self._closed = False
         self.bytes_in = 0
-        self._thread = threading.Thread(target=self._drain, name="fcp-gzip-writer", daemon=True)
+        self._thread = threading.Thread(
+            target=_drain, args=(self._state,), name="fcp-gzip-writer", daemon=True
+        )
         self._thread.start()
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        if self._error is not None:
-            raise self._error
+        if self._state.error is not None:
+            raise self._state.error
         n = len(data)
         self.bytes_in += n
         if isinstance(data, bytes) and n >= self._block // 2:
@@ -132,29 +199,18 @@ class ParallelGzipWriter:
         fut = self._pool.submit(compress_block, block, self._level)
         self._put(fut)
 
-    def _put(self, item: Future[list[bytes | memoryview]] | _Stop) -> None:
+    def _put(self, item: Future[list[bytes | memoryview]]) -> None:
+        state = self._state
         while True:
-            if self._error is not None and item is not _STOP:
-                raise self._error
+            if state.error is not None:
+                raise state.error
+            if self._scope is not None:
+                self._scope.check()
             try:
-                self._pending.put(item, timeout=_POLL)
+                state.pending.put(item, timeout=_POLL)
                 return
             except queue.Full:
                 continue
-
-    def _drain(self) -> None:
-        while True:
-            item = self._pending.get()
-            if isinstance(item, _Stop):
-                return
-            if self._error is not None or self._aborted:
-                item.cancel()
-                continue
-            try:
-                for piece in item.result():
-                    self._sink.write(piece)
-            except BaseException as exc:
-                self._error = exc
 
     def close(self) -> None:
         """Compress what is left, write everything, and raise the first error met."""
@@ -165,23 +221,34 @@ class ParallelGzipWriter:
             if self._buf or self.bytes_in == 0:
                 self._submit(bytes(self._buf))
                 self._buf = bytearray()
+        except BaseException:
+            self._state.aborted.set()
+            raise
         finally:
-            self._finish()
-        if self._error is not None:
-            raise self._error
+            self._state.closing.set()
+            finish(self._stop_threads)
+        if self._state.error is not None:
+            raise self._state.error
 
     def abort(self) -> None:
         """Stop: pending blocks are dropped; the sink gets nothing more."""
-        if self._closed:
-            return
+        self._state.aborted.set()
+        self._state.closing.set()
         self._closed = True
-        self._aborted = True
-        self._finish()
+        finish(self._stop_threads)
 
-    def _finish(self) -> None:
-        self._put(_STOP)
+    def _stop_threads(self) -> None:
+        # The events are set: the writer thread ends by itself. The marker only wakes it now
+        # rather than at its next poll; it is put once there is room, unless it has ended.
+        while self._thread.is_alive():
+            try:
+                self._state.pending.put(_STOP, timeout=_POLL)
+                break
+            except queue.Full:
+                continue
         self._thread.join()
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._finalizer.detach()  # stopped: nothing left for the collector to do
 
     def __enter__(self) -> ParallelGzipWriter:
         return self
@@ -193,12 +260,62 @@ class ParallelGzipWriter:
             self.abort()
 
 
+class _AheadState:
+    """What the filler thread shares with its :class:`ReadAhead` (never the object itself)."""
+
+    def __init__(self, source: BinaryIO, chunk: int, depth: int) -> None:
+        self.source = source
+        self.chunk = chunk
+        self.queue: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.cancelled: BaseException | None = None
+
+    def offer(self, item: bytes | BaseException) -> None:
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=_POLL)
+                return
+            except queue.Full:
+                continue
+
+    def cancel(self, exc: BaseException) -> None:
+        """Stop reading and wake the reader with ``exc`` (from any thread)."""
+        self.cancelled = exc
+        self.stop.set()
+        while True:  # make room (the filler puts at most one more chunk), then wake the reader
+            _empty(self.queue)
+            try:
+                self.queue.put_nowait(exc)
+                return
+            except queue.Full:
+                continue
+
+    def abandon(self) -> None:
+        self.stop.set()
+        _empty(self.queue)
+
+
+def _fill(state: _AheadState) -> None:
+    """The filler thread: read chunks into the queue until the end, an error or a stop."""
+    try:
+        while not state.stop.is_set():
+            data = state.source.read(state.chunk)
+            state.offer(data)
+            if not data:
+                return
+    except BaseException as exc:
+        state.offer(exc)
+
+
 class ReadAhead:
     """Read ``source`` in a background thread, ``chunk_size`` at a time, ``depth`` chunks ahead.
 
     ``read(n)`` serves from the chunks in order; errors of the source are raised to the
     reader at the point they happened. ``on_chunk`` (if given) is called with each chunk's
-    size as the reader takes it. ``close()`` stops the thread (it does not close ``source``).
+    size as the reader takes it. ``close()`` stops the thread (it does not close ``source``),
+    even if interrupted; a reader dropped unclosed stops it when collected. Inside an
+    operation that gets cancelled (:mod:`flyte_checkpoint.cancellation`), the reader is
+    woken at once with the cancellation error.
     """
 
     def __init__(
@@ -209,38 +326,27 @@ class ReadAhead:
         depth: int = 4,
         on_chunk: Callable[[int], None] | None = None,
     ) -> None:
-        self._source = source
-        self._chunk = chunk_size
-        self._queue: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
+        import weakref
+
+        from .cancellation import current
+
+        self._state = _AheadState(source, chunk_size, depth)
+        self._finalizer = weakref.finalize(self, self._state.abandon)
         self._cur = memoryview(b"")
         self._eof = False
         self._on_chunk = on_chunk
-        self._thread = threading.Thread(target=self._fill, name="fcp-read-ahead", daemon=True)
+        self._scope = current()
+        if self._scope is not None:
+            self._scope.on_cancel(self._state.cancel)
+        self._thread = threading.Thread(target=_fill, args=(self._state,), name="fcp-read-ahead", daemon=True)
         self._thread.start()
-
-    def _fill(self) -> None:
-        try:
-            while not self._stop.is_set():
-                data = self._source.read(self._chunk)
-                self._offer(data)
-                if not data:
-                    return
-        except BaseException as exc:
-            self._offer(exc)
-
-    def _offer(self, item: bytes | BaseException) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=_POLL)
-                return
-            except queue.Full:
-                continue
 
     def _next(self) -> bool:
         if self._eof:
             return False
-        item = self._queue.get()
+        item = self._state.queue.get()
+        if self._state.cancelled is not None:
+            item = self._state.cancelled
         if isinstance(item, BaseException):
             self._eof = True
             raise item
@@ -298,13 +404,16 @@ class ReadAhead:
         return len(data)
 
     def close(self) -> None:
-        self._stop.set()
-        while True:  # unblock the filler if it waits on a full queue
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join(timeout=5)
+        self._state.stop.set()
+        if self._scope is not None:
+            self._scope.forget(self._state.cancel)
+        finish(self._stop_filler)
+
+    def _stop_filler(self) -> None:
+        _empty(self._state.queue)  # unblock the filler if it waits on a full queue
+        # A filler stuck in a read of the source ends when that read returns.
+        self._thread.join(timeout=_JOIN_TIMEOUT)
+        self._finalizer.detach()
 
     def __enter__(self) -> ReadAhead:
         return self

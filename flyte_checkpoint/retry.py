@@ -8,10 +8,13 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from .errors import TransientError
 from .logs import logger
+
+if TYPE_CHECKING:
+    from .cancellation import Scope
 
 T = TypeVar("T")
 
@@ -76,8 +79,12 @@ class RetryPolicy:
         """The back-off before try ``attempt + 1`` (full jitter)."""
         return random.uniform(0, min(self.max_delay, self.base_delay * 2 ** (attempt - 1)))
 
-    def call(self, fn: Callable[[], T], what: str) -> T:
-        """Run ``fn``, retrying :class:`TransientError`; anything else is raised at once."""
+    def call(self, fn: Callable[[], T], what: str, *, scope: Scope | None = None) -> T:
+        """Run ``fn``, retrying :class:`TransientError`; anything else is raised at once.
+
+        A cancelled ``scope`` ends a back-off early with its
+        :class:`~flyte_checkpoint.errors.OperationCancelledError`.
+        """
         start = time.monotonic()
         attempt = 1
         while True:
@@ -100,5 +107,9 @@ class RetryPolicy:
                     pause,
                     exc,
                 )
-                time.sleep(pause)
+                if scope is None:
+                    time.sleep(pause)
+                else:
+                    scope.event.wait(pause)
+                    scope.check()
                 attempt += 1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -72,15 +72,17 @@ class _LocalWriter(BlobWriter):
     def __init__(self, uri: str, target: Path) -> None:
         super().__init__(uri)
         self._target = target
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), dir=target.parent)
-        except OSError as exc:
-            raise _map_os_error(exc, target, "write") from exc
-        self._tmp = Path(tmp)
-        self._file = os.fdopen(fd, "wb", buffering=0)
         self._unsynced = 0
         self._flusher: threading.Thread | None = None
+        self._file: BinaryIO | None = None
+        # The name is kept before the file exists, and the file object is made with the file,
+        # so an abort (even of a writer whose constructor was interrupted) removes it.
+        self._tmp = target.parent / f"{_temp_prefix(target)}{secrets.token_hex(6)}"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self._tmp, "xb", buffering=0)  # noqa: SIM115 - closed by commit/abort
+        except OSError as exc:
+            raise _map_os_error(exc, target, "write") from exc
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         try:
@@ -95,7 +97,9 @@ class _LocalWriter(BlobWriter):
             # Start writing back what is there while more arrives, so the fsync at the end
             # has only the tail left to wait for (durability costs overlap, not add up).
             self._unsynced = 0
-            self._flusher = threading.Thread(target=_quiet_datasync, args=(self._file.fileno(),), daemon=True)
+            self._flusher = threading.Thread(
+                target=_quiet_datasync, args=(self._file.fileno(),), name="fcp-datasync", daemon=True
+            )
             self._flusher.start()
 
     def _join_flusher(self) -> None:
@@ -117,7 +121,8 @@ class _LocalWriter(BlobWriter):
 
     def _abort(self) -> None:
         self._join_flusher()
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         self._tmp.unlink(missing_ok=True)
 
 

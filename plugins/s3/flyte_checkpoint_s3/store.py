@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+from flyte_checkpoint import cancellation
 from flyte_checkpoint.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.errors import (
     CheckpointError,
@@ -18,6 +18,8 @@ from flyte_checkpoint.errors import (
     NotFoundError,
     StoreError,
 )
+from flyte_checkpoint.forksafe import PerProcess
+from flyte_checkpoint.interrupts import finish
 from flyte_checkpoint.sources import open_source
 from flyte_checkpoint.uri import redact
 
@@ -53,8 +55,8 @@ class S3Store(BlobStore):
         #: The checksum asked of S3 on upload (None: no checksum).
         self.crc = checksums.get(self.config.checksum)
         self._clients = ClientProvider(self.config)
-        self._pool_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        # Per process: a forked child gets a pool with threads of its own (see forksafe).
+        self._pool: PerProcess[ThreadPoolExecutor] = PerProcess(self._new_pool)
 
     # -- shared machinery --------------------------------------------------------
 
@@ -70,15 +72,12 @@ class S3Store(BlobStore):
 
     @property
     def executor(self) -> ThreadPoolExecutor:
-        """The pool that sends parts and fetches ranges (made on first use)."""
-        pool = self._pool
-        if pool is None:
-            with self._pool_lock:
-                if self._pool is None:
-                    workers = self.config.upload_concurrency + self.config.read_concurrency
-                    self._pool = ThreadPoolExecutor(workers, thread_name_prefix="flyte-checkpoint-s3")
-                pool = self._pool
-        return pool
+        """The pool that sends parts and fetches ranges (made on first use in each process)."""
+        return self._pool.get()
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        workers = self.config.upload_concurrency + self.config.read_concurrency
+        return ThreadPoolExecutor(workers, thread_name_prefix="flyte-checkpoint-s3")
 
     def map(self, exc: BaseException, uri: str, action: str, bucket: str | None = None) -> CheckpointError:
         """The project error for ``exc`` (see :func:`~flyte_checkpoint_s3.error_map.map_error`)."""
@@ -186,20 +185,23 @@ class S3Store(BlobStore):
         with open_source(path) as src:
             size = src.size
             if size <= self.config.part_size:
-                self.put(uri, loc.bucket, loc.key, src.read())
+                data = src.read()
+                cancellation.check()
+                self.put(uri, loc.bucket, loc.key, data)
                 return
             upload = MultipartUpload(self, uri, loc.bucket, loc.key, self.executor)
             upload.start()
             try:
                 offset, number = 0, 1
                 while offset < size:
+                    cancellation.check()  # a cancelled save stops sending parts
                     n = min(part_size_for(number, self.config.part_size), size - offset)
                     upload.submit(number, lambda off=offset, n=n: src.pread(n, off))
                     offset += n
                     number += 1
-                upload.complete(check=src.verify)
+                upload.complete(check=lambda: (src.verify(), cancellation.check()))  # and never commits
             except BaseException:
-                upload.abort()
+                finish(upload.abort)
                 raise
 
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
@@ -224,8 +226,7 @@ class S3Store(BlobStore):
         self.call(lambda c: c.put_object(**args), uri, "write", bucket)
 
     def close(self) -> None:
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
+        pool = self._pool.take()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         self._clients.close()
