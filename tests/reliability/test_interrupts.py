@@ -77,16 +77,14 @@ class InterruptHook:
 
     def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
         code = frame.f_code
-        if event == "call":
-            if not code.co_filename.startswith(_OURS) or code.co_name == "__del__":
-                return
-            key = (code.co_filename, code.co_firstlineno, code.co_name)
-        elif event == "c_return":
-            if not code.co_filename.startswith(_OURS):
-                return
-            key = (code.co_filename, frame.f_lineno, getattr(arg, "__name__", "?"))
-        else:
+        if event not in ("call", "c_return") or code.co_name == "__del__":
             return
+        if not code.co_filename.startswith(_OURS):
+            return
+        if event == "call":
+            key = (code.co_filename, code.co_firstlineno, code.co_name)
+        else:
+            key = (code.co_filename, frame.f_lineno, getattr(arg, "__name__", "?"))
         self.count += 1
         new = key not in self.first
         if new:
