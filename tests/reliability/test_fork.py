@@ -223,4 +223,4 @@ def test_a_forked_child_never_removes_the_parents_workspace(tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines == ["exit kept", "drop kept", "close kept", "parent-close removed"], lines
-    assert not list(tmp_path.glob("flyte-cp-*"))
+    assert not list(tmp_path.glob("flyte-checkpoint-ws-*"))
