@@ -400,8 +400,12 @@ def test_azure_block_list_race_loser_save_is_retried_once_and_wins(
     payloads = {n: payload(n) for n in ("a", "b")}
     policy = RetryPolicy(attempts=2, base_delay=0, max_delay=0, total_timeout=HANG_GUARD)
 
+    # Saves to one URI from one process run in call order (flyte_checkpoint.saveorder), so
+    # this process races itself as two processes would: "b" names the blob by its abfs:// form.
+    spelling = {"a": uri, "b": "abfs://" + uri.removeprefix("az://")}
+
     def save(name: str) -> None:
-        fc.Checkpoint(uri, retry=policy).save_sync(payloads[name])
+        fc.Checkpoint(spelling[name], retry=policy).save_sync(payloads[name])
 
     with ConflictCounter() as conflicts:
         (_winner, winner_error), (loser, loser_error) = race_commits(proxy, save, ("a", "b"))
