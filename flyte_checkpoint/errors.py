@@ -61,12 +61,12 @@ class TransientError(CheckpointError, ConnectionError):
     """A failure worth retrying: throttling, a 5xx answer, a reset or timed-out connection."""
 
 
-class OperationCancelledError(CheckpointError):
+class OperationCancelledError(CheckpointError, InterruptedError):
     """A save or load was cancelled (its task cancelled, or ``close()`` during a load).
 
-    No built-in matches (``asyncio.CancelledError`` is what the awaiting task sees).
-
-    A cancelled save commits nothing unless its commit had already begun.
+    A cancelled save commits nothing unless its commit had already begun. The awaiting task
+    itself sees ``asyncio.CancelledError``; this is what the worker, or a ``load_sync`` whose
+    checkpoint another thread closed, raises.
     """
 
 
