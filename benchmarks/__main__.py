@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     approaches = (
         ["ours"] if args.only_ours else ["ours", "reference", "tar"] + (["flyte"] if with_flyte else [])
     )
-    from flyte_checkpoint.compression import BACKEND
+    from flyte_checkpoint.format.compression import BACKEND
 
     print(
         f"# flyte-checkpoint benchmarks (scale {args.scale}, median of {args.runs}, gzip via {BACKEND},"

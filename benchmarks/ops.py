@@ -143,8 +143,8 @@ def _warm_up(op: str, args: list[str]) -> None:
 
     if op.startswith("ours"):
         for name in ("archive", "pipeline", "restore", "compression"):
-            importlib.import_module(f"flyte_checkpoint.{name}")
-        from flyte_checkpoint.registry import get_registry, store_for
+            importlib.import_module(f"flyte_checkpoint.format.{name}")
+        from flyte_checkpoint.storage.registry import get_registry, store_for
         from flyte_checkpoint.uri import is_local
 
         get_registry().backends()

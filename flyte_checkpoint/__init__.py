@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # The registry (and pluggy) load on first use, not at import.
     if name in ("register_store", "unregister_store"):
-        from . import registry
+        from .storage import registry
 
         return getattr(registry, name)
     raise AttributeError(f"module 'flyte_checkpoint' has no attribute {name!r}")

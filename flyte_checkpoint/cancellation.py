@@ -4,7 +4,7 @@
 cannot stop that thread, so it cancels the operation's :class:`Scope` instead. The worker
 runs the operation inside the scope (:func:`using`); what it opens there notices:
 
-- a store writer (:class:`~flyte_checkpoint.blobstore.BlobWriter`) captures the scope
+- a store writer (:class:`~flyte_checkpoint.storage.blobstore.BlobWriter`) captures the scope
   when it is opened, refuses further writes once it is cancelled and never commits
   (:meth:`Scope.check` runs right before the commit), so the upload is aborted;
 - the pipeline's threads stop, and a reader waiting for data is woken with the error;

@@ -221,9 +221,9 @@ class Checkpoint(BaseCheckpoint):
         return result[0]
 
     def _download(self) -> tuple[Path | None, int]:
-        from .pipeline import ReadAhead
-        from .registry import store_for
-        from .restore import PAYLOAD, restore
+        from .format.pipeline import ReadAhead
+        from .format.restore import PAYLOAD, restore
+        from .storage.registry import store_for
 
         assert self._src is not None
         store = store_for(self._src)
@@ -290,7 +290,7 @@ class Checkpoint(BaseCheckpoint):
 
     def _prepare(self, data: Data):
         """Check ``data`` now (so errors are not retried) and return the upload to run."""
-        from .registry import store_for
+        from .storage.registry import store_for
 
         dest = self._dest
         if isinstance(data, (bytes, bytearray, memoryview)):
@@ -311,9 +311,9 @@ class Checkpoint(BaseCheckpoint):
         if is_dir:
 
             def put_tree() -> int:
-                from .archive import pack_directory, tree_size
-                from .pipeline import ParallelGzipWriter
-                from .stores.local import leave_out_for
+                from .format.archive import pack_directory, tree_size
+                from .format.pipeline import ParallelGzipWriter
+                from .storage.stores.local import leave_out_for
 
                 counter = _Counter(progress, tree_size(src)) if progress else None
                 with store_for(dest).open_write(dest) as writer:
@@ -325,8 +325,8 @@ class Checkpoint(BaseCheckpoint):
             return put_tree
 
         def put_file() -> int:
-            from .blobstore import COPY_CHUNK
             from .sources import SourceFile
+            from .storage.blobstore import COPY_CHUNK
 
             store = store_for(dest)
             with SourceFile(src) as source:

@@ -127,7 +127,7 @@ def _bar(args: argparse.Namespace, label: str) -> Iterator[ProgressBar | None]:
 
 def cmd_backends(args: argparse.Namespace) -> dict[str, Any]:
     """Installed backends (winners first), known schemes not installed, plugins that failed."""
-    from .registry import KNOWN_SCHEMES, get_registry, install_hint
+    from .storage.registry import KNOWN_SCHEMES, get_registry, install_hint
 
     registry = get_registry()
     backends = registry.backends()
@@ -207,7 +207,7 @@ def show_backends(result: dict[str, Any]) -> None:
 
 def cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
     """Describe the object at ``args.uri`` without extracting it."""
-    from .inspection import Member, inspect_uri
+    from .format.inspection import Member, inspect_uri
 
     uri = _normalize(args.uri, "URI")
     listed: list[dict[str, Any]] = []
@@ -282,8 +282,8 @@ def show_inspect(r: dict[str, Any]) -> None:
 
 
 def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
-    from .pipeline import ReadAhead
-    from .restore import restore
+    from .format.pipeline import ReadAhead
+    from .format.restore import restore
 
     size = store.stat(uri)
     if size is None:
@@ -325,8 +325,8 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
 def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
     """Restore the checkpoint at ``args.uri`` into the new or empty folder ``args.dir``."""
     from .checkpoint import log_transfer
-    from .registry import store_for
-    from .restore import PAYLOAD
+    from .format.restore import PAYLOAD
+    from .storage.registry import store_for
 
     uri = _normalize(args.uri, "URI")
     dest = Path(args.dir).expanduser().absolute()
@@ -362,7 +362,7 @@ def show_pull(r: dict[str, Any]) -> None:
 def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
     """Save ``args.path`` (a file, a folder, or ``-`` for stdin) as the checkpoint at ``args.uri``."""
     from .checkpoint import Checkpoint
-    from .registry import store_for
+    from .storage.registry import store_for
     from .uri import local_path
 
     uri = _normalize(args.uri, "URI")
@@ -401,7 +401,7 @@ def show_push(r: dict[str, Any]) -> None:
 
 def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
     """The objects whose URI starts with ``args.prefix`` (sizes too with ``--long``)."""
-    from .registry import store_for
+    from .storage.registry import store_for
 
     prefix = _normalize(args.prefix, "PREFIX")
     if args.prefix.rstrip().endswith("/") and not prefix.endswith("/"):
@@ -428,7 +428,7 @@ def show_ls(r: dict[str, Any]) -> None:
 
 def cmd_rm(args: argparse.Namespace) -> dict[str, Any]:
     """Remove the object at ``args.uri``; its absence is an error unless ``--force``."""
-    from .registry import store_for
+    from .storage.registry import store_for
 
     uri = _normalize(args.uri, "URI")
     store = store_for(uri)

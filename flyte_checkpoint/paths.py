@@ -1,9 +1,11 @@
-"""Helpers around checkpoint locations: the newest file in a restored tree, and URI repair."""
+"""Helpers around checkpoint locations: the newest file in a restored tree, URI repair, and the
+local facts both the store and the packer need (the process umask, what a pack leaves out)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,29 @@ def points_at_same_attempt(prev_uri: str, dest_uri: str, *, run_name: str, actio
 
     here = folder(dest_uri)
     return here is not None and folder(prev_uri) == here
+
+
+@dataclass(frozen=True)
+class LeaveOut:
+    """Entries of one folder that a pack leaves out: the one named ``name`` and those whose
+    names start with ``prefix``. ``folder`` is the folder's ``(st_dev, st_ino)``, so it is
+    recognised however the walk reaches it."""
+
+    folder: tuple[int, int]
+    name: str
+    prefix: str
+
+    def __call__(self, name: str) -> bool:
+        return name == self.name or name.startswith(self.prefix)
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, for every thread)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1  # unknown: callers set modes explicitly

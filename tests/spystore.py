@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from flyte_checkpoint.blobstore import BlobStore, BlobWriter
-from flyte_checkpoint.registry import register_store, store_for, unregister_store
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.registry import register_store, store_for, unregister_store
 from flyte_checkpoint.uri import is_local, normalize, scheme_of
 
 #: ``hook(operation, uri)``: runs before each call. Operations: the store's method names, and

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.archive import pack_directory, unpack
 from flyte_checkpoint.errors import CheckpointError, CorruptCheckpointError, UnsafeArchiveError
+from flyte_checkpoint.format.archive import pack_directory, unpack
 
 from .helpers import dir_member, file_member, link_member, special_member, tar_bytes
 

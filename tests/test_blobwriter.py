@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from flyte_checkpoint.blobstore import BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobWriter
 from flyte_checkpoint.uri import redact
 
 

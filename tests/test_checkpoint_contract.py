@@ -155,7 +155,7 @@ def test_second_load_returns_same_path_without_downloading_again(dest, tmp_path,
     saved(dest, b"once")
     cp = fc.Checkpoint(str(tmp_path / "n"), dest)
     first = cp.load_sync()
-    from flyte_checkpoint.stores.local import LocalStore
+    from flyte_checkpoint.storage.stores.local import LocalStore
 
     def fail(*a, **k):
         raise AssertionError("downloaded twice")
@@ -470,7 +470,7 @@ def test_unreadable_source_is_raised_not_none(tmp_path):
 
 def test_io_error_on_read_is_raised_not_none(dest, tmp_path, monkeypatch):
     saved(dest, b"data")
-    from flyte_checkpoint.stores.local import LocalStore
+    from flyte_checkpoint.storage.stores.local import LocalStore
 
     class Broken(io.RawIOBase):
         def readinto(self, b):

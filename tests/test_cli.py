@@ -695,7 +695,7 @@ def test_a_password_in_a_cloud_uri_never_shows_in_any_command(cloud, char, tmp_p
     gs://, az://) with SECRET holding ``char`` is refused by every command (exit 1, one line that
     names the URI without its credentials), and neither stderr, --json's stdout nor --debug's
     traceback shows the secret, a piece of it or the key id; the console script too."""
-    from flyte_checkpoint.registry import get_registry
+    from flyte_checkpoint.storage.registry import get_registry
 
     env, root = cloud
     for name in FOREIGN_ENV:

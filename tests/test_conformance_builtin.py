@@ -7,9 +7,9 @@ import uuid
 import pytest
 
 from flyte_checkpoint.errors import NotFoundError, StoreError
-from flyte_checkpoint.registry import store_for
-from flyte_checkpoint.stores.local import LocalStore
-from flyte_checkpoint.stores.memory import MemoryStore
+from flyte_checkpoint.storage.registry import store_for
+from flyte_checkpoint.storage.stores.local import LocalStore
+from flyte_checkpoint.storage.stores.memory import MemoryStore
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
 
@@ -52,7 +52,7 @@ import uuid
 
 import pytest
 
-from flyte_checkpoint.stores.memory import MemoryStore
+from flyte_checkpoint.storage.stores.memory import MemoryStore
 from flyte_checkpoint.testing import BlobStoreSuite
 
 

@@ -22,7 +22,7 @@ import pytest
 import flyte_checkpoint as fc
 from conftest import require
 from flyte_checkpoint.integrations.flyte import FlyteTaskContext, resolve_source
-from flyte_checkpoint.stores.memory import MemoryStore
+from flyte_checkpoint.storage.stores.memory import MemoryStore
 
 try:
     import flyte
@@ -439,7 +439,7 @@ def fc_redact(uri: str) -> str:
 
 @pytest.fixture
 def denying_scheme():
-    from flyte_checkpoint.blobstore import BlobStore
+    from flyte_checkpoint.storage.blobstore import BlobStore
 
     class Denying(BlobStore):
         def _deny(self, uri: str, *a: object) -> None:
@@ -455,7 +455,7 @@ def denying_scheme():
 
 
 def test_resolve_source_rules():
-    from flyte_checkpoint.registry import store_for
+    from flyte_checkpoint.storage.registry import store_for
 
     store = store_for("memory://x")
     store.write_bytes("memory://rs/held", b"state")

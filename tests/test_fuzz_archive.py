@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flyte_checkpoint.errors import CheckpointError
-from flyte_checkpoint.restore import restore
+from flyte_checkpoint.format.restore import restore
 
 from .helpers import dir_member, file_member, link_member, tar_bytes
 

@@ -29,15 +29,15 @@ import pytest
 
 import flyte_checkpoint as fc
 from conftest import require
-from flyte_checkpoint import compression
-from flyte_checkpoint import tarstream as ts
 from flyte_checkpoint.errors import (
     CorruptCheckpointError,
     PathTooLongError,
     UnsafeArchiveError,
     WorkspaceError,
 )
-from flyte_checkpoint.inspection import inspect_uri
+from flyte_checkpoint.format import compression
+from flyte_checkpoint.format import tarstream as ts
+from flyte_checkpoint.format.inspection import inspect_uri
 from flyte_checkpoint.limits import DEFAULT_MAX_MEMBERS, LoadLimits, default_reserve
 
 from .helpers import file_member, tar_bytes, tree
@@ -375,7 +375,7 @@ def test_memory_stays_bounded_whatever_the_members_and_their_names(tmp_path):
     in a child process, whose peak RSS may grow by the read-ahead buffers only."""
     prefix = "/".join(["d" * 240] * 15)  # 3,615 characters of folders
     obj = tmp_path / "obj"
-    from flyte_checkpoint.pipeline import ParallelGzipWriter
+    from flyte_checkpoint.format.pipeline import ParallelGzipWriter
 
     with open(obj, "wb") as f, ParallelGzipWriter(f) as gz:
         for i in range(25_000):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 
-from flyte_checkpoint.archive import current_umask
-from flyte_checkpoint.stores import local
-from flyte_checkpoint.stores.local import LocalStore
+from flyte_checkpoint.paths import current_umask
+from flyte_checkpoint.storage.stores import local
+from flyte_checkpoint.storage.stores.local import LocalStore
 
 
 def test_large_writes_start_write_back_early_and_commit_whole(tmp_path, monkeypatch):

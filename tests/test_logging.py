@@ -17,14 +17,14 @@ from urllib.parse import urlsplit
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.errors import CorruptCheckpointError, TransientError
-from flyte_checkpoint.inspection import inspect_stream, inspect_uri, iter_members
+from flyte_checkpoint.format.inspection import inspect_stream, inspect_uri, iter_members
 from flyte_checkpoint.progress import ProgressBar, format_bytes, format_duration, format_line, progress_bar
-from flyte_checkpoint.registry import get_registry, register_store, store_for, unregister_store
 from flyte_checkpoint.retry import RetryPolicy
-from flyte_checkpoint.storelog import LoggedStore
-from flyte_checkpoint.stores.local import LocalStore
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.registry import get_registry, register_store, store_for, unregister_store
+from flyte_checkpoint.storage.storelog import LoggedStore
+from flyte_checkpoint.storage.stores.local import LocalStore
 from flyte_checkpoint.uri import redact
 from tests.helpers import file_member, tar_bytes
 

@@ -13,8 +13,8 @@ import zlib
 
 import pytest
 
-from flyte_checkpoint.compression import decompressor, stored_member
-from flyte_checkpoint.pipeline import ParallelGzipWriter, ReadAhead, compress_block
+from flyte_checkpoint.format.compression import decompressor, stored_member
+from flyte_checkpoint.format.pipeline import ParallelGzipWriter, ReadAhead, compress_block
 
 
 @pytest.mark.parametrize("size", [0, 1, 65535, 65536, 3 * 65535 + 7, 1 << 20])
@@ -48,7 +48,7 @@ def test_parallel_writer_output_is_one_gzip_stream_for_any_reader():
 
 
 def test_parallel_writer_tarball_opens_with_tarfile(tmp_path):
-    from flyte_checkpoint.archive import pack_directory
+    from flyte_checkpoint.format.archive import pack_directory
 
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.bin").write_bytes(os.urandom(700_000))
@@ -77,7 +77,7 @@ def test_sink_error_reaches_the_writer_and_stops_it():
 
 MEMORY_PROBE = """
 import hashlib, os, sys, tracemalloc
-from flyte_checkpoint.pipeline import ParallelGzipWriter
+from flyte_checkpoint.format.pipeline import ParallelGzipWriter
 
 block, workers, total = (int(a) for a in sys.argv[1:])
 
@@ -162,7 +162,7 @@ def test_read_ahead_read1_hands_out_views_of_its_chunks_in_order():
 def test_standard_library_fallback_round_trips(tmp_path, monkeypatch):
     """Without ISA-L the same streams come from zlib, and load the same."""
     import flyte_checkpoint as fc
-    from flyte_checkpoint import compression
+    from flyte_checkpoint.format import compression
 
     monkeypatch.setattr(compression, "_igzip", None)
     monkeypatch.setattr(compression, "_isal_zlib", None)

@@ -37,7 +37,7 @@ def installed(tmp_path_factory) -> dict[str, str]:
 def test_entry_point_registers_the_backend_lazily(installed):
     code = (
         "import sys\n"
-        "from flyte_checkpoint.registry import get_registry\n"
+        "from flyte_checkpoint.storage.registry import get_registry\n"
         "b = get_registry().backend_for('folder://x/y')\n"
         "print(b.name, b.source, b.plugin, b.distribution, 'fc_example_store.store' in sys.modules)\n"
     )

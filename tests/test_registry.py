@@ -15,9 +15,9 @@ from flyte_checkpoint.errors import (
     BackendNotInstalledError,
     UnknownSchemeError,
 )
-from flyte_checkpoint.hookspecs import hookimpl
-from flyte_checkpoint.registry import Registry, StoreSpec, get_registry, install_hint
-from flyte_checkpoint.stores.memory import MemoryStore
+from flyte_checkpoint.storage.hookspecs import hookimpl
+from flyte_checkpoint.storage.registry import Registry, StoreSpec, get_registry, install_hint
+from flyte_checkpoint.storage.stores.memory import MemoryStore
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_plugin_object_registers_stores_lazily(reg):
 
 
 def test_dotted_factory_is_imported_on_first_use(reg):
-    reg.register(StoreSpec("dotted", ("dotted",), "flyte_checkpoint.stores.memory:MemoryStore"))
+    reg.register(StoreSpec("dotted", ("dotted",), "flyte_checkpoint.storage.stores.memory:MemoryStore"))
     assert isinstance(reg.store_for("dotted://a"), MemoryStore)
 
 
@@ -234,18 +234,18 @@ class EP:
         if self.target == "boom":
             raise ImportError("cannot import boom")
         import types
-        from flyte_checkpoint.hookspecs import hookimpl
-        from flyte_checkpoint.registry import StoreSpec
+        from flyte_checkpoint.storage.hookspecs import hookimpl
+        from flyte_checkpoint.storage.registry import StoreSpec
         @hookimpl
         def register_stores(register):
-            register(StoreSpec(self.name, (self.name,), "flyte_checkpoint.stores.memory:MemoryStore"))
+            register(StoreSpec(self.name, (self.name,), "flyte_checkpoint.storage.stores.memory:MemoryStore"))
         return types.SimpleNamespace(register_stores=register_stores)
 
 LOADS = []
 eps = [EP("aaa-broken", "boom"), EP("good", "ok")]
 metadata.entry_points = lambda **kw: eps if kw.get("group") == "flyte_checkpoint" else []
 
-from flyte_checkpoint.registry import Registry
+from flyte_checkpoint.storage.registry import Registry
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     reg = Registry()

@@ -26,14 +26,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.blobstore import BlobWriter
 from flyte_checkpoint.errors import (
     PathTooLongError,
     SourceChangedError,
     StoreError,
     UnsupportedDataError,
 )
-from flyte_checkpoint.pipeline import ParallelGzipWriter
+from flyte_checkpoint.format.pipeline import ParallelGzipWriter
+from flyte_checkpoint.storage.blobstore import BlobWriter
 from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
 
 LONG_AGO = (1_000_000_000, 1_000_000_000)  # an mtime in 2001: any write now changes it

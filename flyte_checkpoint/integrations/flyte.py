@@ -260,8 +260,8 @@ def resolve_source(
 
 
 def _size_of(uri: str, retry: RetryPolicy | None) -> int | None:
-    from ..registry import store_for
     from ..retry import RetryPolicy
+    from ..storage.registry import store_for
 
     policy = retry or RetryPolicy.from_env()
     return policy.call(lambda: store_for(uri).stat(uri), f"size of {redact(uri)}")

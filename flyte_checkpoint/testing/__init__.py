@@ -14,7 +14,7 @@ Mix the suites into a test class of your own and provide two pytest fixtures::
         def store_root(self, store):
             return "mystore://test-bucket/" + uuid.uuid4().hex   # empty, unique per test
 
-``store`` is the :class:`~flyte_checkpoint.blobstore.BlobStore` under test and
+``store`` is the :class:`~flyte_checkpoint.storage.blobstore.BlobStore` under test and
 ``store_root`` a URI prefix under which nothing exists yet (the suite checks that).
 For ``CheckpointSuite`` the store must also be the one the registry resolves for
 ``store_root``'s scheme (an installed plugin, or :func:`flyte_checkpoint.register_store`).

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ..blobstore import BlobStore
 from ..errors import CheckpointError, NotFoundError, SourceChangedError, TransientError
 from ..sources import SourceFile
+from ..storage.blobstore import BlobStore
 from ..uri import join
 
 

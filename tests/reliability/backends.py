@@ -127,7 +127,7 @@ class Backend:
     @contextlib.contextmanager
     def activated(self, **extra: str) -> Iterator[Backend]:
         """Point this process's registry at the server (``os.environ``), restored after."""
-        from flyte_checkpoint.registry import get_registry
+        from flyte_checkpoint.storage.registry import get_registry
 
         saved = dict(os.environ)
         for k in [k for k in os.environ if is_foreign(k)]:

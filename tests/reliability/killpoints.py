@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from flyte_checkpoint.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 
 #: The environment variable naming the point a child stops at.
 ENV = "FCP_KILL_AT"
@@ -96,7 +96,7 @@ def arm(uri: str) -> None:
     _armed = os.environ.get(ENV) or None
     if _armed is None:
         return
-    from flyte_checkpoint.registry import register_store, store_for
+    from flyte_checkpoint.storage.registry import register_store, store_for
     from flyte_checkpoint.uri import scheme_of
 
     real = store_for(uri)

@@ -37,7 +37,7 @@ HARNESS = textwrap.dedent(
     import atheris
 
     with atheris.instrument_imports(include=["flyte_checkpoint"]):
-        from flyte_checkpoint import restore as restore_mod
+        from flyte_checkpoint.format import restore as restore_mod
         from flyte_checkpoint.errors import CheckpointError
 
     SANDBOX = sys.argv[1]

@@ -34,8 +34,8 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import TransientError
-from flyte_checkpoint.registry import store_for
 from flyte_checkpoint.retry import RetryPolicy
+from flyte_checkpoint.storage.registry import store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend, BackendPool
 from tests.reliability.faultproxy import HANG_GUARD, FaultProxy
@@ -63,7 +63,7 @@ THREAD_POLICY = contended(THREADS * SAVES_PER_THREAD)
 CHILD = r"""
 import sys
 import flyte_checkpoint as fc
-from flyte_checkpoint.registry import store_for
+from flyte_checkpoint.storage.registry import store_for
 
 dest, tree, saves = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store_for(dest).stat(dest)

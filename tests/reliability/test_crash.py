@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.registry import store_for
+from flyte_checkpoint.storage.registry import store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend, s3_open_uploads
 from tests.reliability.killpoints import SAVE_SCRIPT, kill_at

@@ -37,7 +37,7 @@ FORK_SCRIPT = r"""
 import faulthandler, multiprocessing, os, signal, sys, threading, traceback
 from pathlib import Path
 import flyte_checkpoint as fc
-from flyte_checkpoint.registry import register_store, store_for
+from flyte_checkpoint.storage.registry import register_store, store_for
 from tests.reliability.trees import loaded, make_tree
 
 backend, dest, other = sys.argv[1:4]
@@ -139,7 +139,7 @@ def slow_factory():
     # A store factory that holds its thread inside the registry (which builds it under its lock).
     building.set()
     hold.wait()
-    from flyte_checkpoint.stores.memory import MemoryStore
+    from flyte_checkpoint.storage.stores.memory import MemoryStore
 
     return MemoryStore()
 

@@ -465,7 +465,7 @@ def test_bomb_is_refused_at_its_first_member_after_little_work(
     """The limit stops the bomb at its first member's header: of the 256 MiB it claims, at most
     8 MiB are ever decompressed (what the read-ahead holds), and nothing is written. A bound on
     work, not on time."""
-    from flyte_checkpoint import restore as restore_module
+    from flyte_checkpoint.format import restore as restore_module
 
     inflated = []
     real = restore_module.decompressor

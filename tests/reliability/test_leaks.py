@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.registry import get_registry, store_for
+from flyte_checkpoint.storage.registry import get_registry, store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend
 from tests.reliability.faultproxy import HANG_GUARD

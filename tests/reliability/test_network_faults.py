@@ -45,7 +45,6 @@ import pytest
 
 import flyte_checkpoint as fc
 from conftest import require
-from flyte_checkpoint.blobstore import BlobStore
 from flyte_checkpoint.errors import (
     CheckpointError,
     CheckpointPermissionError,
@@ -53,9 +52,10 @@ from flyte_checkpoint.errors import (
     CorruptCheckpointError,
     TransientError,
 )
-from flyte_checkpoint.registry import get_registry, store_for
-from flyte_checkpoint.restore import restore
+from flyte_checkpoint.format.restore import restore
 from flyte_checkpoint.retry import RetryPolicy
+from flyte_checkpoint.storage.blobstore import BlobStore
+from flyte_checkpoint.storage.registry import get_registry, store_for
 from tests.test_retry import Clock as PauseClock  # time for the retry module: only pauses advance it
 
 from .faultproxy import HANG_GUARD, Fault, FaultProxy
@@ -931,7 +931,7 @@ def test_a_body_shorter_than_stat_is_retried_and_never_restores_a_partial_tree(
     """restore() compares the bytes read with stat's size: a body that ends early raises
     TransientError or CorruptCheckpointError (retried or reported), and the workspace holds
     nothing, for a tarball and for a payload."""
-    from flyte_checkpoint.registry import register_store, unregister_store
+    from flyte_checkpoint.storage.registry import register_store, unregister_store
 
     local = store_for(str(tmp_path / "x"))
     obj = tmp_path / "obj"

@@ -31,7 +31,7 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint.context import CheckpointPaths, TaskContext
 from flyte_checkpoint.errors import InvalidURIError
-from flyte_checkpoint.registry import store_for
+from flyte_checkpoint.storage.registry import store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend
 from tests.uri_secrets import PIECES, SPECIAL, assert_absent, with_password

@@ -1,7 +1,7 @@
 """Tells flyte-checkpoint which store this package provides (imports nothing heavy)."""
 
-from flyte_checkpoint.hookspecs import hookimpl
-from flyte_checkpoint.registry import StoreSpec
+from flyte_checkpoint.storage.hookspecs import hookimpl
+from flyte_checkpoint.storage.registry import StoreSpec
 
 
 @hookimpl

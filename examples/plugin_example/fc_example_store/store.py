@@ -6,8 +6,8 @@ import os
 import uuid
 from pathlib import Path
 
-from flyte_checkpoint.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.errors import NotFoundError
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 
 
 class FolderStore(BlobStore):

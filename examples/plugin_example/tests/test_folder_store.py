@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from flyte_checkpoint.registry import store_for
+from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
 
@@ -14,7 +14,7 @@ class TestFolderStore(BlobStoreSuite, CheckpointSuite):
     @pytest.fixture
     def store(self, tmp_path, monkeypatch):
         monkeypatch.setenv("FOLDER_STORE_ROOT", str(tmp_path / "root"))
-        from flyte_checkpoint.registry import get_registry
+        from flyte_checkpoint.storage.registry import get_registry
 
         get_registry().close()  # a fresh store reads the new root
         return store_for("folder://any")

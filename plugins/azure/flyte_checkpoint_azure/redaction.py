@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from flyte_checkpoint import logscrub
+from flyte_checkpoint.storage.kit.redaction import protect_logs, scrub_values
 
 SECRET_PATTERNS = (
     r"(?i)(sig=)[^&\s'\"<]+",
@@ -27,9 +27,7 @@ URL_LOGGERS = (
 def scrub(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every given secret value and every signature-like field replaced."""
     install_log_scrubbing()
-    for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
-        text = text.replace(secret, "<redacted>")
-    return logscrub.scrub(text)
+    return scrub_values(text, secrets)
 
 
 def install_log_scrubbing() -> None:
@@ -38,4 +36,4 @@ def install_log_scrubbing() -> None:
     urllib3 logs each request line at DEBUG level with its full URL; with SAS
     authentication that URL carries the token's signature.
     """
-    logscrub.protect(URL_LOGGERS, SECRET_PATTERNS)
+    protect_logs(URL_LOGGERS, SECRET_PATTERNS)

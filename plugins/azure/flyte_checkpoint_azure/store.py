@@ -11,9 +11,9 @@ from typing import Any, BinaryIO
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 
-from flyte_checkpoint.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.errors import CheckpointError, NotFoundError, StoreError
 from flyte_checkpoint.sources import open_source
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 
 from .clients import Clients
 from .config import AzureConfig

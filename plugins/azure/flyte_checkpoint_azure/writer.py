@@ -11,8 +11,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from azure.storage.blob import BlobClient, ContentSettings
 
-from flyte_checkpoint.blobstore import BlobWriter
 from flyte_checkpoint.errors import CheckpointError, StoreError
+from flyte_checkpoint.storage.blobstore import BlobWriter
 from flyte_checkpoint.uri import redact
 
 from .settings import MAX_BLOCK_SIZE, AzureSettings

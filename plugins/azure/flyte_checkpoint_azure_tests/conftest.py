@@ -76,7 +76,7 @@ def azurite_server() -> Iterator[AzuriteServer]:
 def azure_env(azurite_server: AzuriteServer) -> Iterator[AzuriteServer]:
     """The process environment pointing at Azurite by connection string, with small blocks,
     and the registry's stores rebuilt from it; restored after the test module."""
-    from flyte_checkpoint.registry import get_registry
+    from flyte_checkpoint.storage.registry import get_registry
 
     saved = {k: os.environ.get(k) for k in (*AZURE_VARS, *SMALL)}
     for k in AZURE_VARS:

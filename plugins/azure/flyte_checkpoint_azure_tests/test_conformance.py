@@ -7,7 +7,7 @@ import uuid
 import pytest
 from flyte_checkpoint_azure.store import AzureBlobStore
 
-from flyte_checkpoint.registry import get_registry, store_for
+from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
 from .conftest import CONTAINER

@@ -33,7 +33,7 @@ def test_plugin_and_registry_listing_import_no_azure_sdk() -> None:
         """
         import sys
         import flyte_checkpoint_azure, flyte_checkpoint_azure.plugin
-        from flyte_checkpoint.registry import get_registry
+        from flyte_checkpoint.storage.registry import get_registry
         backend = get_registry().backend_for("abfs://c@a.dfs.core.windows.net/x")
         assert backend.name == "azure", backend
         loaded = sorted(m for m in sys.modules if m == "azure" or m.startswith("azure."))
@@ -50,7 +50,7 @@ def test_key_configuration_never_imports_azure_identity(azurite_server: AzuriteS
     done = _run(
         """
         import sys
-        from flyte_checkpoint.registry import store_for
+        from flyte_checkpoint.storage.registry import store_for
         store = store_for("az://checkpoints/lazy")
         store.write_bytes("az://checkpoints/lazy/x", b"x")
         assert store.read_bytes("az://checkpoints/lazy/x") == b"x"
@@ -65,7 +65,7 @@ def test_key_configuration_never_imports_azure_identity(azurite_server: AzuriteS
 SCRIPT = """
 import os, pathlib, sys, tempfile
 from flyte_checkpoint.checkpoint import Checkpoint
-from flyte_checkpoint.registry import get_registry
+from flyte_checkpoint.storage.registry import get_registry
 
 root = "az://checkpoints/" + sys.argv[1]
 backend = get_registry().backend_for(root)

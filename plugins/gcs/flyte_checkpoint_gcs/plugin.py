@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flyte_checkpoint.hookspecs import hookimpl
-from flyte_checkpoint.registry import StoreSpec
+from flyte_checkpoint.storage.hookspecs import hookimpl
+from flyte_checkpoint.storage.registry import StoreSpec
 
 SCHEMES = ("gs", "gcs")
 

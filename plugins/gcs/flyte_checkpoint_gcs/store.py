@@ -10,8 +10,8 @@ from typing import Any, BinaryIO
 
 import requests
 
-from flyte_checkpoint.blobstore import COPY_CHUNK, BlobStore, BlobWriter
 from flyte_checkpoint.errors import CheckpointError, CheckpointPermissionError, NotFoundError
+from flyte_checkpoint.storage.blobstore import COPY_CHUNK, BlobStore, BlobWriter
 from flyte_checkpoint.uri import redact
 
 from . import errormap

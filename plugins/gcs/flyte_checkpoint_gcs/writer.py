@@ -16,8 +16,8 @@ from typing import Any
 
 import google_crc32c
 
-from flyte_checkpoint.blobstore import BlobWriter
 from flyte_checkpoint.errors import CorruptCheckpointError, StoreError
+from flyte_checkpoint.storage.blobstore import BlobWriter
 from flyte_checkpoint.uri import redact
 
 from . import errormap

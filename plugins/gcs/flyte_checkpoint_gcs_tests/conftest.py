@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from flyte_checkpoint.registry import get_registry
+from flyte_checkpoint.storage.registry import get_registry
 
 from .server import EmulatorError, GcsEmulator, emulator_installed
 

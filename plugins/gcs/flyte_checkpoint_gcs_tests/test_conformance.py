@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from flyte_checkpoint_gcs.store import GcsStore
 
-from flyte_checkpoint.blobstore import BlobStore
-from flyte_checkpoint.registry import get_registry
+from flyte_checkpoint.storage.blobstore import BlobStore
+from flyte_checkpoint.storage.registry import get_registry
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
 from .conftest import BUCKET, CHUNK

@@ -21,7 +21,7 @@ SCRIPT = r"""
 import os, sys, tempfile
 from pathlib import Path
 from flyte_checkpoint.checkpoint import Checkpoint
-from flyte_checkpoint.registry import get_registry
+from flyte_checkpoint.storage.registry import get_registry
 
 root = os.environ["FCP_ROOT"]
 backend = get_registry().backend_for(root)

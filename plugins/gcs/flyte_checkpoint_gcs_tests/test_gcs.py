@@ -21,7 +21,7 @@ from flyte_checkpoint.errors import (
     NotFoundError,
     TransientError,
 )
-from flyte_checkpoint.registry import get_registry
+from flyte_checkpoint.storage.registry import get_registry
 from flyte_checkpoint.uri import join
 
 from .conftest import BUCKET, CHUNK
@@ -199,7 +199,7 @@ def test_no_credentials_is_a_permission_error_with_what_to_do(
 def test_importing_the_plugin_does_not_import_the_sdk() -> None:
     code = (
         "import sys, flyte_checkpoint_gcs, flyte_checkpoint_gcs.plugin\n"
-        "from flyte_checkpoint.registry import get_registry\n"
+        "from flyte_checkpoint.storage.registry import get_registry\n"
         "backend = get_registry().backend_for('gs://bucket/key')\n"
         "assert backend.name == 'gcs', backend\n"
         "sdk = sorted(m for m in sys.modules if m.startswith(('google', 'requests', 'urllib3')))\n"

@@ -8,7 +8,7 @@ their query string.
 
 from __future__ import annotations
 
-from flyte_checkpoint import logscrub
+from flyte_checkpoint.storage.kit.redaction import protect_logs
 
 PATTERNS = (
     r"(?i)((?:X-Amz-)?Credential=)[^/&,\s'\"]+",
@@ -30,4 +30,4 @@ REQUEST_LOGGERS = (
 
 def install() -> None:
     """Scrub :data:`PATTERNS` from :data:`REQUEST_LOGGERS` (once per process)."""
-    logscrub.protect(REQUEST_LOGGERS, PATTERNS)
+    protect_logs(REQUEST_LOGGERS, PATTERNS)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from flyte_checkpoint import cancellation
-from flyte_checkpoint.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.errors import (
     CheckpointError,
     CheckpointPermissionError,
@@ -21,6 +20,7 @@ from flyte_checkpoint.errors import (
 from flyte_checkpoint.forksafe import PerProcess
 from flyte_checkpoint.interrupts import finish
 from flyte_checkpoint.sources import open_source
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.uri import redact
 
 from . import checksums

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any
 
-from flyte_checkpoint.blobstore import BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobWriter
 from flyte_checkpoint.uri import redact
 
 from .checksums import Buffer, Crc

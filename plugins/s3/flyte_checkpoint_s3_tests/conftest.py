@@ -54,7 +54,7 @@ def s3_endpoint() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def s3_env(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Environment pointing boto3 (and the registry's S3 store) at the test server, with small parts."""
-    from flyte_checkpoint.registry import get_registry
+    from flyte_checkpoint.storage.registry import get_registry
 
     aws_dir = tmp_path_factory.mktemp("aws")
     env = {

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from flyte_checkpoint_s3.store import S3Store
 
-from flyte_checkpoint.registry import store_for
+from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
 from .helpers import BUCKET

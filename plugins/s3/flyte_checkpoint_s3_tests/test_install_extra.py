@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys
     from flyte_checkpoint.checkpoint import Checkpoint
-    from flyte_checkpoint.registry import store_for
+    from flyte_checkpoint.storage.registry import store_for
 
     root = os.environ["FCP_TEST_ROOT"]
     payload = os.urandom(300_000)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from flyte_checkpoint_s3.store import S3Store
 
-from flyte_checkpoint.registry import Registry, store_for
+from flyte_checkpoint.storage.registry import Registry, store_for
 
 from .helpers import BUCKET, key_of
 
@@ -26,7 +26,7 @@ def _modules_after(code: str) -> dict[str, bool]:
 def test_importing_the_plugin_does_not_import_the_sdk() -> None:
     loaded = _modules_after(
         "import flyte_checkpoint_s3, flyte_checkpoint_s3.plugin\n"
-        "from flyte_checkpoint.registry import get_registry\n"
+        "from flyte_checkpoint.storage.registry import get_registry\n"
         "assert 's3' in [b.name for b in get_registry().backends()]"
     )
     assert not any(loaded.values()), loaded
@@ -34,7 +34,7 @@ def test_importing_the_plugin_does_not_import_the_sdk() -> None:
 
 def test_building_the_store_does_not_import_the_sdk_but_using_it_does() -> None:
     code = (
-        "from flyte_checkpoint.registry import store_for\n"
+        "from flyte_checkpoint.storage.registry import store_for\n"
         "store = store_for('s3://bucket/key')\n"
         "import sys\n"
         "assert 'boto3' not in sys.modules, 'built'\n"

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO
 
+from ..interrupts import finish
 from .compression import DEFAULT_LEVEL, compress_member, stored_member
-from .interrupts import finish
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _SAMPLE = 64 * 1024
@@ -149,7 +149,7 @@ class ParallelGzipWriter:
     ) -> None:
         import weakref
 
-        from .cancellation import current
+        from ..cancellation import current
 
         self._on_block = on_block
         self._level = level
@@ -328,7 +328,7 @@ class ReadAhead:
     ) -> None:
         import weakref
 
-        from .cancellation import current
+        from ..cancellation import current
 
         self._state = _AheadState(source, chunk_size, depth)
         self._finalizer = weakref.finalize(self, self._state.abandon)

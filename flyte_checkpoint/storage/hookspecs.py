@@ -34,5 +34,5 @@ def register_stores(register: Callable[[StoreSpec], None]) -> None:
     imported only when a URI of one of those schemes is first used) and a one-line
     description. Every plugin's implementation is called; none stops the others.
 
-    :param register: takes one :class:`flyte_checkpoint.registry.StoreSpec`.
+    :param register: takes one :class:`flyte_checkpoint.storage.registry.StoreSpec`.
     """

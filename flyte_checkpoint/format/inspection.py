@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
+from ..errors import CorruptCheckpointError, NotFoundError
+from ..uri import redact
 from . import tarstream as ts
 from .archive import ExactReader, read_members
 from .compression import decompressor
-from .errors import CorruptCheckpointError, NotFoundError
 from .restore import CountingReader, length_error, read_head, sniff
-from .uri import redact
 
 __all__ = ["Entry", "Inspection", "Member", "inspect_stream", "inspect_uri", "iter_members"]
 
@@ -254,9 +254,9 @@ def inspect_uri(
         CorruptCheckpointError, TransientError: see :func:`inspect_stream`; and the store's
             own errors (permission, missing bucket...).
     """
+    from ..storage.registry import store_for
+    from ..uri import normalize
     from .pipeline import ReadAhead
-    from .registry import store_for
-    from .uri import normalize
 
     uri = normalize(uri)
     store = store_for(uri)

@@ -6,10 +6,10 @@ import io
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from ...errors import NotFoundError
+from ...forksafe import lock
+from ...uri import redact
 from ..blobstore import BlobStore, BlobWriter
-from ..errors import NotFoundError
-from ..forksafe import lock
-from ..uri import redact
 
 _objects: dict[str, bytes] = {}
 _lock = lock()  # a forked child finds it free, whoever held it

@@ -14,7 +14,7 @@ import struct
 import zlib
 from typing import BinaryIO
 
-from .errors import CorruptCheckpointError
+from ..errors import CorruptCheckpointError
 
 try:  # pragma: no cover - which branch runs depends on the environment
     from isal import igzip as _igzip

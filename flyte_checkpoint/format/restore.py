@@ -15,13 +15,13 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
+from ..errors import CorruptCheckpointError, StoreError, TransientError
+from ..limits import DiskBudget, LoadLimits
+from ..sparse import SparseWriter
 from . import tarstream as ts
 from .archive import file_system_error, unpack
 from .compression import GZIP_MAGIC, decompressor, inflate
-from .errors import CorruptCheckpointError, StoreError, TransientError
-from .limits import DiskBudget, LoadLimits
 from .pipeline import ReadAhead
-from .sparse import SparseWriter
 
 PAYLOAD = "payload"
 _HEAD = 64 * 1024
@@ -150,7 +150,7 @@ def restore(
     """
     from dataclasses import replace
 
-    from .uri import redact
+    from ..uri import redact
 
     limits = limits or LoadLimits.from_env()
     if max_bytes is not None:

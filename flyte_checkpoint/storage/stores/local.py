@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..archive import LeaveOut, current_umask
+from ...errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
+from ...paths import LeaveOut, current_umask
+from ...uri import local_path
 from ..blobstore import BlobStore, BlobWriter
-from ..errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
-from ..uri import local_path
 
 _TMP_MARK = ".fcp-tmp-"
 #: Start an early write-back after this many bytes (see ``_LocalWriter._write``).

@@ -1,10 +1,12 @@
-"""Keep secrets out of other libraries' log lines.
+"""Keep secrets out of other libraries' log lines and out of a backend's own messages.
 
 HTTP and cloud SDK loggers write requests as they are at DEBUG level: URLs with SAS
 signatures, ``Authorization`` headers naming access keys, session tokens. A backend names
-the loggers that do so and the patterns of its secrets with :func:`protect`; one shared
+the loggers that do so and the patterns of its secrets with :func:`protect_logs`; one shared
 filter then rewrites any matching record. (A logging filter applies only to the logger it
-is attached to, not to that logger's children, so each logger is named.)
+is attached to, not to that logger's children, so each logger is named.) A backend's own
+messages go through :func:`scrub`, or :func:`scrub_values` when it also knows the secret values
+it was configured with.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from urllib.parse import quote
 
-from .forksafe import lock
-from .uri import redact_text
+from ...forksafe import lock
+from ...uri import redact_text
 
 REDACTED = "<redacted>"
 
@@ -37,6 +40,28 @@ def scrub(text: str) -> str:
     return text
 
 
+#: Values shorter than this are not replaced by :func:`scrub_values`: replacing every "ab" in a
+#: message would garble it, and a secret that short protects nothing anyway.
+MIN_SECRET_LENGTH = 4
+
+
+def scrub_values(text: str, values: Iterable[str | None]) -> str:
+    r"""``text`` with each of ``values`` replaced by ``<redacted>``, then :func:`scrub`\ bed.
+
+    Each value (an account key, a client secret, a SAS token: what a config's ``secrets()``
+    returns) is replaced as written and percent-encoded, longest first so that a value holding
+    another is replaced whole. ``None``, empty values and values shorter than
+    :data:`MIN_SECRET_LENGTH` are ignored.
+    """
+    forms: set[str] = set()
+    for value in values:
+        if value and len(value) >= MIN_SECRET_LENGTH:
+            forms.update((value, quote(value, safe="")))
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
+    return scrub(text)
+
+
 class _ScrubFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -52,7 +77,7 @@ class _ScrubFilter(logging.Filter):
 _FILTER = _ScrubFilter()
 
 
-def protect(loggers: Iterable[str], patterns: Iterable[str | re.Pattern[str]]) -> None:
+def protect_logs(loggers: Iterable[str], patterns: Iterable[str | re.Pattern[str]]) -> None:
     """Scrub ``patterns`` (regular expressions whose group 1 is the field name to keep)
     from every record of ``loggers``. Idempotent; safe from several threads."""
     with _lock.get():

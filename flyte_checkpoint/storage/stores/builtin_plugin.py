@@ -14,7 +14,7 @@ def register_stores(register: Callable[[StoreSpec], None]) -> None:
         StoreSpec(
             name="file",
             schemes=("file",),
-            factory="flyte_checkpoint.stores.local:LocalStore",
+            factory="flyte_checkpoint.storage.stores.local:LocalStore",
             description="local files and bare paths; atomic writes by rename",
         )
     )
@@ -22,7 +22,7 @@ def register_stores(register: Callable[[StoreSpec], None]) -> None:
         StoreSpec(
             name="memory",
             schemes=("memory",),
-            factory="flyte_checkpoint.stores.memory:MemoryStore",
+            factory="flyte_checkpoint.storage.stores.memory:MemoryStore",
             description="process-local, in memory; for tests",
         )
     )

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from . import tarstream as ts
-from .errors import (
+from ..errors import (
     CheckpointError,
     CorruptCheckpointError,
     PathTooLongError,
@@ -30,9 +29,11 @@ from .errors import (
     UnsupportedDataError,
     WorkspaceError,
 )
-from .limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, DiskBudget, LoadLimits
-from .sources import changed_error, check_unchanged
-from .sparse import SparseWriter
+from ..limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, DiskBudget, LoadLimits
+from ..paths import LeaveOut, current_umask
+from ..sources import changed_error, check_unchanged
+from ..sparse import SparseWriter
+from . import tarstream as ts
 
 _CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
@@ -87,20 +88,6 @@ _READ_FLAGS = (
     os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 )
 _FOLLOW_READ_FLAGS = _READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0)  # the content of a link out of the tree
-
-
-@dataclass(frozen=True)
-class LeaveOut:
-    """Entries of one folder that a pack leaves out: the one named ``name`` and those whose
-    names start with ``prefix``. ``folder`` is the folder's ``(st_dev, st_ino)``, so it is
-    recognised however the walk reaches it."""
-
-    folder: tuple[int, int]
-    name: str
-    prefix: str
-
-    def __call__(self, name: str) -> bool:
-        return name == self.name or name.startswith(self.prefix)
 
 
 def pack_directory(src: str | os.PathLike[str], out: BinaryIO, *, leave_out: LeaveOut | None = None) -> int:
@@ -878,18 +865,6 @@ def _pax_size(value: str) -> int:
     return int(value)
 
 
-def current_umask() -> int:
-    """The process umask, read without changing it (``os.umask`` would, for every thread)."""
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return -1  # unknown: callers set modes explicitly
-
-
 def tree_size(path: str | os.PathLike[str]) -> int:
     """Bytes of regular-file data under ``path`` (the total for progress reports)."""
     total = 0
@@ -904,4 +879,4 @@ def tree_size(path: str | os.PathLike[str]) -> int:
     return total
 
 
-__all__ = ["LeaveOut", "UnpackStats", "pack_directory", "tree_size", "unpack"]
+__all__ = ["UnpackStats", "pack_directory", "tree_size", "unpack"]

@@ -30,16 +30,16 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from .blobstore import BlobStore
-from .errors import (
+from ..errors import (
     BackendConflictError,
     BackendLoadError,
     BackendNotInstalledError,
     UnknownSchemeError,
 )
-from .forksafe import lock
-from .uri import redact, scheme_of
+from ..forksafe import lock
+from ..uri import redact, scheme_of
+from . import hookspecs
+from .blobstore import BlobStore
 
 DISABLE_AUTOLOAD_ENV = "FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD"
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -235,8 +235,8 @@ class Registry:
         """The store instance (built on first use, then shared) for the URI's scheme.
 
         While the ``flyte_checkpoint`` logger is set to ``DEBUG``, the store
-        comes wrapped in a :class:`~flyte_checkpoint.storelog.LoggedStore` that logs each call
-        (see :mod:`flyte_checkpoint.storelog`).
+        comes wrapped in a :class:`~flyte_checkpoint.storage.storelog.LoggedStore` that logs each call
+        (see :mod:`flyte_checkpoint.storage.storelog`).
         """
         from .storelog import wrap
 

@@ -26,9 +26,9 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO, ClassVar
 
-from .errors import StoreError
-from .interrupts import finish
-from .uri import redact
+from ..errors import StoreError
+from ..interrupts import finish
+from ..uri import redact
 
 #: Chunk size for copies between streams and files.
 COPY_CHUNK = 8 * 1024 * 1024
@@ -51,7 +51,7 @@ class BlobWriter(abc.ABC):
     """
 
     def __init__(self, uri: str) -> None:
-        from .cancellation import current
+        from ..cancellation import current
 
         self.uri = uri
         self._state = "open"
@@ -203,7 +203,7 @@ class BlobStore(abc.ABC):
         changed while it was read raises :class:`~flyte_checkpoint.errors.SourceChangedError`
         and leaves the previous object in place.
         """
-        from .sources import open_source
+        from ..sources import open_source
 
         with open_source(path) as src, self.open_write(uri) as dst:
             shutil.copyfileobj(src, dst, COPY_CHUNK)  # type: ignore[misc]
@@ -251,7 +251,7 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes:
 
 def ensure_store_error(exc: BaseException, uri: str) -> BaseException:
     """Wrap an unexpected exception from a backend in :class:`StoreError` (others pass through)."""
-    from .errors import CheckpointError
+    from ..errors import CheckpointError
 
     if isinstance(exc, CheckpointError):
         return exc

@@ -20,9 +20,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
+from ..forksafe import lock
+from ..uri import redact
 from .blobstore import BlobStore, BlobWriter
-from .forksafe import lock
-from .uri import redact
 
 __all__ = ["LoggedStore", "enabled", "log", "wrap"]
 
