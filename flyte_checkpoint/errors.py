@@ -87,6 +87,12 @@ class InvalidURIError(CheckpointError, ValueError):
     """A URI that cannot name a checkpoint (blank, or a form this library does not read)."""
 
 
+class ConfigurationError(CheckpointError, ValueError):
+    """A setting is invalid (a size, duration, flag or choice that does not parse, or a value out
+    of range), whether it came from an argument or an environment variable; the message names
+    where it came from and what to give instead."""
+
+
 class UnsupportedDataError(CheckpointError, TypeError):
     """``save()`` was given something it cannot store: not bytes, a file or a directory, or a
     folder holding a FIFO, a device, or a link that leads nowhere outside it or loops."""
@@ -114,6 +120,7 @@ __all__ = [
     "BackendNotInstalledError",
     "CheckpointError",
     "CheckpointPermissionError",
+    "ConfigurationError",
     "ContainerNotFoundError",
     "CorruptCheckpointError",
     "InvalidURIError",

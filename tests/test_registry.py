@@ -13,6 +13,7 @@ import flyte_checkpoint as fc
 from flyte_checkpoint.errors import (
     BackendLoadError,
     BackendNotInstalledError,
+    ConfigurationError,
     UnknownSchemeError,
 )
 from flyte_checkpoint.storage.hookspecs import hookimpl
@@ -134,6 +135,20 @@ def test_factory_with_bad_configuration_says_so_not_reinstall(reg):
     msg = str(info.value)
     assert "'s3y' backend (plugin 'cfgplug') could not be set up: ValueError:" in msg
     assert "Check the backend's configuration" in msg and "pip install" not in msg
+
+
+def test_factory_configuration_error_passes_through_unwrapped(reg):
+    """A ConfigurationError already names the setting, its source and the fix: wrapping it in
+    BackendLoadError ("could not be set up ... see its README") would only bury that."""
+    raised = ConfigurationError("FLYTE_CHECKPOINT_S3_PART_SIZE='8 megs' is not a size: give bytes")
+
+    def factory():
+        raise raised
+
+    reg.register_plugin(plugin(StoreSpec("s3z", ("s3",), factory)), name="cfgplug")
+    with pytest.raises(ConfigurationError) as info:
+        reg.store_for("s3://b/k")
+    assert info.value is raised and not isinstance(info.value, BackendLoadError)
 
 
 def test_factory_must_return_a_blobstore(reg):

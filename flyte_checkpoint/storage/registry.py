@@ -34,6 +34,7 @@ from ..errors import (
     BackendConflictError,
     BackendLoadError,
     BackendNotInstalledError,
+    ConfigurationError,
     UnknownSchemeError,
 )
 from ..forksafe import lock
@@ -338,6 +339,8 @@ class Registry:
                     obj = getattr(obj, part)
                 factory = obj
             store = factory()  # type: ignore[operator]
+        except ConfigurationError:
+            raise  # its message already names the setting, where it came from and the fix
         except ImportError as exc:
             hint = next((install_hint(s) for s in spec.schemes if install_hint(s)), None)
             raise BackendLoadError(
