@@ -1,1 +1,70 @@
-"""The backend kit: what every cloud backend needs and writes the same way."""
+"""The backend kit: what every cloud backend needs and writes the same way.
+
+- :mod:`.settings`: a config's settings from arguments and ``FLYTE_CHECKPOINT_<BACKEND>_*``
+  variables, one parser, and the settings table of the README;
+- :mod:`.locations`: a URI's bucket and key;
+- :mod:`.pools`: one thread pool per store, per process;
+- :mod:`.errors`: the same error for the same HTTP answer on every cloud;
+- :mod:`.redaction`: secrets kept out of SDK log lines and messages;
+- :mod:`.files`: downloads into a file that appears only when whole.
+
+It never retries: the core's retry policy (:mod:`flyte_checkpoint.retry`) is the one that decides.
+"""
+
+from __future__ import annotations
+
+from .errors import TRANSIENT_STATUS, chain, from_status, transport_failed
+from .files import download_to_file
+from .locations import Location, parse_location
+from .pools import StorePool
+from .redaction import protect_logs, scrub, scrub_values
+from .settings import (
+    CHOICE,
+    COUNT,
+    FLAG,
+    OBJECT,
+    SECONDS,
+    SIZE,
+    TEXT,
+    URL,
+    CloudConfig,
+    GiB,
+    KiB,
+    Kind,
+    MiB,
+    SettingDoc,
+    StoreConfig,
+    parse,
+    setting,
+)
+
+__all__ = [
+    "CHOICE",
+    "COUNT",
+    "FLAG",
+    "OBJECT",
+    "SECONDS",
+    "SIZE",
+    "TEXT",
+    "TRANSIENT_STATUS",
+    "URL",
+    "CloudConfig",
+    "GiB",
+    "KiB",
+    "Kind",
+    "Location",
+    "MiB",
+    "SettingDoc",
+    "StoreConfig",
+    "StorePool",
+    "chain",
+    "download_to_file",
+    "from_status",
+    "parse",
+    "parse_location",
+    "protect_logs",
+    "scrub",
+    "scrub_values",
+    "setting",
+    "transport_failed",
+]
