@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+from typing import BinaryIO, cast
 
 import pytest
 
@@ -46,7 +47,10 @@ def test_the_whole_object_lands_in_the_file_and_nothing_else_is_left(tmp_path):
     target.write_bytes(b"old")
     assert download_to_file(io.BytesIO(data), target) == len(data)
     assert target.read_bytes() == data and os.listdir(tmp_path) == ["ckpt"]
-    assert download_to_file(ReadOnly(data[:100]), target) == 100 and target.read_bytes() == data[:100]
+    assert (
+        download_to_file(cast(BinaryIO, ReadOnly(data[:100])), target) == 100
+        and target.read_bytes() == data[:100]
+    )
 
 
 @pytest.mark.parametrize("error", [TransientError("cut"), CorruptCheckpointError("checksum mismatch")])

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from flyte_checkpoint.errors import InvalidURIError
 from flyte_checkpoint.storage.kit.locations import Location, parse_location
 
-S3 = {"schemes": ("s3", "s3a"), "cloud": "S3", "form": "s3://BUCKET/KEY (or s3a://BUCKET/KEY)"}
+S3: dict[str, Any] = {
+    "schemes": ("s3", "s3a"),
+    "cloud": "S3",
+    "form": "s3://BUCKET/KEY (or s3a://BUCKET/KEY)",
+}
 AZ_FORM = "az://CONTAINER/PATH or abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH"
 
 
@@ -22,7 +28,7 @@ def split_azure(netloc: str, uri: str) -> tuple[str, str | None, str | None]:
     return container, account, suffix
 
 
-AZ = {"schemes": ("abfs", "abfss", "az"), "cloud": "Azure Blob Storage", "form": AZ_FORM}
+AZ: dict[str, Any] = {"schemes": ("abfs", "abfss", "az"), "cloud": "Azure Blob Storage", "form": AZ_FORM}
 
 
 def test_bucket_and_key_are_split_and_the_key_kept_literally():

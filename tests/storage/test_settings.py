@@ -360,13 +360,13 @@ def test_settings_table_lists_every_setting_as_a_readme_row():
 
 def test_calling_the_class_resolves_from_the_environment(monkeypatch):
     monkeypatch.setenv("FLYTE_CHECKPOINT_DEMO_READ_TIMEOUT", "500ms")
-    config = DemoConfig(part_size="512KiB")
+    config = DemoConfig(part_size=512 * KiB)
     assert config == DemoConfig.resolve(part_size="512KiB")
     assert (
         config.read_timeout == 0.5 and config.sources["read_timeout"] == "FLYTE_CHECKPOINT_DEMO_READ_TIMEOUT"
     )
     with pytest.raises(ConfigurationError, match=r"part_size='1 potato' \(argument\) is not a size"):
-        DemoConfig(part_size="1 potato")
+        DemoConfig(part_size="1 potato")  # type: ignore[arg-type]
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.part_size = 1  # type: ignore[misc]
 

@@ -8,6 +8,7 @@ retry policy retries exactly the :class:`~flyte_checkpoint.errors.TransientError
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 from ...errors import (
     CheckpointError,
@@ -21,6 +22,8 @@ from .redaction import scrub, scrub_values
 
 #: Answers worth retrying: a timeout, throttling and the server errors that mean "not now".
 #: (501 Not Implemented and 505 HTTP Version Not Supported will not change on a retry.)
+E = TypeVar("E", bound=CheckpointError)
+
 TRANSIENT_STATUS: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -72,7 +75,7 @@ def transport_failed(exc: BaseException, *, uri: str, action: str, endpoint: str
     return chain(err, exc, ())
 
 
-def chain(err: CheckpointError, cause: BaseException, secrets: Iterable[str]) -> CheckpointError:
+def chain(err: E, cause: BaseException, secrets: Iterable[str]) -> E:
     """``err`` with its message scrubbed of ``secrets`` (a config's ``secrets()``) and of every
     registered pattern and URI credential, and ``cause`` as its ``__cause__`` unless the text of
     ``cause`` or of an exception chained to it held a secret. Then the cause is dropped and

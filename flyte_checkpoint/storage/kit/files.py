@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 from pathlib import Path
@@ -13,7 +14,9 @@ from ..blobstore import COPY_CHUNK
 TMP_MARK = ".fcp-tmp-"
 
 
-def download_to_file(stream: BinaryIO, path: str | os.PathLike[str]) -> int:
+def download_to_file(
+    stream: BinaryIO | io.RawIOBase | io.BufferedIOBase, path: str | os.PathLike[str]
+) -> int:
     """Copy ``stream`` to its end into ``path``; returns the bytes written.
 
     The bytes go to a temporary file beside ``path`` (created with the usual permissions, as
@@ -38,7 +41,7 @@ def download_to_file(stream: BinaryIO, path: str | os.PathLike[str]) -> int:
                     n = readinto(view)
                     chunk = view[:n] if n else b""
                 else:
-                    chunk = stream.read(COPY_CHUNK)
+                    chunk = stream.read(COPY_CHUNK) or b""
                     n = len(chunk)
                 if not n:
                     break
