@@ -6,17 +6,23 @@
 - :mod:`.pools`: one thread pool per store, per process;
 - :mod:`.errors`: the same error for the same HTTP answer on every cloud;
 - :mod:`.redaction`: secrets kept out of SDK log lines and messages;
-- :mod:`.files`: downloads into a file that appears only when whole.
+- :mod:`.files`: downloads into a file that appears only when whole;
+- :mod:`.checksums`: CRC32/CRC32C/CRC64NVME computed and combined, MD5, from the best library here;
+- :mod:`.reads`: :class:`RangedReader`, a stream of ranges fetched ahead, bounded, in order, verified;
+- :mod:`.parts`: :class:`PartWriter`, parts sent from the pool, bounded, committed or cancelled.
 
 It never retries: the core's retry policy (:mod:`flyte_checkpoint.retry`) is the one that decides.
 """
 
 from __future__ import annotations
 
+from .checksums import Crc, Digest, crc, digest, require_crc
 from .errors import TRANSIENT_STATUS, chain, from_status, transport_failed
 from .files import download_to_file
 from .locations import Location, parse_location
+from .parts import PartWriter, part_size_for
 from .pools import StorePool
+from .reads import RangedReader, RangeFetch
 from .redaction import protect_logs, scrub, scrub_values
 from .settings import (
     CHOICE,
@@ -39,6 +45,15 @@ from .settings import (
 )
 
 __all__ = [
+    "require_crc",
+    "part_size_for",
+    "digest",
+    "crc",
+    "RangedReader",
+    "RangeFetch",
+    "PartWriter",
+    "Digest",
+    "Crc",
     "CHOICE",
     "COUNT",
     "FLAG",

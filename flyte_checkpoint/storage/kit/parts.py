@@ -1,0 +1,319 @@
+"""Writing one object in parts: buffered, sent from the store's pool a bounded number at a time.
+
+Every cloud writes the same way: buffer a part, send full parts from worker threads with a
+bounded number in flight, send an object of at most one part in a single request, commit at
+close, and cancel everything on any failure. :class:`PartWriter` is that skeleton, written once;
+a backend subclasses it with its upload protocol in five hooks (see the class).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from typing import Any
+
+from ... import cancellation
+from ...errors import StoreError
+from ...uri import redact
+from ..blobstore import BlobWriter
+from .pools import StorePool
+
+Buffer = bytes | bytearray | memoryview
+
+
+def part_size_for(number: int, base: int, *, double_every: int, maximum: int) -> int:
+    """The size of part ``number`` (from 1): ``base`` for the first ``double_every`` parts, then
+    doubled every ``double_every`` parts, never more than ``maximum``.
+
+    With S3's numbers (8 MiB, doubled every 1,000 parts, at most 5 GiB) the 10,000 parts S3
+    allows hold more than its 5 TiB object limit, so a stream of unknown length never runs out.
+    """
+    if number < 1:
+        raise ValueError(f"parts are numbered from 1, not {number}")
+    return min(base << ((number - 1) // double_every), maximum)
+
+
+class PartWriter(BlobWriter):
+    """A :class:`~flyte_checkpoint.storage.blobstore.BlobWriter` that sends its object in parts.
+
+    It promises:
+
+    - at most ``max_concurrency`` parts in flight (one with ``ordered=True``): a ``write`` that
+      fills another part waits for a place, so the writer holds at most
+      ``part_size * (max_concurrency + 1)`` bytes; ``peak_in_flight`` records the most at once;
+    - the caller's buffer is copied, never kept: it may be reused once ``write`` returns;
+    - the first part's buffer grows by doubling as data arrives, so a small object costs its own
+      size; a full part is sent only when more bytes follow, so an object of at most one part
+      goes up in one :meth:`_put_whole` at commit (an empty object too);
+    - a part's first error is raised by the next ``write`` or ``close`` (after the running parts
+      have finished and :meth:`_cancel` has run); any failure and :meth:`abort` wait for the
+      running parts, drop the queued ones, then call :meth:`_cancel`;
+    - ``ordered=True`` (GCS's resumable session) sends one part at a time, in order, and hands the
+      object's last bytes to :meth:`_complete` as ``tail`` instead of sending them as a part;
+    - :meth:`upload_file` sends a local file the same way, each part read with ``os.pread`` in the
+      pool thread that sends it, and raises ``SourceChangedError`` if the file changed meanwhile.
+
+    Hooks (the backend's protocol; each may raise the project's errors, mapped from its SDK's):
+
+    - ``_put_whole(data)``: store ``data`` (the whole object, at most one part; the hook may keep
+      it) in one request;
+    - ``_start()``: begin a multipart upload, in the caller's thread, before the first part;
+    - ``_send_part(number, data) -> result``: send part ``number`` (from 1), in a pool thread;
+      ``data`` is the hook's to keep; the result goes to :meth:`_complete`;
+    - ``_complete(results, tail)``: commit, with every part's result in part order (and with
+      ``ordered=True`` the last bytes, else ``None``);
+    - ``_cancel()``: best effort, idempotent: discard what :meth:`_start` began (it is called
+      only once ``_start`` has been, even if ``_start`` raised, and never while a part runs).
+
+    Parts are numbered in the order their bytes come; each is one job on the pool. A part whose
+    bytes the server copies from another object (issue 18), or parts numbered from elsewhere
+    for several writers committing one object (issue 19), would be further jobs of the same
+    kind: :meth:`_submit` takes any callable that returns a part's result.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        part_size: int,
+        max_concurrency: int,
+        pool: StorePool,
+        double_every: int,
+        max_parts: int,
+        max_part_size: int,
+        ordered: bool = False,
+    ) -> None:
+        super().__init__(uri)
+        if part_size < 1 or max_concurrency < 1:
+            raise ValueError(
+                f"part_size and max_concurrency must be at least 1, not {part_size}, {max_concurrency}"
+            )
+        self.part_size = part_size
+        self.max_concurrency = 1 if ordered else max_concurrency
+        self.pool = pool
+        self.double_every = double_every
+        self.max_parts = max_parts
+        self.max_part_size = max_part_size
+        self.ordered = ordered
+        #: The most parts that were in flight at once.
+        self.peak_in_flight = 0
+        self._in_flight = 0
+        self._count_lock = threading.Lock()
+        self._places = threading.Semaphore(self.max_concurrency)
+        self._buf: bytearray | bytes = bytearray()
+        self._fill = 0
+        self._next_part = 1
+        self._futures: list[Future[Any]] = []
+        self._error: BaseException | None = None
+        self._started = False
+        self._cancelled = False
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def _put_whole(self, data: bytes | bytearray) -> None:
+        """Store ``data`` as the whole object in one request."""
+        raise NotImplementedError
+
+    def _start(self) -> None:
+        """Begin a multipart upload (called once, before the first part)."""
+        raise NotImplementedError
+
+    def _send_part(self, number: int, data: bytes | bytearray) -> Any:
+        """Send part ``number``; runs in a pool thread; returns what :meth:`_complete` needs of it."""
+        raise NotImplementedError
+
+    def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        """Commit the object from the parts' results (and the last bytes when ``ordered``)."""
+        raise NotImplementedError
+
+    def _cancel(self) -> None:
+        """Discard the upload begun by :meth:`_start` (best effort, idempotent)."""
+
+    # -- BlobWriter ---------------------------------------------------------------------------
+
+    def _write(self, data: Buffer) -> None:
+        self._raise_failed()
+        view = memoryview(data).cast("B")
+        while view:
+            size = self._part_size(self._next_part)
+            if self._fill == size:
+                # Full, and more bytes follow: send it (an object of one part stays one request).
+                self._send_buffer()
+                size = self._part_size(self._next_part)
+            if self._fill == len(self._buf):
+                self._make_room(size, len(view))
+            n = min(len(view), len(self._buf) - self._fill)
+            self._buf[self._fill : self._fill + n] = view[:n]  # type: ignore[index]
+            self._fill += n
+            view = view[n:]
+
+    def _commit(self) -> None:
+        if not self._started:
+            data = self._take()
+            cancellation.check()
+            self._put_whole(data)
+            return
+        tail: memoryview | None = None
+        if self.ordered:
+            tail = memoryview(self._take())
+        elif self._fill:
+            self._send_buffer()
+        results = self._wait_parts()
+        self._complete(results, tail)
+
+    def _abort(self) -> None:
+        self._buf, self._fill = bytearray(), 0
+        self._drain()
+        self._cancel_once()
+
+    # -- files --------------------------------------------------------------------------------
+
+    def upload_file(self, path: str | os.PathLike[str]) -> None:
+        """Write the local file at ``path`` as the whole object and commit it.
+
+        An object of at most one part is read here and sent with :meth:`_put_whole`; a larger one
+        is sent in parts, each read with ``os.pread`` in the pool thread that sends it, so at most
+        ``max_concurrency`` parts are in memory. ``path`` may be the
+        :class:`~flyte_checkpoint.sources.SourceFile` the core opened when the save started. The
+        writer must be new (nothing written); on any failure it is aborted.
+
+        Raises:
+            SourceChangedError: the file changed while it was read (nothing is committed).
+            OperationCancelledError: the save was cancelled (nothing is committed).
+            ValueError: the writer is closed or already has bytes.
+            and what the hooks raise.
+        """
+        from ...sources import open_source
+
+        if self.closed or self.bytes_written or self._started:
+            raise ValueError(f"upload_file needs a new writer for {redact(self.uri)}")
+        with open_source(path) as src:
+            try:
+                size = src.size
+                if size <= self._part_size(1):
+                    data = src.pread(size, 0) if size else b""
+                    self._buf, self._fill = data, size
+                    self.bytes_written = size
+                else:
+                    self._send_file(src, size)
+                src.verify()
+            except BaseException:
+                self.abort()  # waits for the parts still reading the file before it is closed
+                raise
+        self.close()
+
+    def _send_file(self, src: Any, size: int) -> None:
+        offset = 0
+        while offset < size:
+            n = min(self._part_size(self._next_part), size - offset)
+            if self.ordered and offset + n >= size:  # the tail goes to _complete
+                self._buf, self._fill = src.pread(size - offset, offset), size - offset
+                self.bytes_written += size - offset
+                break
+            with self._lock:
+                if self.closed:
+                    raise ValueError(f"upload_file to a {self._state} writer for {redact(self.uri)}")
+                if self._scope is not None:
+                    self._scope.check()
+                cancellation.check()
+                self._raise_failed()
+                self._submit(lambda number, off=offset, n=n: self._send_part(number, src.pread(n, off)))
+                self.bytes_written += n
+            offset += n
+        self._wait_parts()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _part_size(self, number: int) -> int:
+        return part_size_for(
+            number, self.part_size, double_every=self.double_every, maximum=self.max_part_size
+        )
+
+    def _make_room(self, size: int, coming: int) -> None:
+        """A bigger buffer for the part being filled: the whole part, or for the first part twice
+        what it holds (at least what is ``coming``), keeping its bytes."""
+        capacity = size if self._next_part > 1 else min(size, max(2 * self._fill, self._fill + coming))
+        buf = bytearray(capacity)
+        buf[: self._fill] = self._buf[: self._fill]
+        self._buf = buf
+
+    def _take(self) -> bytearray | bytes:
+        """The bytes buffered (a short buffer trimmed in place), leaving an empty one."""
+        data, fill = self._buf, self._fill
+        if len(data) != fill:
+            assert isinstance(data, bytearray)
+            del data[fill:]
+        self._buf, self._fill = bytearray(), 0
+        return data
+
+    def _send_buffer(self) -> None:
+        cancellation.check()
+        data = self._take()
+        self._submit(lambda number: self._send_part(number, data))
+
+    def _submit(self, job: Callable[[int], Any]) -> None:
+        """Run ``job(number)`` on the pool as the next part, once a place is free.
+
+        Raises the first error of an earlier part, or StoreError past ``max_parts``.
+        """
+        number = self._next_part
+        if number > self.max_parts:
+            raise StoreError(
+                f"{redact(self.uri)} needs more than {self.max_parts} parts: raise the store's part_size"
+            )
+        if not self._started:
+            self._started = True
+            self._start()
+        self._places.acquire()
+        self._raise_failed(release=True)
+        with self._count_lock:
+            self._in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self._in_flight)
+        try:
+            future = self.pool.submit(job, number)
+        except BaseException:
+            self._part_done(None)
+            raise
+        self._futures.append(future)
+        self._next_part += 1
+        future.add_done_callback(self._part_done)
+
+    def _part_done(self, future: Future[Any] | None) -> None:
+        exc = future.exception() if future is not None and not future.cancelled() else None
+        with self._count_lock:
+            if exc is not None and self._error is None:
+                self._error = exc
+            self._in_flight -= 1
+        self._places.release()
+
+    def _raise_failed(self, *, release: bool = False) -> None:
+        """Raise the first part's error, once the running parts have ended and ``_cancel`` ran."""
+        if self._error is None:
+            return
+        if release:
+            self._places.release()
+        self._drain()
+        self._cancel_once()
+        raise self._error
+
+    def _wait_parts(self) -> list[Any]:
+        """Every part's result, in part order (raises the first error, as :meth:`_raise_failed`)."""
+        wait(self._futures)
+        self._raise_failed()
+        return [future.result() for future in self._futures]
+
+    def _cancel_once(self) -> None:
+        if self._started and not self._cancelled:
+            self._cancel()
+            self._cancelled = True  # only once it returned: an interrupted _cancel runs again
+
+    def _drain(self) -> None:
+        """Drop the parts not started and wait for the running ones."""
+        for future in self._futures:
+            future.cancel()
+        wait(self._futures)
+
+
+__all__ = ["PartWriter", "part_size_for"]
