@@ -29,7 +29,9 @@ def blob(n: int) -> bytes:
 class Recorder(PartWriter):
     """A backend that records what the hooks are given; ``on_part(number)`` runs inside each send."""
 
-    def __init__(self, pool: StorePool, *, on_part: Callable[[int], None] = int, **kw: Any) -> None:
+    def __init__(
+        self, pool: StorePool, *, on_part: Callable[[int], None] = lambda number: None, **kw: Any
+    ) -> None:
         kw.setdefault("part_size", P)
         kw.setdefault("max_concurrency", 3)
         kw.setdefault("double_every", 1000)

@@ -219,10 +219,14 @@ class PartWriter(BlobWriter):
                     self._scope.check()
                 cancellation.check()
                 self._raise_failed()
-                self._submit(lambda number, off=offset, n=n: self._send_part(number, src.pread(n, off)))
+                self._submit(self._file_part(src, offset, n))
                 self.bytes_written += n
             offset += n
         self._wait_parts()
+
+    def _file_part(self, src: Any, offset: int, n: int) -> Callable[[int], Any]:
+        """The job that reads ``n`` bytes at ``offset`` of ``src`` (in the pool thread) and sends them."""
+        return lambda number: self._send_part(number, src.pread(n, offset))
 
     # -- internals ----------------------------------------------------------------------------
 

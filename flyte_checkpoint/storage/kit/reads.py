@@ -120,7 +120,7 @@ class RangedReader(io.RawIOBase):
     def tell(self) -> int:
         return self._pos
 
-    def read1(self, size: int = -1) -> memoryview:  # type: ignore[override]
+    def read1(self, size: int = -1) -> memoryview:
         """Up to ``size`` bytes (the rest of the current range when negative), as a view of the
         reader's buffer, not a copy; empty only at the end of the object."""
         piece = self._take(self._range_size if size is None or size < 0 else size)
