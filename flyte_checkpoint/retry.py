@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,27 @@ def _env_number(name: str, default: float, *, whole: bool = False, least: float 
             f" (default {default:g}), or unset it"
         )
     return value
+
+
+class Clock:
+    """Time as the retry policy sees it: one object, so a test can replace it whole (its
+    pauses then advance a counter and nothing waits, cancellable or not)."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return time.monotonic()
+
+    @staticmethod
+    def pause(seconds: float, wake: threading.Event | None = None) -> None:
+        """Wait ``seconds``, or until ``wake`` is set (a cancelled operation ends its back-off)."""
+        if wake is None:
+            time.sleep(seconds)
+        else:
+            wake.wait(seconds)
+
+
+#: The clock every retry uses.
+clock = Clock()
 
 
 @dataclass(frozen=True)
@@ -85,13 +107,13 @@ class RetryPolicy:
         A cancelled ``scope`` ends a back-off early with its
         :class:`~flyte_checkpoint.errors.OperationCancelledError`.
         """
-        start = time.monotonic()
+        start = clock.monotonic()
         attempt = 1
         while True:
             try:
                 return fn()
             except TransientError as exc:
-                elapsed = time.monotonic() - start
+                elapsed = clock.monotonic() - start
                 pause = self.delay(attempt)
                 if attempt >= self.attempts or elapsed + pause > self.total_timeout:
                     raise TransientError(
@@ -107,9 +129,7 @@ class RetryPolicy:
                     pause,
                     exc,
                 )
-                if scope is None:
-                    time.sleep(pause)
-                else:
-                    scope.event.wait(pause)
+                clock.pause(pause, None if scope is None else scope.event)
+                if scope is not None:
                     scope.check()
                 attempt += 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import flyte_checkpoint as fc
@@ -24,7 +26,8 @@ def unset(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class Clock:
-    """Stands in for ``time`` in the retry module: sleeping advances the clock, nothing waits."""
+    """Stands in for the retry module's clock: pausing advances it, nothing waits (a pause a
+    cancellation may end is recorded the same way)."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -33,7 +36,7 @@ class Clock:
     def monotonic(self) -> float:
         return self.now
 
-    def sleep(self, seconds: float) -> None:
+    def pause(self, seconds: float, wake: threading.Event | None = None) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
 
@@ -41,7 +44,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(retry, "time", c)
+    monkeypatch.setattr(retry, "clock", c)
     monkeypatch.setattr(retry.random, "uniform", lambda low, high: high)  # the longest pause
     return c
 

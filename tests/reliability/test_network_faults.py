@@ -486,7 +486,7 @@ def test_retry_total_timeout_bounds_a_failing_load(rig: Rig, tmp_path: Path, mon
     uri = f"{rig.root}/ckpt"
     rig.direct.write_bytes(uri, tarball_of(make_tree(tmp_path / "tree", 6), tmp_path))
     clock = PauseClock()
-    monkeypatch.setattr(retry_module, "time", clock)
+    monkeypatch.setattr(retry_module, "clock", clock)
     policy = _FixedPauses(attempts=1000, base_delay=0.5, max_delay=1.0, total_timeout=2.5)
     rig.proxy.fail(Fault.reset("down", after=MID_BODY))
     cp = fc.Checkpoint(f"{rig.root}/next", uri, retry=policy)
@@ -839,7 +839,7 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     import flyte_checkpoint.retry as retry_module
 
     clock = PauseClock()
-    monkeypatch.setattr(retry_module, "time", clock)
+    monkeypatch.setattr(retry_module, "clock", clock)
     return clock.sleeps
 
 
