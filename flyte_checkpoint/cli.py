@@ -532,13 +532,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Handler(logging.StreamHandler):
-    """Log lines on stderr that first blank the progress bar's line, if one is drawn."""
+    """Log lines on stderr above the progress bar, if one is drawn: the bar's line is blanked,
+    the log line written, and the bar redrawn below it."""
 
     def emit(self, record: logging.LogRecord) -> None:
         bar = _active_bar()
-        if bar is not None:
-            bar.clear()
-        super().emit(record)
+        if bar is None:
+            super().emit(record)
+            return
+        with bar.hidden():
+            super().emit(record)
 
 
 def _active_bar() -> ProgressBar | None:
@@ -592,7 +595,9 @@ def _setup_logging(level: int) -> Callable[[], None]:
 def _show_warning(
     message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
 ) -> None:
-    sys.stderr.write(f"{PROG}: warning: {_one_line(str(message))}\n")
+    bar = _active_bar()
+    with bar.hidden() if bar is not None else contextlib.nullcontext():
+        sys.stderr.write(f"{PROG}: warning: {_one_line(str(message))}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -741,3 +741,22 @@ def test_push_refuses_empty_stdin_or_file_and_keeps_the_checkpoint_unless_allow_
     assert "--allow-empty" in cli("push", "--help").stdout
     assert cli_json("push", "-", uri, "--allow-empty", input=b"")["size"] == 0
     assert loaded_by_library(uri, tmp_path) == (None, {})
+
+
+# --------------------------------------------------------------------------- log lines and the bar
+
+
+def test_a_log_line_during_a_transfer_blanks_the_bar_and_redraws_it_below(tmp_path, capsys):
+    """Proves: with ``-v`` and a bar, the info line is written on a blanked line and the bar is
+    drawn again below it (then ended by its final state), never on the bar's line."""
+    from flyte_checkpoint.cli import main
+
+    (tmp_path / "f.bin").write_bytes(os.urandom(100_000))
+    assert main(["push", str(tmp_path / "f.bin"), str(tmp_path / "ckpt"), "-v", "--progress"]) == 0
+    err = capsys.readouterr().err
+    before, info, after = err.partition("flyte-checkpoint: INFO: saved checkpoint")
+    assert info, err
+    assert before.rstrip(" ").endswith("\r"), repr(before[-200:])  # the bar's line was blanked
+    drawn_after = after.split("\n", 1)[1]
+    assert drawn_after.startswith("\rpush ["), repr(after)  # redrawn at once, below the log line
+    assert drawn_after.count("\rpush [") == 2 and " in 0:" in drawn_after  # then its final state
