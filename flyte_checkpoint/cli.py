@@ -726,7 +726,7 @@ def _exit_code(exc: BaseException) -> int:
 def _fail(message: str, code: int, *, as_json: bool, error_type: str) -> int:
     message = redact_text(message)  # a usage error quotes the command line as typed
     if as_json:
-        print(json.dumps({"ok": False, "error": message, "type": error_type, "exit": code}))
+        print(json.dumps({"ok": False, "error": message, "type": error_type, "exit": code}), flush=True)
     sys.stderr.write(f"{PROG}: error: {message}\n")
     return code
 
