@@ -338,9 +338,9 @@ def _reraise_as_no_checkpoint(exc: NotFoundError) -> NoReturn:
 
 def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
     """Write the object's bytes, as stored, to stdout (streamed; not retried once bytes are out)."""
-    from .blobstore import COPY_CHUNK
     from .checkpoint import log_transfer
-    from .registry import store_for
+    from .storage.blobstore import COPY_CHUNK
+    from .storage.registry import store_for
 
     store = store_for(uri)
     size = _retry().call(lambda: store.stat(uri), f"stat of {redact(uri)}")
@@ -422,9 +422,9 @@ def _push_stream(args: argparse.Namespace, uri: str, stream: BinaryIO) -> int:
     Raises:
         EmptySaveError: the stream was empty and ``--allow-empty`` was not given.
     """
-    from .blobstore import COPY_CHUNK
     from .checkpoint import log_transfer
-    from .registry import store_for
+    from .storage.blobstore import COPY_CHUNK
+    from .storage.registry import store_for
 
     chunk = stream.read(COPY_CHUNK)
     if not chunk and not args.allow_empty:
@@ -494,30 +494,50 @@ def show_push(r: dict[str, Any]) -> None:
 
 
 def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
-    """The objects whose URI starts with ``args.prefix`` (sizes too with ``--long``)."""
+    """The objects whose URI starts with ``args.prefix``; with ``--long`` their sizes and
+    modification times (from the store's listing), with ``--no-recursive`` one level, folders too."""
     from .storage.registry import store_for
 
     prefix = _normalize(args.prefix, "PREFIX")
     if args.prefix.rstrip().endswith("/") and not prefix.endswith("/"):
         prefix += "/"
     store = store_for(prefix)
-    uris = _retry().call(lambda: list(store.list(prefix)), f"listing of {redact(prefix)}")
+    where = f"listing of {redact(prefix)}"
     objects: list[dict[str, Any]] = []
-    for u in uris:
-        item: dict[str, Any] = {"uri": redact(u)}
+    if args.recursive and not args.long:
+        for u in _retry().call(lambda: list(store.list(prefix)), where):
+            objects.append({"uri": redact(u)})
+        return {"prefix": redact(prefix), "count": len(objects), "objects": objects}
+    infos = _retry().call(lambda: list(store.list_details(prefix, recursive=args.recursive)), where)
+    for info in infos:
+        item: dict[str, Any] = {"uri": redact(info.uri)}
+        if info.is_folder:
+            item["folder"] = True
         if args.long:
-            item["size"] = _retry().call(lambda u=u: store.stat(u), f"stat of {redact(u)}")
+            item["size"] = info.size
+            item["modified"] = info.modified.isoformat() if info.modified is not None else None
         objects.append(item)
     return {"prefix": redact(prefix), "count": len(objects), "objects": objects}
 
 
+def _when(iso: str | None) -> str:
+    """An ISO time as ``2026-12-03 10:15:02`` in UTC (``-`` when unknown)."""
+    if iso is None:
+        return "-"
+    from datetime import datetime, timezone
+
+    return datetime.fromisoformat(iso).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def show_ls(r: dict[str, Any]) -> None:
     for o in r["objects"]:
-        if "size" in o:
-            size = "-" if o["size"] is None else str(o["size"])
-            print(f"{size:>14}  {o['uri']}")
-        else:
+        if "size" not in o:
             print(o["uri"])
+        elif o.get("folder"):
+            print(f"{'PRE':>14}  {'':19}  {o['uri']}")
+        else:
+            size = "-" if o["size"] is None else str(o["size"])
+            print(f"{size:>14}  {_when(o['modified']):>19}  {o['uri']}")
 
 
 def cmd_rm(args: argparse.Namespace) -> dict[str, Any]:
@@ -678,7 +698,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="a URI or local path prefix; end it with '/' to list a folder (s3://bucket/run-7/)",
     )
-    p.add_argument("-l", "--long", action="store_true", help="show each object's size in bytes")
+    p.add_argument(
+        "-l",
+        "--long",
+        action="store_true",
+        help="show each object's size in bytes and modification time (UTC), from the store's listing",
+    )
+    p.add_argument(
+        "--recursive",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every object under the prefix (the default); --no-recursive: one level, each deeper"
+        " folder once (ending with '/'; PRE in the -l column)",
+    )
     p = command("rm", "remove one checkpoint object", cmd_rm, show_rm)
     p.add_argument("uri", metavar="URI", help="the object to remove: a local path or a URI (s3://...)")
     p.add_argument("-f", "--force", action="store_true", help="no error when there is no object")

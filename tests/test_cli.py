@@ -381,7 +381,9 @@ def test_ls_lists_a_prefix_and_rm_removes_one_object(tmp_path):
     assert out == [str(tmp_path / "run/1/ckpt"), str(tmp_path / "run/2/ckpt")]
     listed = cli_json("ls", "-l", prefix)
     assert listed["count"] == 2
-    assert listed["objects"][0] == {"uri": str(tmp_path / "run/1/ckpt"), "size": len("run/1/ckpt")}
+    first = listed["objects"][0]
+    assert (first["uri"], first["size"]) == (str(tmp_path / "run/1/ckpt"), len("run/1/ckpt"))
+    assert first["modified"].endswith("+00:00")
     assert cli_json("ls", str(tmp_path / "nowhere/"))["objects"] == []
 
     removed = cli_json("rm", str(tmp_path / "run/1/ckpt"))
