@@ -504,7 +504,8 @@ def test_push_and_pull_draw_a_progress_bar_on_a_terminal_and_none_when_piped(tmp
 # --------------------------------------------------------------------------- cloud stores
 
 
-def s3_server() -> Iterator[tuple[dict[str, str], str]]:
+def s3_server(bucket: str = "cli-tests") -> Iterator[tuple[dict[str, str], str]]:
+    """moto's S3 server with ``bucket`` made: (an environment pointing at it, ``s3://bucket``)."""
     try:
         from flyte_checkpoint_s3_tests import server
     except ImportError:
@@ -530,9 +531,9 @@ def s3_server() -> Iterator[tuple[dict[str, str], str]]:
             aws_secret_access_key=SECRET,
             region_name="us-east-1",
         )
-        client.create_bucket(Bucket="cli-tests")
+        client.create_bucket(Bucket=bucket)
         client.close()
-        yield env, "s3://cli-tests"
+        yield env, f"s3://{bucket}"
 
 
 def gcs_server() -> Iterator[tuple[dict[str, str], str]]:

@@ -31,12 +31,11 @@ from pathlib import Path
 import pytest
 
 from conftest import make_venv, require
-from tests.test_cli import FOREIGN_ENV
+from tests.test_cli import FOREIGN_ENV, s3_server
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DEMO = "/tmp/cp-demo"
-KEY_ID, SECRET = "AKIAREADMEWALK000000", "readme-walkthrough-secret"
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.integration]
 
@@ -98,7 +97,7 @@ def copy_checkout(dest: Path) -> Path:
 class User:
     """A fresh venv first on PATH, a checkout copy, and moto's S3 server with ``my-bucket``."""
 
-    def __init__(self, home: Path, endpoint: str) -> None:
+    def __init__(self, home: Path, aws_env: dict[str, str]) -> None:
         self.home = home
         self.checkout = copy_checkout(home / "checkout")
         self.venv = home / "venv"
@@ -112,14 +111,8 @@ class User:
             PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
             VIRTUAL_ENV=str(self.venv),
             VENV=str(self.venv),  # make's venv is the user's own, not a second one
-            AWS_ENDPOINT_URL_S3=endpoint,
-            AWS_ACCESS_KEY_ID=KEY_ID,
-            AWS_SECRET_ACCESS_KEY=SECRET,
-            AWS_DEFAULT_REGION="us-east-1",
-            AWS_EC2_METADATA_DISABLED="true",
-            AWS_CONFIG_FILE=os.devnull,
-            AWS_SHARED_CREDENTIALS_FILE=os.devnull,
             COLUMNS="200",
+            **aws_env,
         )
         self.env = env
 
@@ -140,33 +133,19 @@ class User:
 
 
 @pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    try:
-        from flyte_checkpoint_s3_tests.server import moto_available, moto_s3_server
-    except ImportError:
-        require(False, "the S3 plugin's test package (flyte_checkpoint_s3_tests) is not installed")
-        raise
-    require(moto_available(), "moto[server] is not installed")
-    import boto3
-
-    with moto_s3_server() as endpoint:
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=KEY_ID,
-            aws_secret_access_key=SECRET,
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket="my-bucket")
-        client.close()
-        yield endpoint
+def s3_env() -> Iterator[dict[str, str]]:
+    """The AWS_* variables that point the S3 plugin at moto's server, where my-bucket exists."""
+    servers = s3_server("my-bucket")
+    env, _ = next(servers)
+    yield {k: v for k, v in env.items() if k.startswith("AWS_")}
+    servers.close()
 
 
 @pytest.fixture(scope="module")
-def user(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: str) -> User:
+def user(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> User:
     """The README's first Install block run as written, in a fresh venv."""
     require(shutil.which("make") is not None, "make is not installed")
-    user = User(tmp_path_factory.mktemp("readme"), s3_endpoint)
+    user = User(tmp_path_factory.mktemp("readme"), s3_env)
     install = blocks(section("Install"), "bash")
     assert len(install) == 2, install
     for command in commands(install[0]):
