@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 NPM_LOCKS := $(wildcard plugins/*/package-lock.json)
 
-.PHONY: demo test lint setup setup-core bench clean
+.PHONY: demo test lint setup setup-core bench dist clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ test: setup lint
 
 bench: setup
 	$(PY) -m benchmarks
+
+# Wheels of the core and of every plugin, one version for all, into dist/: then
+# `pip install --find-links dist 'flyte-checkpoint[s3]'` installs the core with its extra.
+# (pip builds each in an isolated environment, fetching hatchling from the package index.)
+dist: $(VENV)/bin/python
+	$(PY) .ci/versions.py
+	rm -rf dist
+	$(PIP) wheel -q --no-deps -w dist . $(PLUGINS)
+	@ls dist
 
 clean:
 	rm -rf $(VENV) plugins/*/node_modules build dist

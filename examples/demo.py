@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 
 import flyte_checkpoint as fc
@@ -38,11 +39,18 @@ def long_job(steps: int) -> int:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="   [log] %(message)s")
-    root = os.environ.get("FLYTE_CHECKPOINT_ROOT") or tempfile.mkdtemp(prefix="flyte-checkpoint-demo-")
+    given = os.environ.get("FLYTE_CHECKPOINT_ROOT")
+    root = given or tempfile.mkdtemp(prefix="flyte-checkpoint-demo-")
     os.environ["FLYTE_CHECKPOINT_ROOT"] = root
     print(f"flyte-checkpoint demo: a {STEPS}-step job that crashes twice, checkpoints under {root}")
-    result = long_job(STEPS)
+    try:
+        result = long_job(STEPS)
+    finally:
+        if not given:  # a folder of our own: leave nothing behind in the temp directory
+            shutil.rmtree(root, ignore_errors=True)
     print(f"\nfinished all {result} steps in 3 attempts; no step ran twice after its checkpoint was saved")
+    if not given:
+        print(f"(removed {root}; set FLYTE_CHECKPOINT_ROOT to keep the checkpoints)")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NoReturn
 
 from . import __version__
 from .errors import CheckpointError, ContainerNotFoundError, NotFoundError
@@ -223,9 +223,7 @@ def cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
     try:
         info = _retry().call(once, f"inspect of {redact(uri)}")
     except NotFoundError as exc:
-        if isinstance(exc, ContainerNotFoundError):
-            raise
-        raise NoCheckpointError(str(exc)) from exc
+        _reraise_as_no_checkpoint(exc)
     out = info.to_dict()
     out["uri"] = redact(uri)
     total_entries = len(out["entries"])
@@ -286,10 +284,7 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
     from .format.restore import restore
 
     size = store.stat(uri)
-    if size is None:
-        raise NoCheckpointError(f"no checkpoint at {redact(uri)}: there is no object there")
-    if size == 0:
-        raise NoCheckpointError(f"no checkpoint at {redact(uri)}: the object is empty (zero bytes)")
+    _no_checkpoint(uri, size)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".fcp-pull-", dir=dest.parent)
     try:
@@ -303,8 +298,11 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
 
         if bar is not None:
             bar(0, size)
-        with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=counted) as ahead:
-            is_tar = restore(ahead, staging, size, uri=uri)  # type: ignore[arg-type]
+        try:
+            with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=counted) as ahead:
+                is_tar = restore(ahead, staging, size, uri=uri)  # type: ignore[arg-type]
+        except NotFoundError as exc:  # removed since the stat
+            _reraise_as_no_checkpoint(exc)
         mask = os.umask(0)
         os.umask(mask)
         os.chmod(staging, 0o777 & ~mask)
@@ -322,13 +320,69 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
     return is_tar, size
 
 
+def _no_checkpoint(uri: str, size: int | None) -> None:
+    """Raise :class:`NoCheckpointError` unless ``size`` is that of a checkpoint (absent or zero: none)."""
+    if size is None:
+        raise NoCheckpointError(f"no checkpoint at {redact(uri)}: there is no object there")
+    if size == 0:
+        raise NoCheckpointError(f"no checkpoint at {redact(uri)}: the object is empty (zero bytes)")
+
+
+def _reraise_as_no_checkpoint(exc: NotFoundError) -> NoReturn:
+    """Raise a missing object as :class:`NoCheckpointError` (exit status 3); a missing bucket
+    or container stays what it is (a configuration error, exit status 1)."""
+    if isinstance(exc, (ContainerNotFoundError, NoCheckpointError)):
+        raise exc
+    raise NoCheckpointError(str(exc)) from exc
+
+
+def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
+    """Write the object's bytes, as stored, to stdout (streamed; not retried once bytes are out)."""
+    from .checkpoint import log_transfer
+    from .storage.blobstore import COPY_CHUNK
+    from .storage.registry import store_for
+
+    store = store_for(uri)
+    size = _retry().call(lambda: store.stat(uri), f"stat of {redact(uri)}")
+    _no_checkpoint(uri, size)
+    out = sys.stdout.buffer
+    started = time.monotonic()
+    done = 0
+    with _bar(args, "pull") as bar:
+        if bar is not None:
+            bar(0, size)
+        try:
+            with store.open_read(uri) as src:
+                while chunk := src.read(COPY_CHUNK):
+                    out.write(chunk)
+                    done += len(chunk)
+                    if bar is not None:
+                        bar(done, size)
+        except NotFoundError as exc:  # removed since the stat
+            _reraise_as_no_checkpoint(exc)
+        out.flush()
+    seconds = time.monotonic() - started
+    log_transfer("loaded", uri, done, seconds)
+    return {
+        "uri": redact(uri),
+        "dir": "-",
+        "kind": "stream",
+        "path": "-",
+        "size": done,
+        "seconds": round(seconds, 3),
+    }
+
+
 def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
-    """Restore the checkpoint at ``args.uri`` into the new or empty folder ``args.dir``."""
+    """Restore the checkpoint at ``args.uri`` into the new or empty folder ``args.dir``, or
+    write its bytes to stdout when ``args.dir`` is ``-``."""
     from .checkpoint import log_transfer
     from .format.restore import PAYLOAD
     from .storage.registry import store_for
 
     uri = _normalize(args.uri, "URI")
+    if args.dir == "-":
+        return _pull_to_stdout(args, uri)
     dest = Path(args.dir).expanduser().absolute()
     if dest.exists() and not dest.is_dir():
         raise FileExistsError(f"{dest} exists and is not a folder: pull into a new or empty folder")
@@ -352,11 +406,51 @@ def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def show_pull(r: dict[str, Any]) -> None:
+    if r["dir"] == "-":  # stdout held the object itself
+        return
     what = f"into {r['dir']}" if r["kind"] == "tarball" else f"as {r['path']}"
     print(f"restored {r['kind']} {r['uri']} ({format_bytes(r['size'])}) {what} in {r['seconds']:.2f}s")
 
 
 # --------------------------------------------------------------------------- push
+
+
+def _push_stream(args: argparse.Namespace, uri: str, stream: BinaryIO) -> int:
+    """Stream ``stream`` into the object at ``uri`` (memory bounded by one chunk and the store's
+    writer); returns the bytes stored. Read once, so not retried: a failure stores nothing.
+
+    Raises:
+        EmptySaveError: the stream was empty and ``--allow-empty`` was not given.
+    """
+    from .checkpoint import log_transfer
+    from .storage.blobstore import COPY_CHUNK
+    from .storage.registry import store_for
+
+    chunk = stream.read(COPY_CHUNK)
+    if not chunk and not args.allow_empty:
+        raise _empty_save("stdin was empty", uri)
+    store = store_for(uri)
+    started = time.monotonic()
+    done = 0
+    with _bar(args, "push") as bar, store.open_write(uri) as writer:
+        if bar is not None:
+            bar(0, None)
+        while chunk:
+            writer.write(chunk)
+            done += len(chunk)
+            if bar is not None:
+                bar(done, None)
+            chunk = stream.read(COPY_CHUNK)
+    log_transfer("saved", uri, done, time.monotonic() - started)
+    return done
+
+
+def _empty_save(what: str, uri: str) -> EmptySaveError:
+    # A zero-byte object loads as "no checkpoint": a broken pipe would silently erase one.
+    return EmptySaveError(
+        f"{what}: refusing to save zero bytes at {redact(uri)}: load() reads an empty object as"
+        " no checkpoint, so this would erase any checkpoint there; pass --allow-empty to save it anyway"
+    )
 
 
 def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
@@ -366,29 +460,29 @@ def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
     from .uri import local_path
 
     uri = _normalize(args.uri, "URI")
-    data: Any
-    if args.path == "-":
-        data, source, kind = sys.stdin.buffer.read(), "-", "payload"
-        empty = not data
-    else:
-        src = local_path(args.path)
-        if not src.exists():
-            raise NotFoundError(f"nothing to push at {src}: the path does not exist")
-        data, source, kind = src, str(src), "tarball" if src.is_dir() else "payload"
-        empty = kind == "payload" and src.stat().st_size == 0
-    if empty and not args.allow_empty:
-        # A zero-byte object loads as "no checkpoint": a broken pipe would silently erase one.
-        what = "stdin was empty" if source == "-" else f"{source} is empty"
-        raise EmptySaveError(
-            f"{what}: refusing to save zero bytes at {redact(uri)}: load() reads an empty object as"
-            " no checkpoint, so this would erase any checkpoint there; pass --allow-empty to save it anyway"
-        )
     started = time.monotonic()
+    if args.path == "-":
+        size = _push_stream(args, uri, sys.stdin.buffer)
+        seconds = time.monotonic() - started
+        return {
+            "uri": redact(uri),
+            "source": "-",
+            "kind": "payload",
+            "size": size,
+            "seconds": round(seconds, 3),
+        }
+    src = local_path(args.path)
+    if not src.exists():
+        # Not NoCheckpointError: exit status 3 means "no checkpoint at the URI", not a bad PATH.
+        raise NotFoundError(f"nothing to push at {src}: the path does not exist")
+    kind = "tarball" if src.is_dir() else "payload"
+    if kind == "payload" and src.stat().st_size == 0 and not args.allow_empty:
+        raise _empty_save(f"{src} is empty", uri)
     with _bar(args, "push") as bar, Checkpoint(uri, progress=bar) as cp:
-        cp.save_sync(data)
+        cp.save_sync(src)
     seconds = time.monotonic() - started
     size = _retry().call(lambda: store_for(uri).stat(uri), f"stat of {redact(uri)}")
-    return {"uri": redact(uri), "source": source, "kind": kind, "size": size, "seconds": round(seconds, 3)}
+    return {"uri": redact(uri), "source": str(src), "kind": kind, "size": size, "seconds": round(seconds, 3)}
 
 
 def show_push(r: dict[str, Any]) -> None:
@@ -400,30 +494,50 @@ def show_push(r: dict[str, Any]) -> None:
 
 
 def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
-    """The objects whose URI starts with ``args.prefix`` (sizes too with ``--long``)."""
+    """The objects whose URI starts with ``args.prefix``; with ``--long`` their sizes and
+    modification times (from the store's listing), with ``--no-recursive`` one level, folders too."""
     from .storage.registry import store_for
 
     prefix = _normalize(args.prefix, "PREFIX")
     if args.prefix.rstrip().endswith("/") and not prefix.endswith("/"):
         prefix += "/"
     store = store_for(prefix)
-    uris = _retry().call(lambda: list(store.list(prefix)), f"listing of {redact(prefix)}")
+    where = f"listing of {redact(prefix)}"
     objects: list[dict[str, Any]] = []
-    for u in uris:
-        item: dict[str, Any] = {"uri": redact(u)}
+    if args.recursive and not args.long:
+        for u in _retry().call(lambda: list(store.list(prefix)), where):
+            objects.append({"uri": redact(u)})
+        return {"prefix": redact(prefix), "count": len(objects), "objects": objects}
+    infos = _retry().call(lambda: list(store.list_details(prefix, recursive=args.recursive)), where)
+    for info in infos:
+        item: dict[str, Any] = {"uri": redact(info.uri)}
+        if info.is_folder:
+            item["folder"] = True
         if args.long:
-            item["size"] = _retry().call(lambda u=u: store.stat(u), f"stat of {redact(u)}")
+            item["size"] = info.size
+            item["modified"] = info.modified.isoformat() if info.modified is not None else None
         objects.append(item)
     return {"prefix": redact(prefix), "count": len(objects), "objects": objects}
 
 
+def _when(iso: str | None) -> str:
+    """An ISO time as ``2026-12-03 10:15:02`` in UTC (``-`` when unknown)."""
+    if iso is None:
+        return "-"
+    from datetime import datetime, timezone
+
+    return datetime.fromisoformat(iso).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 def show_ls(r: dict[str, Any]) -> None:
     for o in r["objects"]:
-        if "size" in o:
-            size = "-" if o["size"] is None else str(o["size"])
-            print(f"{size:>14}  {o['uri']}")
-        else:
+        if "size" not in o:
             print(o["uri"])
+        elif o.get("folder"):
+            print(f"{'PRE':>14}  {'':19}  {o['uri']}")
+        else:
+            size = "-" if o["size"] is None else str(o["size"])
+            print(f"{size:>14}  {_when(o['modified']):>19}  {o['uri']}")
 
 
 def cmd_rm(args: argparse.Namespace) -> dict[str, Any]:
@@ -457,6 +571,31 @@ def show_rm(r: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- parser
 
 
+#: The examples each command's ``--help`` ends with.
+_EXAMPLES = {
+    "backends": """
+  flyte-checkpoint backends
+  flyte-checkpoint backends --json""",
+    "inspect": """
+  flyte-checkpoint inspect s3://my-bucket/run-7/attempt-1/ckpt
+  flyte-checkpoint inspect /tmp/store/ckpt --members --limit 0""",
+    "pull": """
+  flyte-checkpoint pull s3://my-bucket/run-7/attempt-1/ckpt restored
+  flyte-checkpoint pull s3://my-bucket/run-7/attempt-1/step - > step.txt
+  flyte-checkpoint pull /tmp/store/ckpt - | tar xzf - -C restored""",
+    "push": """
+  flyte-checkpoint push state s3://my-bucket/run-7/attempt-1/ckpt
+  flyte-checkpoint push model.pt /tmp/store/run-7/ckpt
+  echo 1200 | flyte-checkpoint push - s3://my-bucket/run-7/attempt-1/step""",
+    "ls": """
+  flyte-checkpoint ls s3://my-bucket/run-7/
+  flyte-checkpoint ls -l --no-recursive /tmp/store/""",
+    "rm": """
+  flyte-checkpoint rm s3://my-bucket/run-7/attempt-1/step
+  flyte-checkpoint rm -f /tmp/store/ckpt""",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``flyte-checkpoint`` (each command's ``func`` and ``show`` are set)."""
     common = _Parser(add_help=False)
@@ -476,43 +615,77 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help="log each transfer (info lines)",
     )
-    common.add_argument(
+    # Only on the commands that move an object's bytes, the only ones that draw a bar.
+    moving = _Parser(add_help=False)
+    moving.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=argparse.SUPPRESS,
-        help="force the progress bar on or off (default: on when stderr is a terminal)",
+        help="force the progress bar on stderr on or off (default: on when stderr is a terminal)",
     )
     parser = _Parser(
         prog=PROG,
         description="See, fetch and seed checkpoints (local paths or any installed backend).",
-        epilog="Exit status: 0 success, 1 failure, 2 usage error, 3 no checkpoint at the URI.",
+        epilog="Exit status: 0 success, 1 failure, 2 usage error, 3 no checkpoint at the URI.\n\n"
+        "examples:\n" + "\n".join(_EXAMPLES[c].split("\n")[1] for c in _EXAMPLES) + "\n\n"
+        "'flyte-checkpoint COMMAND --help' describes each command and shows more examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    def command(name: str, helptext: str, func: Callable[..., Any], show: Callable[..., None]) -> _Parser:
-        p = sub.add_parser(name, help=helptext, description=helptext, parents=[common])
+    def command(
+        name: str, helptext: str, func: Callable[..., Any], show: Callable[..., None], *, moves: bool = False
+    ) -> _Parser:
+        p = sub.add_parser(
+            name,
+            help=helptext,
+            description=helptext,
+            epilog="examples:" + _EXAMPLES[name],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[common, moving] if moves else [common],
+        )
         p.set_defaults(func=func, show=show)
         return p
 
     command(
         "backends", "list installed backends, and how to add the missing ones", cmd_backends, show_backends
     )
-    p = command("inspect", "describe a checkpoint without extracting it", cmd_inspect, show_inspect)
-    p.add_argument("uri", metavar="URI")
+    p = command(
+        "inspect", "describe a checkpoint without extracting it", cmd_inspect, show_inspect, moves=True
+    )
+    p.add_argument("uri", metavar="URI", help="the checkpoint object: a local path or a URI (s3://...)")
     p.add_argument("--limit", type=int, default=10, help="top entries to show (0: all; default 10)")
     p.add_argument("--members", action="store_true", help="also list every member of a tarball")
     p = command(
-        "pull", "restore a checkpoint into a new or empty folder, as load() would", cmd_pull, show_pull
+        "pull",
+        "restore a checkpoint into a new or empty folder, as load() would, or write the object to stdout",
+        cmd_pull,
+        show_pull,
+        moves=True,
     )
-    p.add_argument("uri", metavar="URI")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("uri", metavar="URI", help="the checkpoint object: a local path or a URI (s3://...)")
+    p.add_argument(
+        "dir",
+        metavar="DIR",
+        help="a new or empty folder to restore into; '-': write the object's bytes as stored to stdout"
+        " (a payload as it was saved, a tarball as its gzip tar stream)",
+    )
     p = command(
-        "push", "save a file, a folder or stdin (-) as a checkpoint, as save() would", cmd_push, show_push
+        "push",
+        "save a file, a folder or stdin (-) as a checkpoint, as save() would",
+        cmd_push,
+        show_push,
+        moves=True,
     )
-    p.add_argument("path", metavar="PATH")
-    p.add_argument("uri", metavar="URI")
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        help="a file (stored as it is), a folder (stored as a gzip tar of its contents) or '-' for"
+        " stdin (streamed, stored as it is)",
+    )
+    p.add_argument("uri", metavar="URI", help="where to store it: a local path or a URI (s3://...)")
     p.add_argument(
         "--allow-empty",
         action="store_true",
@@ -520,10 +693,26 @@ def build_parser() -> argparse.ArgumentParser:
         " object loads as no checkpoint",
     )
     p = command("ls", "list the objects under a prefix", cmd_ls, show_ls)
-    p.add_argument("prefix", metavar="PREFIX")
-    p.add_argument("-l", "--long", action="store_true", help="show each object's size in bytes")
+    p.add_argument(
+        "prefix",
+        metavar="PREFIX",
+        help="a URI or local path prefix; end it with '/' to list a folder (s3://bucket/run-7/)",
+    )
+    p.add_argument(
+        "-l",
+        "--long",
+        action="store_true",
+        help="show each object's size in bytes and modification time (UTC), from the store's listing",
+    )
+    p.add_argument(
+        "--recursive",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every object under the prefix (the default); --no-recursive: one level, each deeper"
+        " folder once (ending with '/'; PRE in the -l column)",
+    )
     p = command("rm", "remove one checkpoint object", cmd_rm, show_rm)
-    p.add_argument("uri", metavar="URI")
+    p.add_argument("uri", metavar="URI", help="the object to remove: a local path or a URI (s3://...)")
     p.add_argument("-f", "--force", action="store_true", help="no error when there is no object")
     return parser
 
@@ -532,13 +721,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _Handler(logging.StreamHandler):
-    """Log lines on stderr that first blank the progress bar's line, if one is drawn."""
+    """Log lines on stderr above the progress bar, if one is drawn: the bar's line is blanked,
+    the log line written, and the bar redrawn below it."""
 
     def emit(self, record: logging.LogRecord) -> None:
         bar = _active_bar()
-        if bar is not None:
-            bar.clear()
-        super().emit(record)
+        if bar is None:
+            super().emit(record)
+            return
+        with bar.hidden():
+            super().emit(record)
 
 
 def _active_bar() -> ProgressBar | None:
@@ -559,15 +751,14 @@ def _message(exc: BaseException) -> str:
 
 
 def _exit_code(exc: BaseException) -> int:
-    if isinstance(exc, NotFoundError) and not isinstance(exc, ContainerNotFoundError):
-        return EXIT_NO_CHECKPOINT
-    return EXIT_ERROR
+    # Only "no checkpoint at the URI": a missing PATH to push, or a missing bucket, is an error.
+    return EXIT_NO_CHECKPOINT if isinstance(exc, NoCheckpointError) else EXIT_ERROR
 
 
 def _fail(message: str, code: int, *, as_json: bool, error_type: str) -> int:
     message = redact_text(message)  # a usage error quotes the command line as typed
     if as_json:
-        print(json.dumps({"ok": False, "error": message, "type": error_type, "exit": code}))
+        print(json.dumps({"ok": False, "error": message, "type": error_type, "exit": code}), flush=True)
     sys.stderr.write(f"{PROG}: error: {message}\n")
     return code
 
@@ -592,7 +783,9 @@ def _setup_logging(level: int) -> Callable[[], None]:
 def _show_warning(
     message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
 ) -> None:
-    sys.stderr.write(f"{PROG}: warning: {_one_line(str(message))}\n")
+    bar = _active_bar()
+    with bar.hidden() if bar is not None else contextlib.nullcontext():
+        sys.stderr.write(f"{PROG}: warning: {_one_line(str(message))}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -612,6 +805,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     as_json = getattr(args, "json", False)
     debug = getattr(args, "debug", False)
+    if args.command == "pull" and args.dir == "-" and as_json:
+        message = "pull to stdout (DIR '-') writes the object there: --json cannot share it"
+        return _fail(message, EXIT_USAGE, as_json=False, error_type="UsageError")
     level = logging.DEBUG if debug else logging.INFO if getattr(args, "verbose", False) else logging.WARNING
     undo_logging = _setup_logging(level)
     saved_showwarning = warnings.showwarning

@@ -72,13 +72,29 @@ class TaskContext:
 
 
 class NoContext:
-    """What ``ctx()`` returns outside a task: falsy, with no checkpoint."""
+    """What ``ctx()`` returns outside a task: falsy; its ``checkpoint`` raises
+    :class:`~flyte_checkpoint.errors.NoTaskContextError`, which says what to do."""
 
     attempt_number = 0
-    checkpoint = None
     checkpoint_paths = CheckpointPaths(None, None)
     run_name = ""
     action_name = ""
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """Always raises: outside a task there is no attempt to checkpoint.
+
+        Raises:
+            NoTaskContextError: always, saying how to get a checkpoint.
+        """
+        from .errors import NoTaskContextError
+
+        raise NoTaskContextError(
+            "fc.ctx().checkpoint is only available while a task runs, and no task is running: decorate"
+            " the function with @fc.task (it runs it with retries, each attempt with its own checkpoint)"
+            " or run it as a Flyte task; or, without a task, make one yourself:"
+            " fc.Checkpoint(destination_uri, previous_uri). Test for a task first with 'if fc.ctx():'"
+        )
 
     def __bool__(self) -> bool:
         return False

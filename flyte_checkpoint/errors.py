@@ -110,6 +110,10 @@ class BackendLoadError(CheckpointError, ImportError):
     """A backend plugin is installed but failed to import or to build its store."""
 
 
+class NoTaskContextError(CheckpointError, RuntimeError):
+    """``fc.ctx().checkpoint`` was used outside a task: there is no attempt, so no checkpoint."""
+
+
 class BackendConflictError(CheckpointError, RuntimeError):
     """A backend registration is invalid (for example, a name registered twice)."""
 
@@ -124,6 +128,7 @@ __all__ = [
     "ContainerNotFoundError",
     "CorruptCheckpointError",
     "InvalidURIError",
+    "NoTaskContextError",
     "NotFoundError",
     "OperationCancelledError",
     "PathTooLongError",

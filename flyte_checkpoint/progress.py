@@ -16,15 +16,31 @@ only; drawing is throttled, and safe from several threads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
-__all__ = ["ProgressBar", "format_bytes", "format_duration", "format_line", "is_terminal", "progress_bar"]
+__all__ = [
+    "ProgressBar",
+    "estimate_is_meaningful",
+    "format_bytes",
+    "format_duration",
+    "format_line",
+    "is_terminal",
+    "progress_bar",
+]
+
+#: No time left is shown before this much time has passed: the first samples of a transfer
+#: (threads starting, a connection opening) say nothing about its rate.
+ESTIMATE_AFTER_SECONDS = 1.0
+#: ... nor before this fraction of the bytes is done, unless the transfer has run this long.
+ESTIMATE_AFTER_FRACTION = 0.01
+ESTIMATE_ANYWAY_AFTER_SECONDS = 5.0
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -49,14 +65,24 @@ def format_duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def estimate_is_meaningful(done: int, total: int | None, seconds: float) -> bool:
+    """Whether ``done`` of ``total`` bytes in ``seconds`` is enough to estimate the time left:
+    at least :data:`ESTIMATE_AFTER_SECONDS` have passed, some bytes are done, and either 1% of
+    the total is or :data:`ESTIMATE_ANYWAY_AFTER_SECONDS` have passed."""
+    if total is None or total <= 0 or done <= 0 or seconds < ESTIMATE_AFTER_SECONDS:
+        return False
+    return done >= total * ESTIMATE_AFTER_FRACTION or seconds >= ESTIMATE_ANYWAY_AFTER_SECONDS
+
+
 def format_line(
     label: str, done: int, total: int | None, seconds: float, width: int = 80, *, final: bool = False
 ) -> str:
     """One line of progress, at most ``width`` characters.
 
     With a known ``total``: ``label [####----]  42% 1.20 MiB / 2.86 MiB  3.10 MiB/s  0:01 left``
-    (``in 0:02`` instead of the time left when ``final``); without one, the bytes done,
-    the rate and the time spent. The rate is the average since the start.
+    (``in 0:02`` instead of the time left when ``final``; no time left until
+    :func:`estimate_is_meaningful`); without a total, the bytes done, the rate and the time
+    spent. The rate is the average since the start.
     """
     rate = done / seconds if seconds > 0 else 0.0
     rate_text = f"{format_bytes(rate)}/s" if seconds > 0 else "-/s"
@@ -67,10 +93,10 @@ def format_line(
     fraction = min(1.0, done / total)
     if final:
         when = f"in {format_duration(seconds)}"
-    elif rate > 0:
+    elif estimate_is_meaningful(done, total, seconds):
         when = f"{format_duration((total - done) / rate)} left"
     else:
-        when = "--:-- left"
+        when = ""
     amounts = f"{format_bytes(done):>9} / {format_bytes(total)}"
     tail = f" {fraction * 100:3.0f}% {amounts}  {rate_text:>11}  {when:<10}"  # fixed widths: a steady bar
     room = width - len(head) - len(tail) - 2
@@ -140,10 +166,25 @@ class ProgressBar:
     def clear(self) -> None:
         """Blank the bar's line (before other output on the same stream); the next update redraws it."""
         with self._lock:
-            if self._last_len and not self._closed:
-                self._write("\r" + " " * self._last_len + "\r")
-            self._last_len = 0
-            self._last_draw = float("-inf")
+            self._blank()
+
+    @contextlib.contextmanager
+    def hidden(self) -> Iterator[None]:
+        """Blank the bar's line, let the caller write whole lines to the stream, then redraw the
+        bar below them. No update draws in between (updates from other threads wait)."""
+        with self._lock:
+            self._blank()
+            try:
+                yield
+            finally:
+                if self._started is not None and not self._closed:
+                    self._draw(self._clock(), final=False)
+
+    def _blank(self) -> None:
+        if self._last_len and not self._closed:
+            self._write("\r" + " " * self._last_len + "\r")
+        self._last_len = 0
+        self._last_draw = float("-inf")
 
     def close(self) -> None:
         """Draw the final state and end the line (nothing if nothing was reported). Idempotent."""

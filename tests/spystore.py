@@ -17,9 +17,10 @@ import io
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, BinaryIO
 
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
 from flyte_checkpoint.storage.registry import register_store, store_for, unregister_store
 from flyte_checkpoint.uri import is_local, normalize, scheme_of
 
@@ -86,6 +87,12 @@ class SpyStore(BlobStore):
         self._before("list", prefix)
         for uri in self._inner(prefix).list(self._real(prefix)):
             yield f"{self.scheme}://{uri.split('://', 1)[1] if '://' in uri else uri}"
+
+    def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        self._before("list_details", prefix)
+        for info in self._inner(prefix).list_details(self._real(prefix), recursive=recursive):
+            uri = info.uri
+            yield replace(info, uri=f"{self.scheme}://{uri.split('://', 1)[1] if '://' in uri else uri}")
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         self._before("read_range", uri)

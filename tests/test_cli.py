@@ -176,19 +176,22 @@ def test_backends_names_the_pip_install_for_each_missing_known_scheme():
     assert [b["name"] for b in result["backends"]] == ["file", "memory"]
     missing = {m["extra"]: m for m in result["not_installed"]}
     assert missing["s3"]["schemes"] == ["s3", "s3a"]
-    assert missing["s3"]["install"] == "pip install 'flyte-checkpoint[s3]'"
-    assert missing["gcs"]["install"] == "pip install 'flyte-checkpoint[gcs]'"
+    # make setup installs the core from this checkout: the hint is the plugin's folder there
+    checkout = Path(__file__).resolve().parent.parent
+    assert missing["s3"]["install"] == f"pip install -e {checkout}/plugins/s3"
+    assert missing["gcs"]["install"] == f"pip install -e {checkout}/plugins/gcs"
     assert missing["azure"]["schemes"] == ["abfs", "abfss", "az"]
     text = cli("backends", env=env).stdout
     assert "not installed:" in text
-    assert "pip install 'flyte-checkpoint[azure]'" in text
+    assert f"pip install -e {checkout}/plugins/azure" in text
 
 
 def test_a_uri_of_a_missing_backend_fails_with_the_pip_install():
     env = base_env(FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD="1")
     out = cli("inspect", "s3://bucket/run/ckpt", env=env, ok=False)
     assert out.returncode == 1
-    assert "pip install 'flyte-checkpoint[s3]'" in one_line_error(out)
+    checkout = Path(__file__).resolve().parent.parent
+    assert f"Install it with: pip install -e {checkout}/plugins/s3 (" in one_line_error(out)
 
 
 # --------------------------------------------------------------------------- push, inspect, pull: folders
@@ -378,7 +381,9 @@ def test_ls_lists_a_prefix_and_rm_removes_one_object(tmp_path):
     assert out == [str(tmp_path / "run/1/ckpt"), str(tmp_path / "run/2/ckpt")]
     listed = cli_json("ls", "-l", prefix)
     assert listed["count"] == 2
-    assert listed["objects"][0] == {"uri": str(tmp_path / "run/1/ckpt"), "size": len("run/1/ckpt")}
+    first = listed["objects"][0]
+    assert (first["uri"], first["size"]) == (str(tmp_path / "run/1/ckpt"), len("run/1/ckpt"))
+    assert first["modified"].endswith("+00:00")
     assert cli_json("ls", str(tmp_path / "nowhere/"))["objects"] == []
 
     removed = cli_json("rm", str(tmp_path / "run/1/ckpt"))
@@ -499,7 +504,8 @@ def test_push_and_pull_draw_a_progress_bar_on_a_terminal_and_none_when_piped(tmp
 # --------------------------------------------------------------------------- cloud stores
 
 
-def s3_server() -> Iterator[tuple[dict[str, str], str]]:
+def s3_server(bucket: str = "cli-tests") -> Iterator[tuple[dict[str, str], str]]:
+    """moto's S3 server with ``bucket`` made: (an environment pointing at it, ``s3://bucket``)."""
     try:
         from flyte_checkpoint_s3_tests import server
     except ImportError:
@@ -525,9 +531,9 @@ def s3_server() -> Iterator[tuple[dict[str, str], str]]:
             aws_secret_access_key=SECRET,
             region_name="us-east-1",
         )
-        client.create_bucket(Bucket="cli-tests")
+        client.create_bucket(Bucket=bucket)
         client.close()
-        yield env, "s3://cli-tests"
+        yield env, f"s3://{bucket}"
 
 
 def gcs_server() -> Iterator[tuple[dict[str, str], str]]:
@@ -741,3 +747,22 @@ def test_push_refuses_empty_stdin_or_file_and_keeps_the_checkpoint_unless_allow_
     assert "--allow-empty" in cli("push", "--help").stdout
     assert cli_json("push", "-", uri, "--allow-empty", input=b"")["size"] == 0
     assert loaded_by_library(uri, tmp_path) == (None, {})
+
+
+# --------------------------------------------------------------------------- log lines and the bar
+
+
+def test_a_log_line_during_a_transfer_blanks_the_bar_and_redraws_it_below(tmp_path, capsys):
+    """Proves: with ``-v`` and a bar, the info line is written on a blanked line and the bar is
+    drawn again below it (then ended by its final state), never on the bar's line."""
+    from flyte_checkpoint.cli import main
+
+    (tmp_path / "f.bin").write_bytes(os.urandom(100_000))
+    assert main(["push", str(tmp_path / "f.bin"), str(tmp_path / "ckpt"), "-v", "--progress"]) == 0
+    err = capsys.readouterr().err
+    before, info, after = err.partition("flyte-checkpoint: INFO: saved checkpoint")
+    assert info, err
+    assert before.rstrip(" ").endswith("\r"), repr(before[-200:])  # the bar's line was blanked
+    drawn_after = after.split("\n", 1)[1]
+    assert drawn_after.startswith("\rpush ["), repr(after)  # redrawn at once, below the log line
+    assert drawn_after.count("\rpush [") == 2 and " in 0:" in drawn_after  # then its final state

@@ -15,7 +15,22 @@ import flyte_checkpoint as fc
 def test_ctx_is_falsy_outside_a_task():
     c = fc.ctx()
     assert not c
-    assert c.checkpoint is None and c.attempt_number == 0
+    assert c.attempt_number == 0 and c.checkpoint_paths.checkpoint_path is None
+
+
+def test_the_quick_start_body_outside_a_task_says_so_and_what_to_do():
+    """Proves: the Quick start's body run without @fc.task fails on ``fc.ctx().checkpoint`` with
+    a NoTaskContextError (a CheckpointError and a RuntimeError) that names @fc.task and
+    fc.Checkpoint, not with "'NoneType' object has no attribute 'load_sync'"."""
+    from flyte_checkpoint.errors import CheckpointError, NoTaskContextError
+
+    with pytest.raises(NoTaskContextError) as info:
+        cp = fc.ctx().checkpoint
+        cp.load_sync()
+    assert isinstance(info.value, CheckpointError) and isinstance(info.value, RuntimeError)
+    message = str(info.value)
+    assert "no task is running" in message
+    assert "@fc.task" in message and "fc.Checkpoint(destination_uri, previous_uri)" in message
 
 
 def test_task_retries_and_resumes_from_checkpoint(tmp_path):

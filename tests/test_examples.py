@@ -43,3 +43,19 @@ def test_demo_crashes_twice_and_finishes(tmp_path):
     assert out.count("CRASH") == 2
     assert re.findall(r"restored progress: (\d+)", out) == ["3", "8"]
     assert "finished all 12 steps in 3 attempts" in out
+
+
+def test_demo_leaves_nothing_in_the_temp_directory(tmp_path):
+    """Proves: ``make demo`` (no FLYTE_CHECKPOINT_ROOT) removes its flyte-checkpoint-demo-*
+    folder and leaves nothing else in the temp directory (checked with TMPDIR set to an empty one)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "FLYTE_CHECKPOINT_ROOT"}
+    env["TMPDIR"] = str(tmp)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo.py")], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"checkpoints under {tmp}/flyte-checkpoint-demo-" in out.stdout
+    assert "finished all 12 steps in 3 attempts" in out.stdout
+    assert sorted(p.name for p in tmp.iterdir()) == []

@@ -21,6 +21,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from conftest import require
+from flyte_checkpoint.errors import NoTaskContextError
 from flyte_checkpoint.integrations.flyte import FlyteTaskContext, resolve_source
 from flyte_checkpoint.storage.stores.memory import MemoryStore
 
@@ -299,7 +300,9 @@ def test_a_plain_function_still_gets_no_retries_unless_given(tmp_path):
 def test_outside_flyte_tasks_ctx_is_the_local_one(flyte_local):
     # flyte is imported in this process, but no Flyte task runs: nothing changes.
     assert "flyte" in sys.modules
-    assert not fc.ctx() and fc.ctx().checkpoint is None
+    assert not fc.ctx()
+    with pytest.raises(NoTaskContextError):
+        fc.ctx().checkpoint  # noqa: B018
 
     @fc.task(retries=1)
     def local() -> str:

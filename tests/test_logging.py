@@ -274,12 +274,55 @@ def test_progress_bar_draws_first_update_throttles_and_ends_the_line():
     bar.close()
     drawn = out.getvalue().split("\r")[1:]
     assert len(drawn) == 4
-    assert "  0%" in drawn[0] and "--:-- left" in drawn[0]
+    assert "  0%" in drawn[0] and "left" not in drawn[0]
     assert " 50%     2 MiB / 4 MiB      2 MiB/s  0:01 left" in drawn[1]
     assert drawn[-1].startswith("push [##") and "100%" in drawn[-1] and "in 0:02" in drawn[-1]
     assert out.getvalue().endswith("\n") and out.getvalue().count("\n") == 1
     bar(5, 5)  # after close: ignored
     assert out.getvalue().count("\r") == 4
+
+
+def test_no_time_left_is_shown_until_the_samples_mean_something():
+    """Proves: the first updates of a transfer (a 512-byte block after 0.25 s, as a save's
+    first gzip member gives) show no time left, which would read hours; one second in with 1%
+    done, or five seconds in with less, the estimate appears; the bar does not move."""
+    now = [0.0]
+    out = io.StringIO()
+    total = 30 * 1024 * 1024
+    bar = ProgressBar("push", stream=out, interval=0.0, clock=lambda: now[0])
+    steps = [(0.0, 0), (0.25, 512), (0.9, 20 * 1024 * 1024), (1.0, 24 * 1024 * 1024)]
+    for at, done in steps:
+        now[0] = at
+        bar(done, total)
+    drawn = out.getvalue().split("\r")[1:]
+    assert ["left" in line for line in drawn] == [False, False, False, True], drawn
+    assert drawn[3].rstrip().endswith("0:01 left")
+    assert len({line.index("]") for line in drawn}) == 1, drawn  # the bar does not move
+
+    slow = 1024**4
+    assert "left" not in format_line("push", 1024, slow, 4.9, 100)  # under 1% and under 5 s
+    assert "left" in format_line("push", 1024, slow, 5.0, 100)
+    assert "left" not in format_line("push", 0, slow, 60.0, 100)  # nothing done: no rate yet
+
+
+def test_a_bar_hidden_for_log_lines_blanks_its_line_and_is_redrawn_below_them():
+    """Proves: ``hidden()`` blanks the bar's line, lets whole lines through, then redraws the
+    bar (the command line writes its log lines and warnings this way)."""
+    now = [0.0]
+    out = io.StringIO()
+    bar = ProgressBar("pull", stream=out, interval=10.0, clock=lambda: now[0])
+    bar(100, 1000)
+    before = out.getvalue()
+    with bar.hidden():
+        out.write("a log line\n")
+    after = out.getvalue()[len(before) :]
+    blank = "\r" + " " * len(before.lstrip("\r")) + "\r"
+    assert after.startswith(blank + "a log line\n\r" + "pull ["), repr(after)
+    assert after.count("\r") == 3
+    bar.close()
+    with bar.hidden():  # closed: nothing blanked, nothing redrawn
+        pass
+    assert out.getvalue().endswith("\n") and out.getvalue().count("pull [") == 3
 
 
 def test_a_bar_that_saw_nothing_prints_nothing_and_off_a_terminal_there_is_none():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from flyte_checkpoint.errors import (
     ConfigurationError,
     UnknownSchemeError,
 )
+from flyte_checkpoint.install import install_command
 from flyte_checkpoint.storage.hookspecs import hookimpl
 from flyte_checkpoint.storage.registry import Registry, StoreSpec, get_registry, install_hint
 from flyte_checkpoint.storage.stores.memory import MemoryStore
@@ -66,7 +69,7 @@ def test_known_scheme_without_plugin_says_exactly_what_to_install(reg, scheme, e
     with pytest.raises(BackendNotInstalledError) as info:
         reg.store_for(f"{scheme}://bucket/key")
     msg = str(info.value)
-    assert f"pip install 'flyte-checkpoint[{extra}]'" in msg
+    assert f"Install it with: {install_command(extra)} (installed" in msg
     assert f"{scheme}://bucket/key" in msg
     assert "file (file://)" in msg and "memory (memory://)" in msg
     assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)
@@ -89,8 +92,39 @@ def test_error_message_hides_credentials(reg):
 
 
 def test_install_hint():
-    assert install_hint("S3") == "pip install 'flyte-checkpoint[s3]'"
+    assert install_hint("S3") == install_command("s3")
     assert install_hint("ftp") is None
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_install_command_is_the_extra_from_an_index_and_the_plugin_folder_from_a_checkout(tmp_path):
+    """Proves: installed from an index or a folder of wheels (no direct_url.json), the hint is
+    the extra; installed from a checkout (pip records the folder) it is that checkout's plugin
+    folder, with -e when the core is editable, as the extra names a distribution no index holds."""
+    checkout = json.dumps({"url": ROOT.as_uri(), "dir_info": {"editable": True}})
+    assert install_command("s3", direct_url=checkout) == f"pip install -e {ROOT}/plugins/s3"
+    plain = json.dumps({"url": ROOT.as_uri(), "dir_info": {}})
+    assert install_command("azure", direct_url=plain) == f"pip install {ROOT}/plugins/azure"
+    spaced = tmp_path / "my clone"
+    (spaced / "plugins" / "gcs").mkdir(parents=True)
+    (spaced / "plugins" / "gcs" / "pyproject.toml").write_text("")
+    spaced_url = json.dumps({"url": spaced.as_uri(), "dir_info": {}})
+    assert install_command("gcs", direct_url=spaced_url) == f"pip install '{spaced}/plugins/gcs'"
+    for other in (
+        None,  # an index, or --find-links to a folder of wheels
+        "",
+        "not json",
+        json.dumps({"url": "https://example.com/x.whl", "archive_info": {}}),
+        json.dumps({"url": tmp_path.as_uri(), "dir_info": {}}),  # a folder that is no checkout
+    ):
+        assert install_command("s3", direct_url=other, read=False) == "pip install 'flyte-checkpoint[s3]'"
+
+
+def test_this_test_environment_gets_the_checkout_hint():
+    """``make setup`` installs the core editable from this checkout: its hint is the plugin folder."""
+    assert install_command("s3") == f"pip install -e {ROOT}/plugins/s3"
 
 
 def test_plugin_object_registers_stores_lazily(reg):
@@ -122,7 +156,7 @@ def test_factory_that_fails_to_import_names_the_backend(reg):
         reg.store_for("s3://b/k")
     msg = str(info.value)
     assert "'s3x' backend (plugin 'brokenplug')" in msg and "no_such_module_xyz" in msg
-    assert "pip install 'flyte-checkpoint[s3]'" in msg
+    assert f"Reinstall it with: {install_command('s3')}" in msg
 
 
 def test_factory_with_bad_configuration_says_so_not_reinstall(reg):

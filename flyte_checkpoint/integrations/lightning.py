@@ -53,7 +53,8 @@ LAST_CKPT = "**/last.ckpt"
 def _current_checkpoint(what: str) -> BaseCheckpoint:
     from ..context import ctx
 
-    cp = ctx().checkpoint
+    current = ctx()
+    cp = current.checkpoint if current else None
     if cp is None:
         raise RuntimeError(
             f"{what}: no checkpoint to use. Pass checkpoint=fc.Checkpoint(dest, src), or run "
@@ -157,7 +158,8 @@ def resume_path(checkpoint: BaseCheckpoint | None = None, glob_pattern: str = LA
     if checkpoint is None:
         from ..context import ctx
 
-        checkpoint = ctx().checkpoint
+        current = ctx()
+        checkpoint = current.checkpoint if current else None
         if checkpoint is None:
             return None
     restored = checkpoint.load_sync()

@@ -10,7 +10,9 @@ registry picks the store from the URI's scheme. Five operations are required:
 - :meth:`BlobStore.stat`: the size of an object, or ``None`` when it is absent;
 - :meth:`BlobStore.delete` and :meth:`BlobStore.list`.
 
-Everything else has a default built on those and may be overridden as a fast path.
+Everything else has a default built on those and may be overridden as a fast path;
+:meth:`BlobStore.list_details` (sizes and modification times, one level with folders) is the
+one to override where a cloud's listing returns them (the default stats each object).
 Backends raise the errors of :mod:`flyte_checkpoint.errors`: ``NotFoundError``
 (``ContainerNotFoundError`` for a missing bucket), ``CheckpointPermissionError``,
 ``TransientError`` (worth retrying) and ``StoreError`` for the rest.
@@ -23,7 +25,9 @@ import io
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import BinaryIO, ClassVar
 
 from ..errors import StoreError
@@ -32,6 +36,25 @@ from ..uri import redact
 
 #: Chunk size for copies between streams and files.
 COPY_CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One entry of :meth:`BlobStore.list_details`.
+
+    Attributes:
+        uri: the object's URI (as :meth:`BlobStore.list` yields it); for a folder, the prefix
+            ending with ``/``.
+        size: bytes; ``None`` for a folder.
+        modified: when the object was last written (timezone-aware), or ``None`` when the
+            store does not say (and for a folder).
+        is_folder: a folder (a common prefix one level down), only in a non-recursive listing.
+    """
+
+    uri: str
+    size: int | None
+    modified: datetime | None = None
+    is_folder: bool = False
 
 
 class BlobWriter(abc.ABC):
@@ -185,6 +208,26 @@ class BlobStore(abc.ABC):
 
     # Optional fast paths, with defaults built on the streams.
 
+    def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Yield an :class:`ObjectInfo` per object whose URI starts with ``prefix``, sorted by URI.
+
+        With ``recursive=False``, only one level: the objects whose URI after ``prefix`` holds
+        no ``/``, and for the deeper ones one folder entry each (``prefix`` + the text up to and
+        including the next ``/``, ``is_folder=True``), as S3's listing with a delimiter gives.
+
+        The default lists with :meth:`list` and calls :meth:`stat` once per object it yields
+        (sizes, no modification times); override it where a listing returns sizes and times.
+
+        Raises:
+            ContainerNotFoundError: the bucket/container itself does not exist.
+        """
+
+        def by_stat(uri: str) -> ObjectInfo | None:
+            size = self.stat(uri)
+            return None if size is None else ObjectInfo(uri, size)
+
+        return details_from_listing(prefix, self.list(prefix), by_stat, recursive=recursive)
+
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         """Return ``length`` bytes from offset ``start`` (fewer at the end of the object)."""
         with self.open_read(uri) as f:
@@ -228,6 +271,32 @@ class BlobStore(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
+
+
+def details_from_listing(
+    prefix: str,
+    uris: Iterable[str],
+    describe: Callable[[str], ObjectInfo | None],
+    *,
+    recursive: bool = True,
+) -> Iterator[ObjectInfo]:
+    """:meth:`BlobStore.list_details` from a sorted recursive listing and ``describe(uri)`` (an
+    object's info, or ``None`` when it vanished meanwhile): a store whose listing gives URIs
+    only, or one that knows details by URI, builds on this. Non-recursive, the objects below
+    the first level are collapsed into folders and never described."""
+    last_folder = None
+    for uri in uris:
+        rest = uri[len(prefix) :] if uri.startswith(prefix) else uri
+        cut = rest.find("/")
+        if not recursive and cut != -1:
+            folder = uri[: len(uri) - len(rest) + cut + 1]
+            if folder != last_folder:  # a sorted listing gives a folder's objects together
+                last_folder = folder
+                yield ObjectInfo(folder, None, None, is_folder=True)
+            continue
+        info = describe(uri)
+        if info is not None:
+            yield info
 
 
 def _skip(f: BinaryIO, n: int) -> None:

@@ -60,9 +60,15 @@ _RANK = {"runtime": 2, "plugin": 1, "builtin": 0}
 
 
 def install_hint(scheme: str) -> str | None:
-    """The ``pip install`` command that adds a backend for a known scheme, else ``None``."""
+    """The ``pip install`` command that adds a backend for a known scheme, else ``None``: the
+    core's extra, or the plugin's folder when this copy was installed from a checkout
+    (:func:`flyte_checkpoint.install.install_command`)."""
     known = KNOWN_SCHEMES.get(scheme.lower())
-    return f"pip install 'flyte-checkpoint[{known[0]}]'" if known else None
+    if not known:
+        return None
+    from ..install import install_command
+
+    return install_command(known[0])
 
 
 @dataclass(frozen=True)

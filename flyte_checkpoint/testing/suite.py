@@ -7,6 +7,7 @@ import os
 import re
 import tarfile
 import threading
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,36 @@ class BlobStoreSuite:
         assert list(store.list(join(root, "a") + "/")) == [join(root, "a/1"), join(root, "a/2")]
         assert list(store.list(root)) == sorted(join(root, n) for n in names)
 
+    def test_list_details_gives_sizes_times_and_one_level_with_folders(
+        self, store: BlobStore, root: str
+    ) -> None:
+        """``list_details``: every object with its size (and a modification time near now, if
+        the store gives one); ``recursive=False`` lists one level, deeper objects as folders."""
+        started = datetime.now(timezone.utc)
+        names = {"a/1": b"1", "a/2": b"22", "b/c/1": b"333", "a-x": b"4444"}
+        for n, data in names.items():
+            store.write_bytes(join(root, n), data)
+        every = list(store.list_details(root))
+        assert [i.uri for i in every] == sorted(join(root, n) for n in names)
+        assert [i.size for i in every] == [len(names[i.uri[len(root) + 1 :]]) for i in every]
+        assert not any(i.is_folder for i in every)
+        slack = timedelta(minutes=5)  # a server's clock may be off a little
+        for info in every:
+            if info.modified is not None:
+                assert info.modified.tzinfo is not None, info
+                assert started - slack <= info.modified <= datetime.now(timezone.utc) + slack, info
+        top = [(i.uri, i.size, i.is_folder) for i in store.list_details(root + "/", recursive=False)]
+        assert top == [
+            (join(root, "a-x"), 4, False),
+            (join(root, "a") + "/", None, True),
+            (join(root, "b") + "/", None, True),
+        ]
+        under_a = [(i.uri, i.is_folder) for i in store.list_details(join(root, "a"), recursive=False)]
+        assert under_a == [(join(root, "a-x"), False), (join(root, "a") + "/", True)]
+        deep = [(i.uri, i.size) for i in store.list_details(join(root, "b/c") + "/", recursive=False)]
+        assert deep == [(join(root, "b/c/1"), 3)]
+        assert list(store.list_details(join(root, "nothing") + "/", recursive=False)) == []
+
     def test_read_range(self, store: BlobStore, root: str) -> None:
         uri = join(root, "ranged")
         data = _data(100_000)
@@ -264,7 +295,9 @@ class BlobStoreSuite:
 
 
 #: The tests each capability flag opens (True, the default) or removes (False).
-CAPABILITY_TESTS: dict[str, tuple[str, ...]] = {"supports_list": ("test_list_by_prefix",)}
+CAPABILITY_TESTS: dict[str, tuple[str, ...]] = {
+    "supports_list": ("test_list_by_prefix", "test_list_details_gives_sizes_times_and_one_level_with_folders")
+}
 
 
 class CheckpointSuite:

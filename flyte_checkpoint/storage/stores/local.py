@@ -6,16 +6,18 @@ import errno
 import os
 import secrets
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
 from ...errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
 from ...paths import LeaveOut, current_umask
 from ...uri import local_path
-from ..blobstore import BlobStore, BlobWriter
+from ..blobstore import BlobStore, BlobWriter, ObjectInfo, details_from_listing
 
 _TMP_MARK = ".fcp-tmp-"
 #: Start an early write-back after this many bytes (see ``_LocalWriter._write``).
@@ -23,6 +25,19 @@ _FLUSH_EVERY = 32 * 1024 * 1024
 #: A temporary file untouched for this long belongs to a writer that died (SIGKILL, power
 #: loss) without removing it; the next commit in its folder deletes it.
 STALE_TMP_SECONDS = 3600.0
+
+
+def _file_info(path: str) -> ObjectInfo | None:
+    """The size and modification time of the file at ``path``; ``None`` if it is gone (or not a file)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _map_os_error(exc, Path(path), "read") from exc
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc))
 
 
 def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
@@ -199,6 +214,36 @@ class LocalStore(BlobStore):
                 if full.startswith(text) and _TMP_MARK not in name:
                     found.append(full)
         yield from sorted(found)
+
+    def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        if recursive:
+            return details_from_listing(prefix, self.list(prefix), _file_info)
+        return self._one_level(prefix)
+
+    def _one_level(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The files and folders in one folder whose path starts with ``prefix``: the folder
+        itself when ``prefix`` ends with ``/`` (or is one), else the folder holding it."""
+        base = local_path(prefix)
+        if prefix.endswith("/"):
+            folder, start = base, ""
+        else:
+            folder, start = base.parent, base.name
+        head = str(folder).rstrip("/") + "/"
+        found: list[ObjectInfo] = []
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise _map_os_error(exc, folder, "list") from exc
+        for entry in entries:
+            if not entry.name.startswith(start) or _TMP_MARK in entry.name:
+                continue
+            if entry.is_dir():
+                found.append(ObjectInfo(head + entry.name + "/", None, None, is_folder=True))
+            elif (info := _file_info(head + entry.name)) is not None:
+                found.append(info)
+        yield from sorted(found, key=lambda i: i.uri)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         path = local_path(uri)

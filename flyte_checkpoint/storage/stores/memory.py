@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import BinaryIO
 
 from ...errors import NotFoundError
 from ...forksafe import lock
 from ...uri import redact
-from ..blobstore import BlobStore, BlobWriter
+from ..blobstore import BlobStore, BlobWriter, ObjectInfo, details_from_listing
 
 _objects: dict[str, bytes] = {}
+_modified: dict[str, datetime] = {}
 _lock = lock()  # a forked child finds it free, whoever held it
 
 
@@ -26,6 +28,7 @@ class _MemoryWriter(BlobWriter):
     def _commit(self) -> None:
         with _lock.get():
             _objects[self.uri] = self._buf.getvalue()
+            _modified[self.uri] = datetime.now(timezone.utc)
         self._buf = io.BytesIO()
 
     def _abort(self) -> None:
@@ -51,11 +54,22 @@ class MemoryStore(BlobStore):
     def delete(self, uri: str) -> None:
         with _lock.get():
             _objects.pop(uri, None)
+            _modified.pop(uri, None)
 
     def list(self, prefix: str) -> Iterator[str]:
         with _lock.get():
             keys = sorted(k for k in _objects if k.startswith(prefix))
         yield from keys
+
+    def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        with _lock.get():
+            found = {k: (len(v), _modified.get(k)) for k, v in _objects.items() if k.startswith(prefix)}
+
+        def describe(uri: str) -> ObjectInfo:
+            size, modified = found[uri]
+            return ObjectInfo(uri, size, modified)
+
+        return details_from_listing(prefix, sorted(found), describe, recursive=recursive)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         return self._get(uri)[start : start + length]
