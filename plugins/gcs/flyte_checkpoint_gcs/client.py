@@ -55,7 +55,9 @@ class GCSClient:
         credentials, project = self._credentials()
         session = self.config.session or self._new_session(credentials)
         options = {"api_endpoint": self.config.endpoint_url} if self.config.endpoint_url else None
-        client = storage.Client(project=project, credentials=credentials, _http=session, client_options=options)
+        client = storage.Client(
+            project=project, credentials=credentials, _http=session, client_options=options
+        )
         # google-cloud-storage >= 3.17 fetches a bucket's metadata from a background thread for
         # OpenTelemetry attributes; the store sends only the requests it asks for. (Every use
         # of the cache checks it is set; DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA is the

@@ -40,8 +40,7 @@ class GCSConfig(CloudConfig):
     anonymous: bool = _setting(
         FLAG,
         False,
-        doc="Send no credentials (public buckets, emulators); true by default when"
-        f" `{EMULATOR_ENV}` is set.",
+        doc=f"Send no credentials (public buckets, emulators); true by default when `{EMULATOR_ENV}` is set.",
     )
     part_size: int = _setting(
         SIZE,

@@ -39,7 +39,9 @@ class ObjectInfo:
 
     @classmethod
     def from_blob(cls, blob: Any) -> ObjectInfo:
-        return cls(blob.bucket.name, blob.name, int(blob.size or 0), blob.generation, integrity.for_read(blob))
+        return cls(
+            blob.bucket.name, blob.name, int(blob.size or 0), blob.generation, integrity.for_read(blob)
+        )
 
 
 class _ViewSink:
@@ -147,7 +149,7 @@ class GCSReader(io.RawIOBase):
         except Exception as exc:
             self._stop()
             self._error = self._failure(exc)
-            raise self._error  # noqa: B904 - chained (or not, if secret) by errors.map_error
+            raise self._error
         return filled
 
     def readall(self) -> bytes:
@@ -204,7 +206,9 @@ class GCSReader(io.RawIOBase):
         if actual == expected:
             return
         if self._replaced():
-            raise TransientError(f"{redact(self.uri)} was replaced while it was being read; the load is retried")
+            raise TransientError(
+                f"{redact(self.uri)} was replaced while it was being read; the load is retried"
+            )
         raise CorruptCheckpointError(
             f"the object at {redact(self.uri)} is damaged: its stored {algorithm} is {expected} but"
             f" the bytes read give {actual}; restore an older checkpoint or save again"

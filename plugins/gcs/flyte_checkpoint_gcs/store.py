@@ -73,7 +73,7 @@ class GCSStore(BlobStore):
             blob.delete(timeout=self.config.timeout, retry=self.client.retry())
         except Exception as exc:
             if errors.status_of(exc) != 404:
-                raise self._mapped(exc, uri, "delete")  # noqa: B904 - chained by map_error
+                raise self._mapped(exc, uri, "delete")
             self._check_bucket(loc, uri)
 
     def list(self, prefix: str) -> Iterator[str]:
@@ -90,7 +90,7 @@ class GCSStore(BlobStore):
         except Exception as exc:
             if errors.status_of(exc) == 404:
                 raise errors.missing_bucket(loc.bucket, prefix) from None
-            raise self._mapped(exc, prefix, "list")  # noqa: B904 - chained by map_error
+            raise self._mapped(exc, prefix, "list")
         for name in names:
             yield loc.uri(name)
 
@@ -103,7 +103,7 @@ class GCSStore(BlobStore):
             got = fetch(self, loc, start, memoryview(data))
         except Exception as exc:
             if errors.status_of(exc) != 404:
-                raise self._mapped(exc, uri, "read")  # noqa: B904 - chained by map_error
+                raise self._mapped(exc, uri, "read")
             self._check_bucket(loc, uri)
             raise NotFoundError(f"no checkpoint object at {redact(uri)}") from None
         del data[got:]
@@ -131,7 +131,7 @@ class GCSStore(BlobStore):
             blob = bucket.get_blob(loc.key, timeout=self.config.timeout, retry=self.client.retry())
         except Exception as exc:
             if errors.status_of(exc) != 404:
-                raise self._mapped(exc, uri, "read")  # noqa: B904 - chained by map_error
+                raise self._mapped(exc, uri, "read")
             blob = None
         if blob is None:
             self._check_bucket(loc, uri)
@@ -160,7 +160,7 @@ class GCSStore(BlobStore):
             err = self._mapped(exc, uri, "list")
             if isinstance(err, CheckpointPermissionError):
                 return  # may read objects but not list them: the bucket is taken to exist
-            raise err  # noqa: B904 - chained by map_error
+            raise err
 
     def _mapped(self, exc: Exception, uri: str, action: str) -> Exception:
         return errors.map_error(exc, uri, action, config=self.config)

@@ -107,7 +107,7 @@ class GCSWriter(BlobWriter):
                     chunk, self._buf = self._buf, bytearray()
                     self._ship(chunk, final=False)
         except Exception as exc:
-            raise self._mapped(exc)  # noqa: B904 - chained (or not, if secret) by errors.map_error
+            raise self._mapped(exc)
 
     def _commit(self) -> None:
         try:
@@ -120,7 +120,7 @@ class GCSWriter(BlobWriter):
             self._buf = bytearray()
             self._verify(result)
         except Exception as exc:
-            raise self._mapped(exc)  # noqa: B904 - chained (or not, if secret) by errors.map_error
+            raise self._mapped(exc)
 
     def _abort(self) -> None:
         pending, self._pending = self._pending, None

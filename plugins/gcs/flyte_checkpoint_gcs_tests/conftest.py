@@ -7,10 +7,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from flyte_checkpoint_gcs.store import GCSStore
 
 from flyte_checkpoint.storage.registry import get_registry
-
-from flyte_checkpoint_gcs.store import GCSStore
 
 from .helpers import BUCKET, CHUNK, RANGE, RecordingSession, make_store
 from .server import EmulatorError, GcsEmulator, emulator_installed

@@ -68,9 +68,7 @@ def test_a_damaged_object_does_not_replace_the_download_target(
     assert [p.name for p in tmp_path.iterdir()] == ["target.bin"], "no partial file left behind"
 
 
-def test_verify_checksums_false_reads_without_checking(
-    gcs_emulator: GcsEmulator, gcs_root: str
-) -> None:
+def test_verify_checksums_false_reads_without_checking(gcs_emulator: GcsEmulator, gcs_root: str) -> None:
     store = make_store(gcs_emulator.endpoint, verify_checksums=False)
     uri = join(gcs_root, "unchecked")
     data = os.urandom(2 * RANGE)
@@ -95,8 +93,12 @@ def test_multi_chunk_upload_sends_the_whole_objects_crc32c_on_its_final_request(
 def test_md5_and_none_are_sent_as_set(gcs_emulator: GcsEmulator, gcs_root: str) -> None:
     data = os.urandom(2 * CHUNK + 3)
     md5_session, none_session = RecordingSession(), RecordingSession()
-    make_store(gcs_emulator.endpoint, checksum="md5", session=md5_session).write_bytes(join(gcs_root, "m"), data)
-    make_store(gcs_emulator.endpoint, checksum="NONE", session=none_session).write_bytes(join(gcs_root, "n"), data)
+    make_store(gcs_emulator.endpoint, checksum="md5", session=md5_session).write_bytes(
+        join(gcs_root, "m"), data
+    )
+    make_store(gcs_emulator.endpoint, checksum="NONE", session=none_session).write_bytes(
+        join(gcs_root, "n"), data
+    )
     assert md5_session.chunk_puts()[-1].headers["X-Goog-Hash"] == f"md5={md5(data)}"
     assert all("X-Goog-Hash" not in p.headers for p in none_session.chunk_puts())
 

@@ -44,6 +44,7 @@ def test_importing_the_plugin_and_its_config_does_not_import_the_sdk() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "clean"
 
+
 try:
     from conftest import make_venv
 except ImportError:  # pragma: no cover - run outside the repository
