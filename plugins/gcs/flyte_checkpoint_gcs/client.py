@@ -143,7 +143,7 @@ class _Transient:
         return errors.is_transient(exc)
 
 
-class PerRequestRetry(Retry):  # type: ignore[misc]
+class PerRequestRetry(Retry):
     """api_core's ``Retry``, which bounds only time, also bounding the tries of each call it
     wraps to its predicate's ``attempts`` (the first included)."""
 
