@@ -9,45 +9,18 @@ MD5 when it has no CRC32C (objects composed on the server have none).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 from typing import Any
 
-import google_crc32c
+from flyte_checkpoint.storage.kit import checksums
+from flyte_checkpoint.storage.kit.checksums import Digest
 
 #: ``checksum`` setting -> (the object resource's field, the X-Goog-Hash name).
 _SPELLING = {"CRC32C": ("crc32c", "crc32c"), "MD5": ("md5Hash", "md5")}
-#: Bytes checksummed per call (google_crc32c takes only ``bytes``, so a view is copied in pieces).
-_PIECE = 1024 * 1024
-
-
-class Digest:
-    """A running CRC32C or MD5, its value in base64 as GCS spells it."""
-
-    def __init__(self, algorithm: str) -> None:
-        self.algorithm = algorithm
-        self._crc = google_crc32c.Checksum() if algorithm == "CRC32C" else None
-        self._md5 = hashlib.md5(usedforsecurity=False) if algorithm == "MD5" else None
-
-    def update(self, data: bytes | bytearray | memoryview) -> None:
-        if self._md5 is not None:
-            self._md5.update(data)
-        elif self._crc is not None:
-            if isinstance(data, bytes):
-                self._crc.update(data)
-                return
-            with memoryview(data) as view:
-                for i in range(0, len(view), _PIECE):
-                    self._crc.update(bytes(view[i : i + _PIECE]))
-
-    def value(self) -> str:
-        raw = self._crc.digest() if self._crc is not None else self._md5.digest()  # type: ignore[union-attr]
-        return base64.b64encode(raw).decode("ascii")
 
 
 def digest(algorithm: str) -> Digest | None:
-    """A digest for the ``checksum`` setting's value; ``None`` for NONE."""
-    return Digest(algorithm) if algorithm in _SPELLING else None
+    """A running checksum for the ``checksum`` setting's value (the kit's); ``None`` for NONE."""
+    return checksums.digest(algorithm) if algorithm in _SPELLING else None
 
 
 def metadata(algorithm: str, value: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ from flyte_checkpoint.uri import redact
 from . import errors
 from .client import GCSClient
 from .config import GCSConfig
-from .reader import GCSReader, ObjectInfo, fetch
+from .reader import fetch, open_reader
 from .uris import parse
 from .writer import GCSWriter
 
@@ -54,17 +54,17 @@ class GCSStore(BlobStore):
 
     def open_read(self, uri: str) -> BinaryIO:
         loc = parse(uri)
-        info = self._info(loc, uri)
-        if info is None:
+        blob = self._blob(loc, uri)
+        if blob is None:
             raise NotFoundError(f"no checkpoint object at {redact(uri)}")
-        return GCSReader(self, loc, uri, info)  # type: ignore[return-value]
+        return open_reader(self, loc, uri, blob)  # type: ignore[return-value]
 
     def open_write(self, uri: str) -> BlobWriter:
         return GCSWriter(self, parse(uri), uri)
 
     def stat(self, uri: str) -> int | None:
-        info = self._info(parse(uri), uri)
-        return None if info is None else info.size
+        blob = self._blob(parse(uri), uri)
+        return None if blob is None else int(blob.size or 0)
 
     def delete(self, uri: str) -> None:
         loc = parse(uri)
@@ -124,8 +124,8 @@ class GCSStore(BlobStore):
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _info(self, loc: Location, uri: str) -> ObjectInfo | None:
-        """The object's size, generation and checksum, or ``None`` if it does not exist."""
+    def _blob(self, loc: Location, uri: str) -> Any:
+        """The object's metadata (size, generation, checksums), or ``None`` if it does not exist."""
         try:
             bucket = self.client.storage.bucket(loc.bucket)
             blob = bucket.get_blob(loc.key, timeout=self.config.timeout, retry=self.client.retry())
@@ -136,7 +136,7 @@ class GCSStore(BlobStore):
         if blob is None:
             self._check_bucket(loc, uri)
             return None
-        return ObjectInfo.from_blob(blob)
+        return blob
 
     def _check_bucket(self, loc: Location, uri: str) -> None:
         """After a 404 on an object: raise ContainerNotFoundError if the bucket is missing.
