@@ -52,7 +52,7 @@ def sdk_objects(store):
     if backend == "s3":
         return [store.client, store.executor]
     if backend == "gcs":
-        return [store._transport.session, store._transport.client]
+        return [store.client.session, store.client.storage, store.pool.executor]
     if backend == "azure":
         from flyte_checkpoint_azure.locations import parse
         return [store._clients.service(parse(dest), dest)]

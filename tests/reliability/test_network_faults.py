@@ -16,7 +16,7 @@ accepts and then never answers. What must hold:
 - a connection that stalls fails by the plugin's read timeout, instead of hanging;
 - each plugin's SDK retries of one request are what its settings say.
 
-SDK-level retries are turned off (``max_attempts=1`` / ``retry_timeout=0`` / ``retries=0``)
+SDK-level retries are turned off (``max_attempts=1`` / ``request_attempts=1`` / ``retries=0``)
 so that every retry counted here is the core's, except in the tests of those settings; the
 servers' objects are checked directly, without the proxy.
 
@@ -88,7 +88,7 @@ FOREIGN_ENV = (
     "FLYTE_AWS_SECRET_ACCESS_KEY",
     "GOOGLE_APPLICATION_CREDENTIALS",
     "STORAGE_EMULATOR_HOST",
-    "FLYTE_CHECKPOINT_GCS_ENDPOINT",
+    "FLYTE_CHECKPOINT_GCS_ENDPOINT_URL",
     "AZURE_STORAGE_CONNECTION_STRING",
     "AZURE_STORAGE_ACCOUNT_NAME",
     "AZURE_STORAGE_ACCOUNT",
@@ -170,7 +170,7 @@ def _gcs() -> Iterator[Server]:
         require(False, "the GCS plugin's test package (flyte_checkpoint_gcs_tests) is not installed")
         raise
     require(emulator_installed(), "gcp-storage-emulator is not installed")
-    from flyte_checkpoint_gcs.store import GcsStore
+    from flyte_checkpoint_gcs.store import GCSStore
 
     with GcsEmulator() as emu:
         emu.create_bucket("reliability")
@@ -180,18 +180,14 @@ def _gcs() -> Iterator[Server]:
                 "STORAGE_EMULATOR_HOST": url,
                 "FLYTE_CHECKPOINT_GCS_CONNECT_TIMEOUT": str(timeout),
                 "FLYTE_CHECKPOINT_GCS_READ_TIMEOUT": str(timeout),
-                "FLYTE_CHECKPOINT_GCS_RETRY_TIMEOUT": "0",
-                "FLYTE_CHECKPOINT_GCS_CHUNK_SIZE": "256KiB",
+                "FLYTE_CHECKPOINT_GCS_REQUEST_ATTEMPTS": "1",
+                "FLYTE_CHECKPOINT_GCS_PART_SIZE": "256KiB",
                 "FLYTE_CHECKPOINT_GCS_READ_RANGE_SIZE": "512KiB",
                 "FLYTE_CHECKPOINT_GCS_READ_CONCURRENCY": "2",
-                # google-cloud-storage >= 3.17 fetches bucket metadata (for OpenTelemetry
-                # attributes) from a background thread at its own moment: off, so the
-                # requests and faults counted here are the operation's own
-                "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA": "true",
             }
 
         def direct() -> BlobStore:
-            return GcsStore(endpoint=emu.endpoint, anonymous=True)
+            return GCSStore(endpoint_url=emu.endpoint, anonymous=True)
 
         yield Server("gcs", emu.endpoint, "gs://reliability", "gs://no-such-bucket-rel", env_for, direct)
 
@@ -756,12 +752,11 @@ def _moto_auth(endpoint: str, count: str) -> None:
 # --------------------------------------------------------------------------- SDK retries
 
 #: Each plugin's setting for its SDK's retries of one request: the variable, a value, and how
-#: many requests one always-failing request then makes. GCS's setting is a time budget, so
-#: only its "none" (0) is a count.
+#: many requests one always-failing request then makes.
 SDK_RETRY_SETTINGS = {
     "s3": ("FLYTE_CHECKPOINT_S3_MAX_ATTEMPTS", "3", 3),  # tries in all
     "azure": ("FLYTE_CHECKPOINT_AZURE_RETRIES", "2", 3),  # retries after the first try
-    "gcs": ("FLYTE_CHECKPOINT_GCS_RETRY_TIMEOUT", "0", 1),  # seconds; 0: no SDK retry
+    "gcs": ("FLYTE_CHECKPOINT_GCS_REQUEST_ATTEMPTS", "3", 3),  # tries in all
 }
 #: The request reached the server (it began to answer); the answer is cut after one byte.
 CUT_ANSWER = Fault.reset("down", after=1)
@@ -770,7 +765,7 @@ CUT_ANSWER = Fault.reset("down", after=1)
 def test_sdk_retry_setting_is_the_number_of_requests_sent(rig: Rig):
     """The plugin's SDK retry setting is what reaches the server: a metadata request whose
     answer is always cut is sent exactly N times, counted at the proxy (S3 MAX_ATTEMPTS=3: 3;
-    Azure RETRIES=2: 3; GCS RETRY_TIMEOUT=0: 1), then the store raises TransientError."""
+    Azure RETRIES=2: 3; GCS REQUEST_ATTEMPTS=3: 3), then the store raises TransientError."""
     name, value, expected = SDK_RETRY_SETTINGS[rig.server.name]
     uri = f"{rig.root}/ckpt"
     rig.direct.write_bytes(uri, b"exists")
@@ -783,7 +778,7 @@ def test_sdk_retry_setting_is_the_number_of_requests_sent(rig: Rig):
 
 
 def test_sdk_retries_by_default_recover_one_cut_answer(rig: Rig):
-    """With each plugin's default SDK retries (S3 3 tries, Azure 3 retries, GCS 20 s), a
+    """With each plugin's default SDK retries (S3 3 tries, Azure 3 retries, GCS 3 tries), a
     metadata request whose first answer is cut succeeds without the core: exactly 2 requests
     reached the server."""
     name, _value, _expected = SDK_RETRY_SETTINGS[rig.server.name]
@@ -797,17 +792,18 @@ def test_sdk_retries_by_default_recover_one_cut_answer(rig: Rig):
 
 
 #: Reads of one small object's body when every answer is cut mid-body, before the store
-#: gives up, whatever the SDK retry setting: S3 reads once (the core retries); GCS's reader
-#: resumes a broken stream twice (3 reads); azure-storage-blob re-reads a cut body itself.
-BODY_READS = {"s3": 1, "gcs": 3, "azure": 3}
+#: gives up: S3 reads once (the core retries), whatever the SDK retry setting; GCS reads it
+#: REQUEST_ATTEMPTS times (the SDK resumes a cut download as a retry of that request);
+#: azure-storage-blob re-reads a cut body itself, whatever the setting.
+BODY_READS: dict[str, int | dict[str, int]] = {"s3": 1, "gcs": {"off": 1, "default": 3}, "azure": 3}
 
 
 @pytest.mark.parametrize("sdk_retries", ["off", "default"])
 def test_a_body_cut_mid_way_is_read_a_fixed_number_of_times(rig: Rig, sdk_retries: str):
     """A 300 KB object whose every answer is cut 100,000 bytes in: the store reads the body
     exactly BODY_READS times (each read's cut counted at the proxy) and raises TransientError,
-    with the plugin's SDK retries off and at their default alike (Azure: "3 re-reads whatever
-    RETRIES says")."""
+    with the plugin's SDK retries off and at their default (Azure: "3 re-reads whatever
+    RETRIES says"; GCS: as many reads as its REQUEST_ATTEMPTS)."""
     uri = f"{rig.root}/ckpt"
     rig.direct.write_bytes(uri, random.Random(13).randbytes(300_000))
     name = SDK_RETRY_SETTINGS[rig.server.name][0]
@@ -815,7 +811,9 @@ def test_a_body_cut_mid_way_is_read_a_fixed_number_of_times(rig: Rig, sdk_retrie
     rig.proxy.fail(Fault.reset("down", after=MID_BODY))
     with pytest.raises(TransientError), store_for(uri).open_read(uri) as f:
         f.read()
-    assert rig.proxy.fired == BODY_READS[rig.server.name], rig.requests_for()
+    reads = BODY_READS[rig.server.name]
+    expected = reads[sdk_retries] if isinstance(reads, dict) else reads
+    assert rig.proxy.fired == expected, rig.requests_for()
 
 
 # --------------------------------------------------------------------------- the policy itself

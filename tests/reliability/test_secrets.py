@@ -300,7 +300,7 @@ def test_gcs_oauth_secrets_never_shown(backend_pool, tmp_path: Path):
     )
     env = {k: v for k, v in gcs.env.items() if k != "STORAGE_EMULATOR_HOST"}
     env |= {
-        "FLYTE_CHECKPOINT_GCS_ENDPOINT": gcs.details["endpoint"],
+        "FLYTE_CHECKPOINT_GCS_ENDPOINT_URL": gcs.details["endpoint"],
         "FLYTE_CHECKPOINT_GCS_ANONYMOUS": "false",
         "GOOGLE_APPLICATION_CREDENTIALS": str(creds),
         "GOOGLE_CLOUD_PROJECT": "fcp-reliability",

@@ -1,66 +1,89 @@
-"""Settings of the GCS store: constructor arguments, then environment variables, then defaults."""
+"""The GCS store's settings: the shared cloud settings with GCS's defaults, and GCS's own.
+
+Precedence, highest first: arguments (``configure_store``, then the store's keyword arguments),
+``FLYTE_CHECKPOINT_GCS_<SETTING>``, Google's own variables (``STORAGE_EMULATOR_HOST``, the
+project variables), the rule below, the default. Imports no SDK.
+
+The rule: with ``STORAGE_EMULATOR_HOST`` set, ``anonymous`` defaults to true, as in Google's
+client libraries (an emulator takes no credentials).
+"""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-MiB = 1024 * 1024
-#: Resumable-upload chunks must be a multiple of this (a rule of the GCS protocol).
-CHUNK_MULTIPLE = 256 * 1024
+from flyte_checkpoint.storage.kit import CHOICE, COUNT, FLAG, OBJECT, SIZE, TEXT, URL, CloudConfig, KiB, MiB
+from flyte_checkpoint.storage.kit import setting as _setting
+from flyte_checkpoint.storage.kit.settings import Setting
 
-ENV_PREFIX = "FLYTE_CHECKPOINT_GCS_"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+#: Resumable-upload chunks must be a multiple of this (a rule of the GCS protocol).
+CHUNK_MULTIPLE = 256 * KiB
 PROJECT_ENVS = ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT")
 
 
-@dataclass(frozen=True)
-class GcsConfig:
-    """How the store talks to GCS.
+@dataclass(frozen=True, repr=False)
+class GCSConfig(CloudConfig):
+    """How a GCS store talks to the service; each field is a row of the README's settings table."""
 
-    Attributes:
-        endpoint: base URL of the service (``http://127.0.0.1:9023`` for an emulator);
-            ``None`` means the real service.
-        project: project for requests that need one (none of the store's do); informative.
-        anonymous: send no credentials (the default when an emulator endpoint is used).
-        credentials: a ``google.auth`` credentials object to use instead of
-            Application Default Credentials.
-        chunk_size: bytes per resumable-upload request (a multiple of 256 KiB); objects
-            smaller than this are uploaded in one request.
-        read_range_size: bytes per ranged GET when reading a large object.
-        read_concurrency: ranged GETs in flight per reader (1 = one streaming GET).
-        connect_timeout: seconds to open a connection.
-        read_timeout: seconds to wait for the next bytes of an answer.
-        retry_timeout: seconds the SDK may spend retrying one request on 429/5xx and
-            connection errors (0: no SDK retries; the core retries whole operations).
-    """
+    BACKEND: ClassVar[str] = "gcs"
 
-    endpoint: str | None = None
-    project: str | None = None
-    anonymous: bool = False
-    credentials: Any = field(default=None, repr=False)
-    chunk_size: int = 16 * MiB
-    read_range_size: int = 16 * MiB
-    read_concurrency: int = 6
-    connect_timeout: float = 10.0
-    read_timeout: float = 120.0
-    retry_timeout: float = 20.0
-
-    def __post_init__(self) -> None:
-        if self.chunk_size <= 0 or self.chunk_size % CHUNK_MULTIPLE:
-            raise ValueError(
-                f"chunk_size must be a positive multiple of 256 KiB ({CHUNK_MULTIPLE} bytes), "
-                f"not {self.chunk_size}: GCS resumable uploads require it"
-            )
-        if self.read_range_size <= 0:
-            raise ValueError(f"read_range_size must be positive, not {self.read_range_size}")
-        if self.read_concurrency < 1:
-            raise ValueError(f"read_concurrency must be at least 1, not {self.read_concurrency}")
-        if self.connect_timeout <= 0 or self.read_timeout <= 0:
-            raise ValueError("connect_timeout and read_timeout must be positive (seconds)")
-        if self.retry_timeout < 0:
-            raise ValueError(f"retry_timeout must be >= 0, not {self.retry_timeout}")
+    endpoint_url: str | None = _setting(
+        URL,
+        None,
+        doc="The service's URL, for an emulator or a compatible server; `host:port` means"
+        " `http://host:port`; default: https://storage.googleapis.com.",
+        env=(EMULATOR_ENV,),
+    )
+    anonymous: bool = _setting(
+        FLAG,
+        False,
+        doc=f"Send no credentials (public buckets, emulators); true by default when `{EMULATOR_ENV}` is set.",
+    )
+    part_size: int = _setting(
+        SIZE,
+        16 * MiB,
+        doc="Bytes of one resumable-upload request; a smaller object goes up in one request.",
+        minimum=CHUNK_MULTIPLE,
+        multiple_of=CHUNK_MULTIPLE,
+        why="GCS takes a session's chunks in multiples of 256KiB, one at a time, so larger"
+        " requests amortise the round trips.",
+    )
+    max_concurrency: int = _setting(
+        COUNT,
+        1,
+        doc="Parts one writer sends at the same time.",
+        minimum=1,
+        maximum=1,
+        why="A GCS resumable session takes its chunks in order, one at a time (the caller"
+        " fills the next chunk while one is on the wire).",
+    )
+    checksum: str = _setting(
+        CHOICE,
+        "CRC32C",
+        doc="The full-object checksum sent with each write and checked by the server; NONE sends none.",
+        choices=("CRC32C", "MD5", "NONE"),
+    )
+    credentials: Any = _setting(
+        OBJECT,
+        None,
+        doc="A `google.auth` credentials object to use instead of Application Default Credentials.",
+        secret=True,
+    )
+    project: str | None = _setting(
+        TEXT,
+        None,
+        doc="The project of requests that need one (none of the store's do); informative.",
+        env=PROJECT_ENVS,
+    )
+    session: Any = _setting(
+        OBJECT,
+        None,
+        doc="A `requests` session to send every request through (proxies, adapters); default:"
+        " an authorized session the store builds.",
+    )
 
     @property
     def timeout(self) -> tuple[float, float]:
@@ -68,92 +91,13 @@ class GcsConfig:
         return (self.connect_timeout, self.read_timeout)
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> GcsConfig:
-        """Build the settings: ``overrides`` (not ``None``) win over the environment,
-        which wins over the defaults.
+    def _cloud_rules(cls, values: dict[str, Any], env: Mapping[str, str], sources: dict[str, str]) -> None:
+        if "anonymous" not in values and env.get(EMULATOR_ENV, "").strip():
+            values["anonymous"], sources["anonymous"] = True, EMULATOR_ENV
 
-        Environment: ``FLYTE_CHECKPOINT_GCS_<FIELD>`` for each field (e.g.
-        ``FLYTE_CHECKPOINT_GCS_CHUNK_SIZE``), ``STORAGE_EMULATOR_HOST`` for the endpoint
-        (then anonymous by default), ``GOOGLE_CLOUD_PROJECT`` / ``GCLOUD_PROJECT`` /
-        ``CLOUDSDK_CORE_PROJECT`` for the project.
-
-        Raises:
-            ValueError: a setting is malformed (the message names the variable).
-        """
-        env = dict(os.environ if env is None else env)
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name == "credentials":
-                continue
-            raw = env.get(ENV_PREFIX + f.name.upper())
-            if raw is not None and raw.strip():
-                values[f.name] = _convert(f.name, raw.strip())
-        if "endpoint" not in values and env.get(EMULATOR_ENV, "").strip():
-            values["endpoint"] = env[EMULATOR_ENV].strip()
-            values.setdefault("anonymous", True)
-        if "project" not in values:
-            project = next((env[k].strip() for k in PROJECT_ENVS if env.get(k, "").strip()), None)
-            if project:
-                values["project"] = project
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        if values.get("endpoint"):
-            values["endpoint"] = normalize_endpoint(values["endpoint"])
-        return replace(cls(), **values)
-
-
-def normalize_endpoint(endpoint: str) -> str:
-    """``host:port`` becomes ``http://host:port``; a trailing slash is dropped."""
-    endpoint = endpoint.strip().rstrip("/")
-    if "://" not in endpoint:
-        endpoint = "http://" + endpoint
-    return endpoint
-
-
-_DEFAULTS = GcsConfig()
-
-
-def _convert(name: str, raw: str) -> Any:
-    default = getattr(_DEFAULTS, name)
-    var = ENV_PREFIX + name.upper()
-    if isinstance(default, bool) or name == "anonymous":
-        lowered = raw.lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{var}={raw!r} is not a boolean: use 1/0, true/false")
-    if isinstance(default, int):
-        try:
-            return _parse_size(raw)
-        except ValueError:
-            raise ValueError(f"{var}={raw!r} is not a size: use bytes or a suffix (256KiB, 16MiB)")
-    if isinstance(default, float):
-        try:
-            return float(raw)
-        except ValueError:
-            raise ValueError(f"{var}={raw!r} is not a number of seconds")
-    return raw
-
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1024,
-    "kb": 1024,
-    "kib": 1024,
-    "m": MiB,
-    "mb": MiB,
-    "mib": MiB,
-    "g": 1024 * MiB,
-    "gb": 1024 * MiB,
-    "gib": 1024 * MiB,
-}
-
-
-def _parse_size(raw: str) -> int:
-    text = raw.strip().lower().replace("_", "")
-    digits = text.rstrip("abcdefghijklmnopqrstuvwxyz ")
-    unit = text[len(digits) :].strip()
-    if not digits or unit not in _UNITS:
-        raise ValueError(raw)
-    return int(digits) * _UNITS[unit]
+    @classmethod
+    def _parse(cls, name: str, spec: Setting, raw: Any, source: str) -> Any:
+        if name == "endpoint_url" and isinstance(raw, str) and raw.strip() and "://" not in raw:
+            raw = "http://" + raw.strip()  # STORAGE_EMULATOR_HOST's usual form, host:port
+        value = super()._parse(name, spec, raw, source)
+        return value.rstrip("/") if name == "endpoint_url" else value

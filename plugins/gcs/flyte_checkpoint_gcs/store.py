@@ -1,115 +1,96 @@
-"""The GCS store: ``gs://bucket/name`` and ``gcs://bucket/name`` objects."""
+"""The GCS store: objects at ``gs://BUCKET/NAME`` and ``gcs://BUCKET/NAME``."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, BinaryIO
 
-import requests
-
-from flyte_checkpoint.errors import CheckpointError, CheckpointPermissionError, NotFoundError
-from flyte_checkpoint.storage.blobstore import COPY_CHUNK, BlobStore, BlobWriter
+from flyte_checkpoint.errors import CheckpointPermissionError, ConfigurationError, NotFoundError
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file
 from flyte_checkpoint.uri import redact
 
-from . import errormap
-from .config import GcsConfig
-from .reader import GcsReader, ObjectInfo, fetch_range
-from .transport import Transport
-from .uris import GcsLocation, parse
-from .writer import GcsWriter
+from . import errors
+from .client import GCSClient
+from .config import GCSConfig
+from .reader import fetch, open_reader
+from .uris import parse
+from .writer import GCSWriter
 
 
-class GcsStore(BlobStore):
+class GCSStore(BlobStore):
     """Objects in Google Cloud Storage.
 
-    One instance serves every thread of a process; the HTTP session and the SDK client
-    are made on first use. Keyword arguments override the environment (see
-    :meth:`GcsConfig.from_env` and the README); ``session`` replaces the authorized
-    ``requests`` session the store would build (proxies, custom adapters, tests).
+    One instance serves every thread of a process: the SDK client is built on first use and
+    the store's pool (``max_concurrency + read_concurrency`` threads, named
+    ``flyte-checkpoint-gcs-N``) is shared by its readers and writers. Settings come from
+    ``config``, or else from keyword arguments and the environment (:class:`GCSConfig`).
+
+    Raises:
+        ConfigurationError: a setting is invalid (at construction, naming where it came from).
     """
 
     supports_ranges = True
+    supports_list = True
 
-    def __init__(
-        self,
-        *,
-        endpoint: str | None = None,
-        project: str | None = None,
-        anonymous: bool | None = None,
-        credentials: Any = None,
-        chunk_size: int | None = None,
-        read_range_size: int | None = None,
-        read_concurrency: int | None = None,
-        connect_timeout: float | None = None,
-        read_timeout: float | None = None,
-        retry_timeout: float | None = None,
-        session: requests.Session | None = None,
-        config: GcsConfig | None = None,
-    ) -> None:
-        overrides = dict(
-            endpoint=endpoint,
-            project=project,
-            anonymous=anonymous,
-            credentials=credentials,
-            chunk_size=chunk_size,
-            read_range_size=read_range_size,
-            read_concurrency=read_concurrency,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            retry_timeout=retry_timeout,
-        )
-        self.config = config or GcsConfig.from_env(**overrides)
-        self._transport = Transport(self.config, session)
+    def __init__(self, config: GCSConfig | None = None, **settings: Any) -> None:
+        if config is not None and settings:
+            raise ConfigurationError(
+                f"GCSStore takes a config or settings, not both (got config and {', '.join(settings)})"
+            )
+        self.config = config if config is not None else GCSConfig.resolve(**settings)
+        #: Bytes a writer holds before it sends any (one resumable chunk).
+        self.part_size: int = self.config.part_size
+        self.client = GCSClient(self.config)
+        self.pool = StorePool("gcs", self.config.max_concurrency + self.config.read_concurrency)
 
     @property
     def max_pooled_connections(self) -> int:
-        """The most HTTP connections the store keeps open between calls (its session's pool)."""
-        return self._transport.pool_size
+        """The most HTTP connections the store keeps open between calls."""
+        return self.config.max_connections
 
     # -- BlobStore --------------------------------------------------------------------
 
     def open_read(self, uri: str) -> BinaryIO:
-        info = self._info(uri, parse(uri))
-        if info is None:
+        loc = parse(uri)
+        blob = self._blob(loc, uri)
+        if blob is None:
             raise NotFoundError(f"no checkpoint object at {redact(uri)}")
-        return GcsReader(uri, info, self._transport)  # type: ignore[return-value]
+        return open_reader(self, loc, uri, blob)  # type: ignore[return-value]
 
     def open_write(self, uri: str) -> BlobWriter:
-        return GcsWriter(uri, parse(uri), self._transport)
+        return GCSWriter(self, parse(uri), uri)
 
     def stat(self, uri: str) -> int | None:
-        info = self._info(uri, parse(uri))
-        return None if info is None else info.size
+        blob = self._blob(parse(uri), uri)
+        return None if blob is None else int(blob.size or 0)
 
     def delete(self, uri: str) -> None:
         loc = parse(uri)
         try:
-            blob = self._transport.client.bucket(loc.bucket).blob(loc.name)
-            blob.delete(timeout=self.config.timeout, retry=self._transport.api_retry())
+            blob = self.client.storage.bucket(loc.bucket).blob(loc.key)
+            blob.delete(timeout=self.config.timeout, retry=self.client.retry())
         except Exception as exc:
-            if _is_not_found(exc):
-                self._check_bucket(loc, uri)
-                return
-            errormap.reraise(exc, uri, "delete")
+            if errors.status_of(exc) != 404:
+                raise self._mapped(exc, uri, "delete")
+            self._check_bucket(loc, uri)
 
     def list(self, prefix: str) -> Iterator[str]:
-        loc = parse(prefix, want_object=False)
+        loc = parse(prefix, want_key=False)
         try:
-            blobs = self._transport.client.list_blobs(
+            blobs = self.client.storage.list_blobs(
                 loc.bucket,
-                prefix=loc.name or None,
+                prefix=loc.key or None,
                 fields="items(name),nextPageToken",
                 timeout=self.config.timeout,
-                retry=self._transport.api_retry(),
+                retry=self.client.retry(),
             )
             names = sorted(blob.name for blob in blobs)
         except Exception as exc:
-            if _is_not_found(exc):
-                raise errormap.missing_bucket(loc.bucket, prefix) from None
-            errormap.reraise(exc, prefix, "list")
+            if errors.status_of(exc) == 404:
+                raise errors.missing_bucket(loc.bucket, prefix) from None
+            raise self._mapped(exc, prefix, "list")
         for name in names:
             yield loc.uri(name)
 
@@ -117,92 +98,74 @@ class GcsStore(BlobStore):
         loc = parse(uri)
         if length <= 0:
             return b""
-        # Unpinned and unchecked: the size is unknown here, so a short answer is the end.
-        info = ObjectInfo(loc.bucket, loc.name, start + length, None, None, None)
+        data = bytearray(length)
         try:
-            return fetch_range(self._transport, info, start, start + length, strict=False)
+            got = fetch(self, loc, start, memoryview(data))
         except Exception as exc:
-            if _is_not_found(exc):
-                self._check_bucket(loc, uri)
-                raise NotFoundError(f"no checkpoint object at {redact(uri)}") from None
-            errormap.reraise(exc, uri, "read")
+            if errors.status_of(exc) != 404:
+                raise self._mapped(exc, uri, "read")
+            self._check_bucket(loc, uri)
+            raise NotFoundError(f"no checkpoint object at {redact(uri)}") from None
+        del data[got:]
+        return bytes(data)
 
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
-        """Copy the object into ``path`` through the parallel reader; ``path`` is replaced
-        only once every byte has arrived and passed the checksum."""
-        target = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as dst, self.open_read(uri) as src:
-                buf = bytearray(COPY_CHUNK)
-                view = memoryview(buf)
-                while n := src.readinto(view):  # type: ignore[attr-defined]
-                    dst.write(view[:n])
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Copy the object into ``path`` through the parallel reader; ``path`` is replaced only
+        once every byte has arrived and passed the checksum."""
+        with self.open_read(uri) as src:
+            download_to_file(src, path)
 
     def close(self) -> None:
-        self._transport.close()
+        self.pool.close()
+        self.client.close()
 
     def __repr__(self) -> str:
-        endpoint = self.config.endpoint or "storage.googleapis.com"
-        return f"<GcsStore endpoint={endpoint} chunk_size={self.config.chunk_size}>"
+        return f"<GCSStore endpoint={self.client.endpoint} part_size={self.part_size}>"
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _info(self, uri: str, loc: GcsLocation) -> ObjectInfo | None:
-        """The object's size, generation and checksums, or ``None`` if it does not exist."""
+    def _blob(self, loc: Location, uri: str) -> Any:
+        """The object's metadata (size, generation, checksums), or ``None`` if it does not exist."""
         try:
-            bucket = self._transport.client.bucket(loc.bucket)
-            blob = bucket.get_blob(loc.name, timeout=self.config.timeout, retry=self._transport.api_retry())
+            bucket = self.client.storage.bucket(loc.bucket)
+            blob = bucket.get_blob(loc.key, timeout=self.config.timeout, retry=self.client.retry())
         except Exception as exc:
-            if not _is_not_found(exc):
-                errormap.reraise(exc, uri, "read")
+            if errors.status_of(exc) != 404:
+                raise self._mapped(exc, uri, "read")
             blob = None
         if blob is None:
             self._check_bucket(loc, uri)
             return None
-        return ObjectInfo.from_blob(blob)
+        return blob
 
-    def _check_bucket(self, loc: GcsLocation, uri: str) -> None:
-        """Raise ContainerNotFoundError if the bucket is missing (after a 404 on an object).
+    def _check_bucket(self, loc: Location, uri: str) -> None:
+        """After a 404 on an object: raise ContainerNotFoundError if the bucket is missing.
 
-        GCS answers 404 both for a missing object and a missing bucket; listing at most one
+        GCS answers 404 alike for a missing object and a missing bucket; listing at most one
         name tells them apart and needs only the permission to list objects.
         """
         try:
-            page = self._transport.client.list_blobs(
+            page = self.client.storage.list_blobs(
                 loc.bucket,
-                prefix=loc.name or None,
+                prefix=loc.key or None,
                 max_results=1,
                 fields="items(name)",
                 timeout=self.config.timeout,
-                retry=self._transport.api_retry(),
+                retry=self.client.retry(),
             )
             next(iter(page), None)
-        except CheckpointError:
-            raise
         except Exception as exc:
-            if _is_not_found(exc):
-                raise errormap.missing_bucket(loc.bucket, uri) from None
-            if isinstance(errormap.map_error(exc, uri, "list"), CheckpointPermissionError):
-                return  # may read objects but not list them: assume the bucket is there
-            errormap.reraise(exc, uri, "read")
+            if errors.status_of(exc) == 404:
+                raise errors.missing_bucket(loc.bucket, uri) from None
+            err = self._mapped(exc, uri, "list")
+            if isinstance(err, CheckpointPermissionError):
+                return  # may read objects but not list them: the bucket is taken to exist
+            raise err
+
+    def _mapped(self, exc: Exception, uri: str, action: str) -> Exception:
+        return errors.map_error(exc, uri, action, config=self.config)
 
 
-def _is_not_found(exc: BaseException) -> bool:
-    if isinstance(exc, NotFoundError):
-        return True
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    if status is None and "google.api_core.exceptions.GoogleAPICallError" in {
-        f"{k.__module__}.{k.__name__}" for k in type(exc).__mro__
-    }:
-        status = getattr(exc, "code", None)
-    return status == 404
-
-
-def make_store() -> GcsStore:
-    """The registry's factory: a store configured from the environment."""
-    return GcsStore()
+def make_store(**settings: Any) -> GCSStore:
+    """The registry's factory: a store from ``settings`` (``configure_store``) and the environment."""
+    return GCSStore(**settings)

@@ -1,44 +1,38 @@
-"""Streaming writes: one request for a small object, a resumable upload in chunks otherwise.
+"""Writes: one request for a small object, a resumable upload in ``part_size`` chunks otherwise.
 
-GCS resumable uploads take their chunks strictly in order, so the chunks cannot be sent
-in parallel; instead one chunk is on the wire (in a worker thread) while the caller fills
-the next. Memory stays under four chunks (usually three) whatever the object's size. The object
-appears only when the final chunk is accepted; an abort cancels the session, so nothing
-appears and nothing is left to clean up.
+A resumable session takes its chunks strictly in order, so they cannot be sent in parallel:
+one chunk is on the wire (on the store's pool) while the caller fills the next, so a writer
+holds at most three chunks. The object appears only when the final request is accepted, and
+that request carries the whole object's checksum, so the server refuses damaged bytes; an abort
+cancels the session, so nothing appears and nothing is left.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
-import google_crc32c
-
-from flyte_checkpoint.errors import CorruptCheckpointError, StoreError
+from flyte_checkpoint.errors import CheckpointError, TransientError
 from flyte_checkpoint.storage.blobstore import BlobWriter
+from flyte_checkpoint.storage.kit import Location, scrub
 from flyte_checkpoint.uri import redact
 
-from . import errormap
-from .transport import Transport
-from .uris import GcsLocation
+from . import errors, integrity
+
+if TYPE_CHECKING:
+    from .store import GCSStore
 
 log = logging.getLogger("flyte_checkpoint.gcs")
 
 CONTENT_TYPE = "application/octet-stream"
 
 
-def crc32c_b64(checksum: google_crc32c.Checksum) -> str:
-    """The checksum as GCS spells it: base64 of the big-endian 4 bytes."""
-    return base64.b64encode(checksum.digest()).decode("ascii")
-
-
 class _Feed:
-    """The window of the upload stream that is not yet acknowledged by the server.
+    """The part of the upload stream the server has not yet acknowledged.
 
-    It is the ``stream`` that ``ResumableUpload`` reads chunks from: ``tell``/``read``/
-    ``seek`` in absolute offsets. Bytes before the server's acknowledged offset are dropped.
+    It is the ``stream`` ``ResumableUpload`` reads chunks from (``tell``/``read``/``seek`` in
+    absolute offsets); bytes before the server's acknowledged offset are dropped.
     """
 
     def __init__(self) -> None:
@@ -48,7 +42,7 @@ class _Feed:
 
     def append(self, chunk: bytearray) -> None:
         if not self._data:
-            self._data = chunk  # take it over: no copy in the common case
+            self._data = chunk  # taken over: no copy in the common case
         else:
             self._data += chunk
 
@@ -81,17 +75,18 @@ class _Feed:
         self.seek(offset)
 
 
-class GcsWriter(BlobWriter):
-    """A write of one object; see the module docstring for how it is sent."""
+class GCSWriter(BlobWriter):
+    """A write of one object (see the module docstring)."""
 
-    def __init__(self, uri: str, loc: GcsLocation, transport: Transport) -> None:
+    def __init__(self, store: GCSStore, loc: Location, uri: str) -> None:
         super().__init__(uri)
-        self._loc = loc
-        self._transport = transport
-        self._chunk_size = transport.config.chunk_size
+        self._store, self._loc = store, loc
+        self._client = store.client
+        self._config = store.config
+        self._chunk_size = store.config.part_size
         self._buf = bytearray()
-        self._crc = google_crc32c.Checksum()
-        self._pool: ThreadPoolExecutor | None = None
+        self._algorithm = store.config.checksum
+        self._digest = integrity.digest(self._algorithm)
         self._pending: Future[Any] | None = None
         self._upload: Any = None  # google.resumable_media.requests.ResumableUpload
         self._headers: dict[str, str] = {}
@@ -101,18 +96,18 @@ class GcsWriter(BlobWriter):
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         try:
-            # google_crc32c's C code takes only ``bytes``.
-            self._crc.update(data if isinstance(data, bytes) else bytes(data))
+            if self._digest is not None:
+                self._digest.update(data)
             view = memoryview(data)
             while view:
                 room = self._chunk_size - len(self._buf)
-                self._buf += view[:room]
+                self._buf += view[:room]  # a copy: the caller may reuse its buffer
                 view = view[room:]
                 if len(self._buf) >= self._chunk_size:
                     chunk, self._buf = self._buf, bytearray()
                     self._ship(chunk, final=False)
         except Exception as exc:
-            errormap.reraise(exc, self.uri, "upload to")
+            raise self._mapped(exc)
 
     def _commit(self) -> None:
         try:
@@ -121,14 +116,11 @@ class GcsWriter(BlobWriter):
             else:
                 self._ship(self._buf, final=True)
                 assert self._pending is not None
-                result = self._pending.result()
-                self._pending = None
+                result, self._pending = self._pending.result(), None
             self._buf = bytearray()
             self._verify(result)
         except Exception as exc:
-            errormap.reraise(exc, self.uri, "upload to")
-        finally:
-            self._shutdown_pool()
+            raise self._mapped(exc)
 
     def _abort(self) -> None:
         pending, self._pending = self._pending, None
@@ -136,9 +128,8 @@ class GcsWriter(BlobWriter):
             pending.cancel()
             try:
                 pending.result()
-            except BaseException:
+            except BaseException:  # the abort is what matters now
                 pass
-        self._shutdown_pool()
         self._buf = bytearray()
         self._feed = _Feed()
         upload = self._upload
@@ -148,119 +139,122 @@ class GcsWriter(BlobWriter):
     # -- sending --------------------------------------------------------------------
 
     def _ship(self, chunk: bytearray, final: bool) -> None:
-        """Hand ``chunk`` to the worker once the previous one is on the server."""
+        """Hand ``chunk`` to the pool once the previous one is on the server."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            pending.result()  # raises the worker's failure here, in the caller's thread
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fcp-gcs-upload")
-        self._pending = self._pool.submit(self._send, chunk, final)
+            pending.result()  # the previous chunk's failure is raised here, in the caller's thread
+        self._pending = self._store.pool.submit(self._send, chunk, final)
 
     def _send(self, chunk: bytearray, final: bool) -> dict[str, Any] | None:
-        """Worker: append ``chunk`` and send every whole chunk (and, if final, the rest)."""
-        session = self._transport.session
-        timeout = self._transport.config.timeout
+        """In the pool: append ``chunk`` and send every whole chunk (and, if final, the rest)."""
+        session = self._client.session
         if self._upload is None:
-            self._initiate(session, timeout)
+            self._initiate(session)
         upload = self._upload
         self._feed.append(chunk)
         response = None
         while not upload.finished:
             left = self._feed.available()
-            if not final and left < self._chunk_size:
+            if left < self._chunk_size and not final:
                 break
-            if final and left < self._chunk_size:
-                # This request carries the last bytes and the total: let the server check
-                # the whole object's CRC32C before it makes the object visible.
-                self._headers["X-Goog-Hash"] = f"crc32c={crc32c_b64(self._crc)}"
-            response = upload.transmit_next_chunk(session, timeout=timeout)
+            if left < self._chunk_size and self._digest is not None:
+                # This request carries the last bytes and the total: the server checks the
+                # whole object before it makes the object visible.
+                self._headers.update(integrity.hash_header(self._algorithm, self._digest.value()))
+            try:
+                response = upload.transmit_next_chunk(session, timeout=self._config.timeout)
+            except Exception as exc:
+                if upload.invalid and errors.status_of(exc) in (404, 410):
+                    raise TransientError(
+                        f"the upload session of {redact(self.uri)} ended before the upload did (HTTP"
+                        f" {errors.status_of(exc)}: it expired or another writer finished it); the"
+                        " save is retried"
+                    ) from None
+                raise
             self._feed.acknowledge(upload.bytes_uploaded)
         return response.json() if final and response is not None else None
 
-    def _initiate(self, session: Any, timeout: tuple[float, float]) -> None:
+    def _initiate(self, session: Any) -> None:
         from google.resumable_media.requests import ResumableUpload
 
         upload = ResumableUpload(
-            self._transport.upload_url(self._loc.bucket, "resumable"),
-            self._chunk_size,
-            headers=self._headers,
+            self._client.upload_url(self._loc.bucket, "resumable"), self._chunk_size, headers=self._headers
         )
-        # The library's default keeps retrying for ten minutes; the core retries whole saves.
-        upload._retry_strategy = self._transport.media_retry_strategy()
+        upload._retry_strategy = self._client.upload_retry()
         try:
             upload.initiate(
                 session,
                 self._feed,
-                {"name": self._loc.name},
+                {"name": self._loc.key},
                 CONTENT_TYPE,
                 stream_final=False,
-                timeout=timeout,
+                timeout=self._config.timeout,
             )
         except Exception as exc:
-            if getattr(getattr(exc, "response", None), "status_code", None) == 404:
-                raise errormap.missing_bucket(self._loc.bucket, self.uri) from None
+            if errors.status_of(exc) == 404:
+                raise errors.missing_bucket(self._loc.bucket, self.uri) from None
             raise
         self._upload = upload
 
     def _single_request(self, data: bytes) -> dict[str, Any]:
         from google.resumable_media.requests import MultipartUpload
 
-        upload = MultipartUpload(self._transport.upload_url(self._loc.bucket, "multipart"))
-        upload._retry_strategy = self._transport.media_retry_strategy()
-        # With the checksum in the metadata the server refuses damaged bytes itself.
-        metadata = {"name": self._loc.name, "crc32c": crc32c_b64(self._crc)}
+        upload = MultipartUpload(self._client.upload_url(self._loc.bucket, "multipart"))
+        upload._retry_strategy = self._client.upload_retry()
+        meta = {"name": self._loc.key}
+        if self._digest is not None:  # the server refuses damaged bytes itself
+            meta.update(integrity.metadata(self._algorithm, self._digest.value()))
         try:
             response = upload.transmit(
-                self._transport.session, data, metadata, CONTENT_TYPE, timeout=self._transport.config.timeout
+                self._client.session, data, meta, CONTENT_TYPE, timeout=self._config.timeout
             )
         except Exception as exc:
-            if getattr(getattr(exc, "response", None), "status_code", None) == 404:
-                raise errormap.missing_bucket(self._loc.bucket, self.uri) from None
+            if errors.status_of(exc) == 404:
+                raise errors.missing_bucket(self._loc.bucket, self.uri) from None
             raise
-        return response.json()
+        return dict(response.json())
 
     def _verify(self, result: dict[str, Any] | None) -> None:
-        """Check that the stored object is what was written; remove it if not."""
+        """Check the server's description of the stored object against what was written; a
+        mismatch (damage the server did not catch) removes that generation and is transient."""
         if result is None:
-            raise StoreError(
-                f"the upload to {redact(self.uri)} ended without the server's "
-                "description of the object; retry the save"
+            raise TransientError(
+                f"the upload to {redact(self.uri)} ended without the server's description of the"
+                " object; the save is retried"
             )
-        local = crc32c_b64(self._crc)
-        remote = result.get("crc32c")
         size = result.get("size")
+        local = self._digest.value() if self._digest is not None else None
+        remote = integrity.stored(result, self._algorithm) if self._digest is not None else None
         if (remote is not None and remote != local) or (size is not None and int(size) != self.bytes_written):
             self._remove_damaged(result.get("generation"))
-            raise CorruptCheckpointError(
-                f"the object stored at {redact(self.uri)} does not match what was written "
-                f"(CRC32C {remote}, {size} bytes on the server; {local}, {self.bytes_written} bytes "
-                "sent); the damaged object was removed. Retry the save"
+            raise TransientError(
+                f"the object stored at {redact(self.uri)} does not match what was written"
+                f" ({self._algorithm} {remote}, {size} bytes on the server; {local}, {self.bytes_written}"
+                " bytes sent): the bytes were damaged in transit. That object was removed; the save"
+                " is retried"
             )
 
     def _remove_damaged(self, generation: Any) -> None:
         try:
-            blob = self._transport.client.bucket(self._loc.bucket).blob(self._loc.name)
+            blob = self._client.storage.bucket(self._loc.bucket).blob(self._loc.key)
             blob.delete(
                 if_generation_match=int(generation) if generation else None,
-                timeout=self._transport.config.timeout,
+                timeout=self._config.timeout,
+                retry=self._client.retry(),
             )
-        except Exception as exc:  # the corruption error that follows matters more
-            log.warning(
-                "could not remove the damaged object %s: %s", redact(self.uri), errormap.scrub(str(exc))
-            )
+        except Exception as exc:  # the error that follows matters more
+            log.warning("could not remove the damaged object %s: %s", redact(self.uri), scrub(str(exc)))
 
     def _cancel_session(self, session_url: str) -> None:
-        """Best effort: GCS answers 499 to a cancelled session; emulators may not support it."""
+        """Best effort: GCS answers 499 to a cancelled session (the emulator does not implement it)."""
         try:
-            self._transport.session.delete(session_url, timeout=self._transport.config.timeout)
+            self._client.session.delete(session_url, timeout=self._config.timeout)
         except Exception as exc:
             log.debug(
                 "cancelling the upload session of %s failed (it expires by itself): %s",
                 redact(self.uri),
-                errormap.scrub(str(exc)),
+                scrub(str(exc)),
             )
 
-    def _shutdown_pool(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+    def _mapped(self, exc: Exception) -> CheckpointError:
+        return errors.map_error(exc, self.uri, "write", config=self._config)

@@ -7,9 +7,11 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from flyte_checkpoint_gcs.store import GCSStore
 
 from flyte_checkpoint.storage.registry import get_registry
 
+from .helpers import BUCKET, CHUNK, RANGE, RecordingSession, make_store
 from .server import EmulatorError, GcsEmulator, emulator_installed
 
 try:
@@ -23,15 +25,10 @@ except ImportError:  # pragma: no cover - run outside the repository
             pytest.skip(why)
 
 
-BUCKET = "fcp-test"
-#: Small sizes so that a few MiB cross many chunk and range boundaries.
-CHUNK = 256 * 1024
-RANGE = 384 * 1024
 STORE_ENV = {
-    "FLYTE_CHECKPOINT_GCS_CHUNK_SIZE": str(CHUNK),
+    "FLYTE_CHECKPOINT_GCS_PART_SIZE": str(CHUNK),
     "FLYTE_CHECKPOINT_GCS_READ_RANGE_SIZE": str(RANGE),
     "FLYTE_CHECKPOINT_GCS_READ_CONCURRENCY": "4",
-    "FLYTE_CHECKPOINT_GCS_RETRY_TIMEOUT": "2",
 }
 
 
@@ -67,3 +64,17 @@ def gcs_emulator() -> Iterator[GcsEmulator]:
 def gcs_root(gcs_emulator: GcsEmulator) -> str:
     """A fresh, empty ``gs://`` prefix."""
     return f"gs://{BUCKET}/{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def session() -> RecordingSession:
+    """A real session that records each request the store sends."""
+    return RecordingSession()
+
+
+@pytest.fixture
+def store(gcs_emulator: GcsEmulator, session: RecordingSession) -> Iterator[GCSStore]:
+    """A store on the emulator through ``session``, with one SDK try per request."""
+    s = make_store(gcs_emulator.endpoint, session=session)
+    yield s
+    s.close()

@@ -6,13 +6,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from flyte_checkpoint_gcs.store import GcsStore
+from flyte_checkpoint_gcs.store import GCSStore
 
 from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import get_registry
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
-from .conftest import BUCKET, CHUNK
+from .helpers import BUCKET, CHUNK, make_store
 from .server import GcsEmulator
 
 #: Crosses 20 upload chunks and 14 read ranges with the small sizes of ``STORE_ENV``.
@@ -27,8 +27,8 @@ class TestGcsConformance(BlobStoreSuite, CheckpointSuite):
     @pytest.fixture
     def store(self, gcs_emulator: GcsEmulator) -> BlobStore:
         store = get_registry().store_for(f"gs://{BUCKET}/x")
-        assert isinstance(store, GcsStore)
-        assert store.config.chunk_size == CHUNK
+        assert isinstance(store, GCSStore)
+        assert store.config.part_size == CHUNK
         return store
 
     @pytest.fixture
@@ -36,20 +36,14 @@ class TestGcsConformance(BlobStoreSuite, CheckpointSuite):
         return f"gs://{BUCKET}/{uuid.uuid4().hex}"
 
 
-class TestGcsAliasStreamingConformance(BlobStoreSuite):
-    """``gcs://`` on a store built directly, reading each object with one streaming GET."""
+class TestGcsAliasSerialConformance(BlobStoreSuite):
+    """``gcs://`` on a store built directly, reading one range at a time, SDK retries on."""
 
     large_object_size = LARGE
 
     @pytest.fixture
     def store(self, gcs_emulator: GcsEmulator) -> Iterator[BlobStore]:
-        store = GcsStore(
-            endpoint=gcs_emulator.endpoint,
-            anonymous=True,
-            chunk_size=CHUNK,
-            read_concurrency=1,
-            retry_timeout=2,
-        )
+        store = make_store(gcs_emulator.endpoint, read_concurrency=1, request_attempts=3)
         yield store
         store.close()
 

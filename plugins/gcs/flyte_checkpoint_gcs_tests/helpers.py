@@ -1,4 +1,5 @@
-"""A real authorized HTTP session that records each request and can inject faults."""
+"""Shared test helpers: the sizes and bucket of the tests, a store on the emulator, and a real
+authorized HTTP session that records each request and can inject faults."""
 
 from __future__ import annotations
 
@@ -7,9 +8,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from flyte_checkpoint_gcs.store import GCSStore
 from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from requests.structures import CaseInsensitiveDict
+
+BUCKET = "fcp-test"
+#: Small sizes so that a few MiB cross many chunk and range boundaries.
+CHUNK = 256 * 1024
+RANGE = 384 * 1024
+
+
+def make_store(endpoint: str, **settings: Any) -> GCSStore:
+    """A store on the emulator at ``endpoint``: anonymous, small chunks and ranges, one SDK try
+    per request (the tests count requests), unless ``settings`` say otherwise."""
+    defaults: dict[str, Any] = {
+        "endpoint_url": endpoint,
+        "anonymous": True,
+        "part_size": CHUNK,
+        "read_range_size": RANGE,
+        "read_concurrency": 4,
+        "request_attempts": 1,
+    }
+    return GCSStore(**{**defaults, **settings})
 
 
 @dataclass

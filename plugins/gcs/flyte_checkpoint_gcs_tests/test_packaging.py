@@ -1,16 +1,49 @@
-"""``pip install 'flyte-checkpoint[gcs]'`` into an empty venv, then a save and load through it."""
+"""Packaging: the entry point, the module set every plugin shares, lazy imports, and
+``pip install 'flyte-checkpoint[gcs]'`` into an empty venv, then a save and load through it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
+import flyte_checkpoint_gcs
 import pytest
 
-from .conftest import BUCKET
+from .helpers import BUCKET
 from .server import GcsEmulator
+
+PACKAGE = Path(flyte_checkpoint_gcs.__file__).parent
+#: The modules of every plugin (CONTRIBUTING: the plugin shape).
+MODULES = ["__init__", "client", "config", "errors", "integrity", "plugin", "reader", "redaction"]
+MODULES += ["store", "uris", "writer"]
+TEST_MODULES = ["__init__", "conftest", "helpers", "server", "test_config", "test_conformance"]
+TEST_MODULES += ["test_credentials", "test_errors", "test_integrity", "test_packaging", "test_reads"]
+TEST_MODULES += ["test_uris", "test_writes"]
+
+
+def test_the_plugin_has_the_shared_module_names_and_is_typed() -> None:
+    assert sorted(p.stem for p in PACKAGE.glob("*.py")) == sorted(MODULES)
+    assert sorted(p.stem for p in Path(__file__).parent.glob("*.py")) == sorted(TEST_MODULES)
+    assert (PACKAGE / "py.typed").is_file()
+
+
+def test_importing_the_plugin_and_its_config_does_not_import_the_sdk() -> None:
+    code = (
+        "import sys, flyte_checkpoint_gcs, flyte_checkpoint_gcs.plugin, flyte_checkpoint_gcs.config\n"
+        "from flyte_checkpoint.storage.registry import get_registry\n"
+        "backend = get_registry().backend_for('gs://bucket/key')\n"
+        "assert backend.name == 'gcs', backend\n"
+        "sdk = sorted(m for m in sys.modules if m.startswith(('google', 'requests', 'urllib3')))\n"
+        "assert not sdk, sdk\n"
+        "print('clean')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "clean"
+
 
 try:
     from conftest import make_venv
@@ -26,6 +59,8 @@ from flyte_checkpoint.storage.registry import get_registry
 root = os.environ["FCP_ROOT"]
 backend = get_registry().backend_for(root)
 assert backend.distribution == "flyte-checkpoint-gcs", backend
+import importlib.resources
+assert importlib.resources.files("flyte_checkpoint_gcs").joinpath("py.typed").is_file()
 payload = os.urandom(3 * 1024 * 1024 + 5)
 with Checkpoint(root + "/bytes") as cp:
     cp.save_sync(payload)
@@ -60,7 +95,7 @@ def test_pip_install_extra_then_save_and_load(
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("FLYTE_CHECKPOINT_")},
         "STORAGE_EMULATOR_HOST": gcs_emulator.endpoint,
-        "FLYTE_CHECKPOINT_GCS_CHUNK_SIZE": "256KiB",
+        "FLYTE_CHECKPOINT_GCS_PART_SIZE": "256KiB",
         "FCP_ROOT": f"gs://{BUCKET}/{uuid.uuid4().hex}",
     }
     out = subprocess.run([str(python), "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)

@@ -1,0 +1,47 @@
+"""GCS's checksums on the wire: CRC32C (the default) or MD5 of the whole object.
+
+A write sends the checksum of what it wrote, so the server refuses damaged bytes before the object
+appears: in the metadata of a one-request upload (``crc32c`` / ``md5Hash``), and in the
+``X-Goog-Hash`` header of a resumable upload's final request. The server's description of the
+stored object is then compared with it too. A read verifies the object's stored CRC32C, or its
+MD5 when it has no CRC32C (objects composed on the server have none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flyte_checkpoint.storage.kit import checksums
+from flyte_checkpoint.storage.kit.checksums import Digest
+
+#: ``checksum`` setting -> (the object resource's field, the X-Goog-Hash name).
+_SPELLING = {"CRC32C": ("crc32c", "crc32c"), "MD5": ("md5Hash", "md5")}
+
+
+def digest(algorithm: str) -> Digest | None:
+    """A running checksum for the ``checksum`` setting's value (the kit's); ``None`` for NONE."""
+    return checksums.digest(algorithm) if algorithm in _SPELLING else None
+
+
+def metadata(algorithm: str, value: str) -> dict[str, str]:
+    """The object-resource field that makes a one-request upload check ``value``."""
+    return {_SPELLING[algorithm][0]: value}
+
+
+def hash_header(algorithm: str, value: str) -> dict[str, str]:
+    """The header that makes a resumable upload's final request check the whole object."""
+    return {"X-Goog-Hash": f"{_SPELLING[algorithm][1]}={value}"}
+
+
+def stored(resource: dict[str, Any], algorithm: str) -> str | None:
+    """The value of ``algorithm`` in the server's description of a stored object (upload answer)."""
+    return resource.get(_SPELLING[algorithm][0])
+
+
+def for_read(blob: Any) -> tuple[str, str] | None:
+    """``(algorithm, stored value)`` a read verifies: the CRC32C, else the MD5, else ``None``."""
+    if blob.crc32c:
+        return "CRC32C", blob.crc32c
+    if blob.md5_hash:
+        return "MD5", blob.md5_hash
+    return None
