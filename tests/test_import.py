@@ -43,3 +43,19 @@ def test_using_a_local_uri_imports_no_cloud_sdk(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_registry_functions_are_real_functions_that_import_the_registry_when_called():
+    """No module ``__getattr__`` (it would make a type checker accept any name, ``fc.Chekpoint``):
+    ``register_store``, ``unregister_store`` and ``configure_store`` are plain functions, and
+    reaching them loads no pluggy; calling one does."""
+    code = (
+        "import inspect, sys, flyte_checkpoint as fc\n"
+        "names = ('register_store', 'unregister_store', 'configure_store')\n"
+        "print([inspect.isfunction(getattr(fc, n)) for n in names], 'pluggy' in sys.modules,\n"
+        "      hasattr(fc, '__getattr__'))\n"
+        "fc.unregister_store('nothing')\n"
+        "print('pluggy' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[True, True, True] False False", "True"]

@@ -17,6 +17,9 @@ Entry points are loaded once, lazily, on the first resolution of a URI or the fi
 listing of backends (never at import), each on its own: a plugin that fails to import
 is reported by name in a warning and in later "no backend" errors, and the rest load.
 Set ``FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD=1`` to load no entry points at all.
+
+Stores are built on first use and then shared: one per backend, plus one per configured URI
+prefix that a URI matched (:func:`configure_store`, :mod:`flyte_checkpoint.storage.profiles`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .kit.settings import StoreConfig
 
 import pluggy
 
@@ -41,6 +47,7 @@ from ..forksafe import lock
 from ..uri import redact, scheme_of
 from . import hookspecs
 from .blobstore import BlobStore
+from .profiles import Profiles, origin, prefix_of
 
 DISABLE_AUTOLOAD_ENV = "FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD"
 ENTRY_POINT_GROUP = hookspecs.PROJECT
@@ -78,17 +85,23 @@ class StoreSpec:
     Attributes:
         name: the backend's name (unique among installed backends), e.g. ``"s3"``.
         schemes: the URI schemes it serves, lower case, e.g. ``("s3", "s3a")``.
-        factory: builds the store: a callable taking no arguments, or a
-            ``"package.module:attribute"`` path to one, imported on first use.
+        factory: builds the store: a callable, or a ``"package.module:attribute"`` path to one,
+            imported on first use. It is called with the keyword settings given to
+            :func:`configure_store` for the URI (the per-process ones, overlaid by the longest
+            matching prefix's), as the caller wrote them; with no arguments when none are.
         description: one line shown when backends are listed.
         priority: breaks ties when two backends of one level claim a scheme (higher wins).
+        config: the backend's :class:`~flyte_checkpoint.storage.kit.StoreConfig` subclass, or a
+            ``"package.module:Class"`` path to it: :func:`configure_store` checks settings with it.
+            ``None``: the backend takes no settings in code.
     """
 
     name: str
     schemes: tuple[str, ...]
-    factory: str | Callable[[], BlobStore]
+    factory: str | Callable[..., BlobStore]
     description: str = ""
     priority: int = 0
+    config: str | type[StoreConfig] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.schemes, str):
@@ -153,7 +166,9 @@ class Registry:
         self._broken: dict[str, BrokenPlugin] = {}
         self._runtime: list[StoreSpec] = []
         self._backends: list[Backend] | None = None
-        self._stores: dict[str, BlobStore] = {}
+        self._profiles = Profiles()
+        self._stores: dict[tuple[str, str], BlobStore] = {}  # (backend, matched prefix or "")
+        self._retired: list[BlobStore] = []  # replaced by a new configuration; closed by close()
 
     # -- plugins ---------------------------------------------------------------
 
@@ -239,8 +254,10 @@ class Registry:
         raise self._no_backend_error(scheme, uri)
 
     def store_for(self, uri: str) -> BlobStore:
-        """The store instance (built on first use, then shared) for the URI's scheme.
+        """The store instance (built on first use, then shared) for the URI.
 
+        One store serves each backend's URIs, except those under a prefix configured with
+        :meth:`configure`: each matched prefix has its own store (the longest prefix wins).
         While the ``flyte_checkpoint`` logger is set to ``DEBUG``, the store
         comes wrapped in a :class:`~flyte_checkpoint.storage.storelog.LoggedStore` that logs each call
         (see :mod:`flyte_checkpoint.storage.storelog`).
@@ -249,17 +266,39 @@ class Registry:
 
         backend = self.backend_for(uri)
         with self._lock.get():
-            store = self._stores.get(backend.name)
+            prefix, settings = self._profiles.match(backend.name, uri)
+            store = self._stores.get((backend.name, prefix))
             if store is None:
-                store = self._build(backend)
-                self._stores[backend.name] = store
+                store = self._build(backend, settings)
+                self._stores[backend.name, prefix] = store
         return wrap(store)
+
+    def configure(self, target: str, settings: dict[str, Any]) -> None:
+        """Set the settings of a backend's stores: see :func:`configure_store`."""
+        with self._lock.get():
+            backend, prefix = self._target(target)
+            spec = backend.spec
+            if settings:
+                if spec.config is None:
+                    raise ConfigurationError(
+                        f"the {spec.name!r} backend takes no settings in code ({origin(target)}):"
+                        " its StoreSpec names no config class. Configure it as its documentation"
+                        " says, or ask its authors to declare StoreSpec.config."
+                    )
+                config = self._load(backend, spec.config, "config class")
+                merged = self._profiles.merged(spec.name, prefix, settings)
+                config.resolve(origin=origin(target), **merged)  # raises ConfigurationError
+            self._profiles.set(spec.name, prefix, settings)
+            # Stores built with the old settings are not closed here: they may be in use.
+            for key in [k for k in self._stores if k[0] == spec.name]:
+                self._retired.append(self._stores.pop(key))
 
     def close(self) -> None:
         """Close every store built so far (they are rebuilt on next use)."""
         with self._lock.get():
-            stores, self._stores = self._stores, {}
-        for store in stores.values():
+            stores = [*self._stores.values(), *self._retired]
+            self._stores, self._retired = {}, []
+        for store in stores:
             store.close()
 
     # -- internals -------------------------------------------------------------
@@ -334,25 +373,64 @@ class Registry:
                         stacklevel=5,
                     )
 
-    def _build(self, backend: Backend) -> BlobStore:
-        spec = backend.spec
-        factory = spec.factory
+    def _target(self, target: str) -> tuple[Backend, str]:
+        """The backend a ``configure_store`` target names, and its prefix (``""``: per process)."""
+        if not isinstance(target, str):
+            raise ConfigurationError(
+                "configure_store's target must be a backend name or a URI prefix,"
+                f" not {type(target).__name__}"
+            )
+        if "://" in target:
+            backend = self.backend_for(target)
+            return backend, prefix_of(target, backend=backend.name, schemes=backend.schemes)
+        name = target.strip()
+        backends = self.backends()
+        for backend in backends:
+            if backend.name == name:
+                return backend, ""
+        serving = next((b for b in backends if name.lower() in b.schemes), None)
+        hint = f" ('{name}://' URIs are served by the {serving.name!r} backend)" if serving else ""
+        raise ConfigurationError(
+            f"configure_store({name!r}): no backend is named {name!r}{hint}. Give a backend name"
+            f" ({', '.join(b.name for b in backends)}) or a URI prefix such as 's3://bucket/'."
+        )
+
+    def _load(self, backend: Backend, target: Any, what: str) -> Any:
+        """``target`` itself, or the object its ``"module:attribute"`` path names."""
+        if not isinstance(target, str):
+            return target
         try:
-            if isinstance(factory, str):
-                module, _, attr = factory.partition(":")
-                obj: Any = importlib.import_module(module)
-                for part in attr.split(".") if attr else ():
-                    obj = getattr(obj, part)
-                factory = obj
-            store = factory()  # type: ignore[operator]
-        except ConfigurationError:
+            module, _, attr = target.partition(":")
+            obj: Any = importlib.import_module(module)
+            for part in attr.split(".") if attr else ():
+                obj = getattr(obj, part)
+            return obj
+        except ImportError as exc:
+            raise self._import_failed(backend, exc) from exc
+        except AttributeError as exc:
+            raise BackendLoadError(
+                f"the {backend.name!r} backend{_origin(backend)} names a {what} {target!r} that does"
+                f" not exist: {exc}. Check that its package is installed whole."
+            ) from exc
+
+    def _import_failed(self, backend: Backend, exc: ImportError) -> BackendLoadError:
+        schemes = backend.spec.schemes
+        hint = next((install_hint(s) for s in schemes if install_hint(s)), None)
+        return BackendLoadError(
+            f"the {backend.name!r} backend{_origin(backend)} could not be imported: {exc}."
+            + (f" Reinstall it with: {hint}" if hint else " Check that its package is installed whole.")
+        )
+
+    def _build(self, backend: Backend, settings: dict[str, Any]) -> BlobStore:
+        spec = backend.spec
+        try:
+            factory = self._load(backend, spec.factory, "factory")
+            # No settings, no arguments: a factory written before configure_store keeps working.
+            store = factory(**settings) if settings else factory()
+        except (ConfigurationError, BackendLoadError):
             raise  # its message already names the setting, where it came from and the fix
         except ImportError as exc:
-            hint = next((install_hint(s) for s in spec.schemes if install_hint(s)), None)
-            raise BackendLoadError(
-                f"the {spec.name!r} backend{_origin(backend)} could not be imported: {exc}."
-                + (f" Reinstall it with: {hint}" if hint else " Check that its package is installed whole.")
-            ) from exc
+            raise self._import_failed(backend, exc) from exc
         except Exception as exc:
             raise BackendLoadError(
                 f"the {spec.name!r} backend{_origin(backend)} could not be set up:"
@@ -416,18 +494,24 @@ def store_for(uri: str) -> BlobStore:
 def register_store(
     name: str,
     schemes: str | tuple[str, ...] | list[str],
-    factory: str | Callable[[], BlobStore],
+    factory: str | Callable[..., BlobStore],
     description: str = "",
     *,
     priority: int = 0,
+    config: str | type[StoreConfig] | None = None,
 ) -> StoreSpec:
     """Register a store in the process-wide registry at runtime (tests, in-process backends).
 
     It takes precedence over plugins and built-ins for its schemes; undo with
-    :func:`unregister_store`.
+    :func:`unregister_store`. ``factory`` and ``config`` are as in :class:`StoreSpec`.
     """
     spec = StoreSpec(
-        name, tuple([schemes] if isinstance(schemes, str) else schemes), factory, description, priority
+        name,
+        tuple([schemes] if isinstance(schemes, str) else schemes),
+        factory,
+        description,
+        priority,
+        config,
     )
     get_registry().register(spec)
     return spec
@@ -436,3 +520,25 @@ def register_store(
 def unregister_store(name: str) -> None:
     """Undo :func:`register_store`."""
     get_registry().unregister(name)
+
+
+def configure_store(target: str, /, **settings: Any) -> None:
+    """Configure a backend in code: for the whole process, or for the URIs under one prefix.
+
+    ``target`` is a backend name (``"s3"``: every URI of the backend) or a URI prefix
+    (``"s3://onprem-bucket/"``: the URIs that start with it; the longest matching prefix wins, and
+    a prefix naming only a bucket gets its ``/``). A prefix's settings are laid over the
+    backend's per-process ones; both beat the environment. Calling again replaces the target's
+    settings; calling with none removes them. Stores already built for the backend are dropped
+    (not closed: they may be in use), so the next use builds them with the new settings::
+
+        configure_store("s3://onprem/", endpoint_url="https://minio.corp:9000",
+                        access_key_id=..., secret_access_key=...)   # AWS for every other bucket
+
+    Raises:
+        ConfigurationError: an unknown backend name, a backend that takes no settings in code,
+            or a setting its config refuses (the message names it and the fix).
+        InvalidURIError: a prefix without a bucket, or with credentials.
+        UnknownSchemeError: no backend serves the prefix's scheme.
+    """
+    get_registry().configure(target, settings)
