@@ -35,6 +35,7 @@ demo: setup-core
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
 
 test: setup lint
 	$(PY) -m pytest

@@ -76,7 +76,7 @@ class _UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     """An argument parser that reports a usage error in one line (raised, not printed)."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _UsageError(f"{message} (see '{self.prog} --help')")
 
 

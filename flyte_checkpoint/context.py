@@ -245,7 +245,8 @@ def _local_runner(
         async def run_async(*args: Any, **kwargs: Any) -> Any:
             if _current.get() is None and _flyte_context() is not None:
                 return await func(*args, **kwargs)
-            count, failures = _local_retries(run_async, retries, flyte_task), []
+            count = _local_retries(run_async, retries, flyte_task)
+            failures: list[Exception] = []
             for tctx in _attempts(func, count, root, run_name):
                 with _attempt(func, tctx, count, failures):
                     return await func(*args, **kwargs)
@@ -257,7 +258,8 @@ def _local_runner(
     def run(*args: Any, **kwargs: Any) -> Any:
         if _current.get() is None and _flyte_context() is not None:
             return func(*args, **kwargs)
-        count, failures = _local_retries(run, retries, flyte_task), []
+        count = _local_retries(run, retries, flyte_task)
+        failures: list[Exception] = []
         for tctx in _attempts(func, count, root, run_name):
             with _attempt(func, tctx, count, failures):
                 return func(*args, **kwargs)

@@ -33,9 +33,9 @@ def finish(cleanup: Callable[[], None]) -> None:
             if len(interrupted) >= MAX_INTERRUPTS:
                 raise
     if interrupted:
-        exc = interrupted[0]
+        first = interrupted[0]
         interrupted.clear()
         try:
-            raise exc
+            raise first
         finally:
-            del exc  # no cycle through this frame: what it holds is freed with the traceback
+            del first  # no cycle through this frame: what it holds is freed with the traceback

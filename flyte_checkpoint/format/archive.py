@@ -18,7 +18,7 @@ import stat
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from ..errors import (
     CheckpointError,
@@ -544,7 +544,7 @@ class _Extractor:
     """
 
     def __init__(
-        self, root: str, limits: LoadLimits, budget: DiskBudget, source: str, spill: BinaryIO
+        self, root: str, limits: LoadLimits, budget: DiskBudget, source: str, spill: IO[bytes]
     ) -> None:
         self.root = root
         self.limits = limits

@@ -10,20 +10,24 @@ the members.
 from __future__ import annotations
 
 import gzip
+import importlib
 import struct
 import zlib
+from types import ModuleType
 from typing import BinaryIO
 
 from ..errors import CorruptCheckpointError
 
+_ISAL_MODULES = ("igzip", "igzip_lib", "isal_zlib")
+# Plain modules to a type checker (isal's stubs lack arguments it takes, such as compress's wbits),
+# and the same types whether or not isal is installed.
+_igzip: ModuleType | None
+_igzip_lib: ModuleType | None
+_isal_zlib: ModuleType | None
 try:  # pragma: no cover - which branch runs depends on the environment
-    from isal import igzip as _igzip
-    from isal import igzip_lib as _igzip_lib
-    from isal import isal_zlib as _isal_zlib
+    _igzip, _igzip_lib, _isal_zlib = (importlib.import_module(f"isal.{m}") for m in _ISAL_MODULES)
 except ImportError:  # pragma: no cover
-    _igzip = None
-    _igzip_lib = None
-    _isal_zlib = None
+    _igzip = _igzip_lib = _isal_zlib = None
 
 #: The library in use, for logs and benchmarks.
 BACKEND = "isal" if _igzip is not None else "zlib"
@@ -36,6 +40,8 @@ DEFAULT_LEVEL = 1
 GZIP_ERRORS: tuple[type[BaseException], ...] = (gzip.BadGzipFile, zlib.error, EOFError) + (
     (_isal_zlib.error,) if _isal_zlib is not None else ()
 )
+
+_DAMAGE: tuple[type[BaseException], ...] = (CorruptCheckpointError, *GZIP_ERRORS)
 
 
 def compressor(fileobj: BinaryIO, level: int = DEFAULT_LEVEL) -> BinaryIO:
@@ -55,7 +61,8 @@ def compress_member(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> byt
     """``data`` as one complete gzip member (the compressor releases the GIL)."""
     if _isal_zlib is not None:
         return _isal_zlib.compress(data, min(level, 3), wbits=31)
-    return zlib.compress(data, level, wbits=31)
+    gz = zlib.compressobj(level, zlib.DEFLATED, 31)  # zlib.compress takes wbits only from Python 3.11
+    return gz.compress(data) + gz.flush()
 
 
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, no mtime
@@ -157,7 +164,7 @@ class GzipMembers:
             if d.eof:
                 self._next_member(d.unused_data)
                 continue
-            data = b""
+            data: bytes | memoryview = b""
             if d.needs_input:
                 data, self._pending = self._pending or self._raw_read(_RAW_CHUNK), b""
                 if not data:
@@ -220,7 +227,8 @@ def inflate(data: bytes, limit: int) -> tuple[bytes, bool]:
     import io
 
     reader = GzipMembers(io.BytesIO(data))
-    parts, got = [], 0
+    parts: list[bytes] = []
+    got = 0
     try:
         while got <= limit:
             part = reader.read(limit + 1 - got)
@@ -228,6 +236,6 @@ def inflate(data: bytes, limit: int) -> tuple[bytes, bool]:
                 return b"".join(parts), True
             parts.append(part)
             got += len(part)
-    except (CorruptCheckpointError, *GZIP_ERRORS):
+    except _DAMAGE:
         return b"".join(parts)[:limit], False
     return b"".join(parts)[:limit], False

@@ -60,6 +60,7 @@ class CountingReader:
 
     def read1(self, n: int = -1) -> bytes | memoryview:
         """Up to ``n`` bytes as the source holds them (no copy where it has ``read1``)."""
+        out: bytes | memoryview
         if self._head:
             out = self._head[:n] if n >= 0 else self._head
             self._head = self._head[len(out) :]

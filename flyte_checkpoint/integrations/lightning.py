@@ -37,7 +37,7 @@ try:
 except ImportError:  # the standalone distribution
     try:
         import pytorch_lightning as pl  # type: ignore[no-redef]
-        from pytorch_lightning.callbacks import ModelCheckpoint  # type: ignore[no-redef]
+        from pytorch_lightning.callbacks import ModelCheckpoint  # type: ignore[assignment]
     except ImportError as exc:
         raise ImportError(
             "flyte_checkpoint.integrations.lightning needs PyTorch Lightning: "
