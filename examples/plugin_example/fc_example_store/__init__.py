@@ -1,1 +1,7 @@
-"""A worked example backend: ``folder://name/key`` is the file ``$FOLDER_STORE_ROOT/name/key``."""
+"""A worked example backend: ``folder://NAME/KEY`` is the file ``ROOT/NAME/KEY``.
+
+``ROOT`` is the ``root`` setting (``FLYTE_CHECKPOINT_FOLDER_ROOT``, or ``configure_store``).
+Its modules have the roles, and the names, of the project's cloud plugins' modules.
+"""
+
+__version__ = "0.1.0"

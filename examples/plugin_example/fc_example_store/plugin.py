@@ -1,16 +1,23 @@
-"""Tells flyte-checkpoint which store this package provides (imports nothing heavy)."""
+"""The entry point: names the store and its config class, importing neither."""
 
-from flyte_checkpoint.storage.hookspecs import hookimpl
-from flyte_checkpoint.storage.registry import StoreSpec
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flyte_checkpoint.storage import StoreSpec, hookimpl
+
+from .uris import SCHEMES
 
 
 @hookimpl
-def register_stores(register):
+def register_stores(register: Callable[[StoreSpec], None]) -> None:
+    """Register the ``folder`` backend for ``folder://`` URIs."""
     register(
         StoreSpec(
             name="folder",
-            schemes=("folder",),
-            factory="fc_example_store.store:FolderStore",  # imported on first folder:// URI
-            description="objects as files under $FOLDER_STORE_ROOT (an example)",
+            schemes=SCHEMES,
+            factory="fc_example_store.store:make_store",  # imported on the first folder:// URI
+            config="fc_example_store.config:FolderConfig",  # checks configure_store's settings
+            description="objects as files under one root folder (an example)",
         )
     )

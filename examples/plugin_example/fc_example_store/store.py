@@ -1,65 +1,59 @@
-"""The store: five operations, errors in the project's vocabulary, atomic writes."""
+"""The store: five operations on files under the configured root, errors in the project's vocabulary."""
 
 from __future__ import annotations
 
-import os
-import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from flyte_checkpoint.errors import NotFoundError
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage import BlobStore
+from flyte_checkpoint.uri import redact
+
+from .config import FolderConfig
+from .uris import parse
+from .writer import PART_MARK, FolderWriter
 
 
 class FolderStore(BlobStore):
-    def __init__(self) -> None:
-        self.root = Path(os.environ.get("FOLDER_STORE_ROOT", "/tmp/folder-store"))
+    """``FolderStore(root=...)``, or ``FolderStore(config)``; settings as :class:`FolderConfig`."""
 
-    def _path(self, uri: str) -> Path:
-        return self.root / uri.split("://", 1)[1]
+    part_size = 0  # each write goes to the part file as it comes
 
-    def open_read(self, uri):
+    def __init__(self, config: FolderConfig | None = None, **settings: Any) -> None:
+        self.config = config if config is not None else FolderConfig.resolve(**settings)
+        self.root = Path(self.config.root)
+
+    def _path(self, uri: str, *, want_key: bool = True) -> Path:
+        loc = parse(uri, want_key=want_key)
+        return self.root / loc.bucket / loc.key
+
+    def open_read(self, uri: str) -> BinaryIO:
         try:
             return open(self._path(uri), "rb")
         except FileNotFoundError:
-            raise NotFoundError(f"no object at {uri}") from None
+            raise NotFoundError(f"no object at {redact(uri)}") from None
 
-    def open_write(self, uri):
-        return _Writer(uri, self._path(uri))
+    def open_write(self, uri: str) -> FolderWriter:
+        return FolderWriter(uri, self._path(uri))
 
-    def stat(self, uri):
+    def stat(self, uri: str) -> int | None:
         try:
             return self._path(uri).stat().st_size
         except FileNotFoundError:
             return None
 
-    def delete(self, uri):
+    def delete(self, uri: str) -> None:
         self._path(uri).unlink(missing_ok=True)
 
-    def list(self, prefix):
-        base = self._path(prefix)
-        top = base if base.is_dir() else base.parent
-        found = [p for p in top.rglob("*") if p.is_file() and ".part-" not in p.name]
-        uris = ("folder://" + str(p.relative_to(self.root)) for p in found)
-        return iter(sorted(u for u in uris if u.startswith(prefix)))
+    def list(self, prefix: str) -> Iterator[str]:
+        loc = parse(prefix, want_key=False)
+        bucket = self.root / loc.bucket
+        found = (p for p in bucket.rglob("*") if p.is_file() and not p.name.startswith(PART_MARK))
+        keys = (p.relative_to(bucket).as_posix() for p in found)
+        return iter(sorted(loc.uri(key) for key in keys if key.startswith(loc.key)))
 
 
-class _Writer(BlobWriter):
-    """Writes to a hidden part file; the rename in _commit makes the object appear whole."""
-
-    def __init__(self, uri: str, target: Path) -> None:
-        super().__init__(uri)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._target = target
-        self._part = target.with_name(f".part-{uuid.uuid4().hex}-{target.name}")
-        self._file = open(self._part, "wb")  # noqa: SIM115
-
-    def _write(self, data):
-        self._file.write(data)
-
-    def _commit(self):
-        self._file.close()
-        os.replace(self._part, self._target)
-
-    def _abort(self):
-        self._file.close()
-        self._part.unlink(missing_ok=True)
+def make_store(**settings: Any) -> FolderStore:
+    """The registry's factory: ``settings`` are those given to ``configure_store`` for the URI."""
+    return FolderStore(**settings)

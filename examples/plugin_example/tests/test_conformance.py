@@ -4,7 +4,8 @@ import uuid
 
 import pytest
 
-from flyte_checkpoint.storage.registry import store_for
+from flyte_checkpoint import configure_store
+from flyte_checkpoint.storage import store_for
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
 
@@ -12,13 +13,11 @@ class TestFolderStore(BlobStoreSuite, CheckpointSuite):
     large_object_size = 4 * 1024 * 1024
 
     @pytest.fixture
-    def store(self, tmp_path, monkeypatch):
-        monkeypatch.setenv("FOLDER_STORE_ROOT", str(tmp_path / "root"))
-        from flyte_checkpoint.storage.registry import get_registry
-
-        get_registry().close()  # a fresh store reads the new root
-        return store_for("folder://any")
+    def store(self, tmp_path):
+        configure_store("folder", root=str(tmp_path / "root"))  # the next store_for builds a new store
+        yield store_for("folder://any")
+        configure_store("folder")  # back to the environment and the defaults
 
     @pytest.fixture
-    def store_root(self, store):
+    def store_root(self):
         return f"folder://bucket/{uuid.uuid4().hex}"
