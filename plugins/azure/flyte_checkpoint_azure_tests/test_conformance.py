@@ -5,12 +5,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from flyte_checkpoint_azure.store import AzureBlobStore
+from flyte_checkpoint_azure.config import AzureConfig
+from flyte_checkpoint_azure.store import AzureStore
 
 from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
-from .conftest import CONTAINER
+from .helpers import CONTAINER
 from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
 
 pytestmark = pytest.mark.integration
@@ -24,9 +25,9 @@ class TestAzureConformance(BlobStoreSuite, CheckpointSuite):
     large_object_size = 3 * 1024 * 1024 + 12_345
 
     @pytest.fixture
-    def store(self, azure_env: AzuriteServer) -> AzureBlobStore:
+    def store(self, azure_env: AzuriteServer) -> AzureStore:
         store = store_for(f"az://{CONTAINER}/x")
-        assert isinstance(store, AzureBlobStore)
+        assert isinstance(store, AzureStore)
         assert get_registry().backend_for("az://c/x").distribution == "flyte-checkpoint-azure"
         return store
 
@@ -43,16 +44,19 @@ class TestAzureConformanceAccountHostUri(BlobStoreSuite):
 
     @pytest.fixture
     def store(self, azurite_server: AzuriteServer):
-        store = AzureBlobStore(
-            account_name=ACCOUNT_NAME,
-            account_key=ACCOUNT_KEY,
-            blob_endpoint=azurite_server.blob_endpoint,
-            block_size=384 * 1024,
-            upload_concurrency=3,
-            read_chunk_size=100_000,
-            read_concurrency=3,
-            checksum=False,
-            environ={},
+        store = AzureStore(
+            AzureConfig.resolve(
+                env={},
+                account_name=ACCOUNT_NAME,
+                account_key=ACCOUNT_KEY,
+                endpoint_url=azurite_server.blob_endpoint,
+                part_size=384 * 1024,
+                max_concurrency=3,
+                read_range_size=100_000,
+                read_concurrency=3,
+                checksum="NONE",
+                verify_checksums=False,
+            )
         )
         yield store
         store.close()
