@@ -142,9 +142,9 @@ class AzureConfig(CloudConfig):
             return
         source = sources["connection_string"]
         parts = parse_connection_string(text, _shown("connection_string", source))
-        if parts.get("usedevelopmentstorage", "").lower() == "true":
-            account, endpoint = DEV_ACCOUNT, DEV_ENDPOINT
-        else:
+        account: str | None = DEV_ACCOUNT
+        endpoint: str | None = DEV_ENDPOINT
+        if parts.get("usedevelopmentstorage", "").lower() != "true":
             account, endpoint = parts.get("accountname"), parts.get("blobendpoint")
         for name, value in (("account_name", account), ("endpoint_url", endpoint)):
             if value and (name not in values or _is_variable(sources[name])):
@@ -220,17 +220,16 @@ class AzureConfig(CloudConfig):
         parts = parse_connection_string(self.connection_string or "", source)
         if parts.get("usedevelopmentstorage", "").lower() == "true":
             return Auth("key", source, key=DEV_KEY, protocol="http")
-        where = {
-            "protocol": parts.get("defaultendpointsprotocol", "https").lower() or "https",
-            "endpoint_suffix": parts.get("endpointsuffix") or DEFAULT_SUFFIX,
-        }
+        protocol = parts.get("defaultendpointsprotocol", "https").lower() or "https"
+        suffix = parts.get("endpointsuffix") or DEFAULT_SUFFIX
         if not parts.get("blobendpoint") and not parts.get("accountname"):
             raise ConfigurationError(f"{source} {_MALFORMED}")
         if parts.get("accountkey"):
-            return Auth("key", source, key=parts["accountkey"], **where)
+            return Auth("key", source, key=parts["accountkey"], protocol=protocol, endpoint_suffix=suffix)
         if parts.get("sharedaccesssignature"):
-            return Auth("sas", source, sas=_bare_sas(parts["sharedaccesssignature"]), **where)
-        return Auth("anonymous", f"{source} (no key or SAS in it)", **where)
+            sas = _bare_sas(parts["sharedaccesssignature"])
+            return Auth("sas", source, sas=sas, protocol=protocol, endpoint_suffix=suffix)
+        return Auth("anonymous", f"{source} (no key or SAS in it)", protocol=protocol, endpoint_suffix=suffix)
 
     def _from_env(self, name: str) -> bool:
         return _is_variable(self.sources.get(name, "default"))
@@ -254,7 +253,7 @@ def _chosen_connection_string(values: Mapping[str, Any], sources: Mapping[str, s
     """Whether the connection string among the raw ``values`` is the credential the chain picks."""
     present = [n for n in _CHAIN if n != "anonymous" and values.get(n)]
     given = [n for n in present if not _is_variable(sources.get(n, ""))]
-    return (given or present or [None])[0] == "connection_string"
+    return bool(given or present) and (given or present)[0] == "connection_string"
 
 
 def _is_variable(source: str) -> bool:

@@ -86,7 +86,7 @@ def open_reader(store: AzureStore, loc: Location, uri: str) -> RangedReader:
         range_size=config.read_range_size,
         concurrency=config.read_concurrency,
         pool=store.pool,
-        head=head,
+        head=memoryview(head),
         digest=digest(integrity.ALGORITHM) if expected else None,
         expected=expected,
         on_error=lambda exc: store.error(exc, uri, "read"),

@@ -7,10 +7,12 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
 from azure.core.exceptions import HttpResponseError
+from azure.storage.blob import BlobPrefix
 
 from flyte_checkpoint.errors import CheckpointError, NotFoundError
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
 from flyte_checkpoint.storage.kit.files import download_to_file
+from flyte_checkpoint.storage.kit.locations import Location
 from flyte_checkpoint.storage.kit.pools import StorePool
 
 from .client import AzureClients
@@ -83,6 +85,21 @@ class AzureStore(BlobStore):
             raise self.error(exc, prefix, "list") from exc
         yield from sorted(loc.uri(name) for name in names)
 
+    def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Sizes and modification times from the listing itself (no request per object);
+        ``recursive=False`` lists one level with Azure's ``/`` delimiter, deeper blobs as folders."""
+        loc = parse(prefix, want_key=False)
+        container = self.clients.container(loc)
+        start = loc.key or None
+        try:
+            if recursive:
+                found = [_info(loc, b) for b in container.list_blobs(name_starts_with=start)]
+            else:
+                found = [_info(loc, b) for b in container.walk_blobs(name_starts_with=start, delimiter="/")]
+        except Exception as exc:
+            raise self.error(exc, prefix, "list") from exc
+        yield from sorted(found, key=lambda info: info.uri)
+
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         blob = self.clients.blob(parse(uri))
         try:
@@ -128,6 +145,12 @@ class AzureStore(BlobStore):
             return fn()
         except Exception as exc:
             raise self.error(exc, uri, action) from exc
+
+
+def _info(loc: Location, item: Any) -> ObjectInfo:
+    if isinstance(item, BlobPrefix):
+        return ObjectInfo(loc.uri(item.name), None, None, is_folder=True)
+    return ObjectInfo(loc.uri(item.name), item.size, item.last_modified)
 
 
 def make_store(**settings: Any) -> AzureStore:

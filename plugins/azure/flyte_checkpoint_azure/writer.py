@@ -86,7 +86,7 @@ class AzureWriter(PartWriter):
         block_id = base64.b64encode(f"{self._tag}{number:08d}".encode()).decode()
         headers = integrity.block_headers(self._store.config, data)
         try:
-            self._blob.stage_block(block_id, data, length=len(data), headers=headers)
+            self._blob.stage_block(block_id, data, length=len(data), headers=headers)  # type: ignore[arg-type]
         except Exception as exc:
             raise self._store.error(exc, self.uri, "upload a block of") from exc
         return block_id

@@ -36,6 +36,20 @@ class TestAzureConformance(BlobStoreSuite, CheckpointSuite):
         return f"az://{CONTAINER}/{uuid.uuid4().hex}"
 
 
+def test_list_details_comes_from_the_listing(make_store, prefix: str) -> None:
+    """Native: modification times are given, and no object is stat'ed (the default would)."""
+    store = make_store()
+    root = f"az://{CONTAINER}/{prefix}"
+    store.write_bytes(f"{root}/a/1", b"1")
+    store.write_bytes(f"{root}/b", b"22")
+    store.stat = None  # type: ignore[assignment,method-assign]  # any stat call would fail
+    every = list(store.list_details(root + "/"))
+    assert [(i.uri, i.size) for i in every] == [(f"{root}/a/1", 1), (f"{root}/b", 2)]
+    assert all(i.modified is not None and i.modified.tzinfo is not None for i in every)
+    top = [(i.uri, i.is_folder) for i in store.list_details(root + "/", recursive=False)]
+    assert top == [(f"{root}/a/", True), (f"{root}/b", False)]
+
+
 class TestAzureConformanceAccountHostUri(BlobStoreSuite):
     """``abfss://container@account.dfs.core.windows.net/...`` URIs with a store built
     directly from an account name, key and endpoint, with its MD5 checks off."""
