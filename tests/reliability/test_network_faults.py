@@ -95,7 +95,8 @@ FOREIGN_ENV = (
     "AZURE_STORAGE_ACCOUNT_KEY",
     "AZURE_STORAGE_KEY",
     "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_STORAGE_BLOB_ENDPOINT",
+    "AZURE_STORAGE_ENDPOINT",
+    "AZURE_STORAGE_CLIENT_SECRET",
     "AZURE_CLIENT_SECRET",
     "FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES",
 )
@@ -211,7 +212,7 @@ def _azure() -> Iterator[Server]:
         pytest.fail(str(exc), pytrace=False)
     try:
         from azure.storage.blob import BlobServiceClient
-        from flyte_checkpoint_azure.store import AzureBlobStore
+        from flyte_checkpoint_azure.store import AzureStore
 
         with BlobServiceClient.from_connection_string(srv.connection_string) as svc:
             svc.create_container("reliability")
@@ -227,15 +228,15 @@ def _azure() -> Iterator[Server]:
                 "AZURE_STORAGE_CONNECTION_STRING": conn(url),
                 "FLYTE_CHECKPOINT_AZURE_CONNECT_TIMEOUT": str(timeout),
                 "FLYTE_CHECKPOINT_AZURE_READ_TIMEOUT": str(timeout),
-                "FLYTE_CHECKPOINT_AZURE_RETRIES": "0",
-                "FLYTE_CHECKPOINT_AZURE_BLOCK_SIZE": "256KiB",
-                "FLYTE_CHECKPOINT_AZURE_READ_CHUNK_SIZE": "512KiB",
-                "FLYTE_CHECKPOINT_AZURE_UPLOAD_CONCURRENCY": "2",
+                "FLYTE_CHECKPOINT_AZURE_REQUEST_ATTEMPTS": "1",
+                "FLYTE_CHECKPOINT_AZURE_PART_SIZE": "256KiB",
+                "FLYTE_CHECKPOINT_AZURE_READ_RANGE_SIZE": "512KiB",
+                "FLYTE_CHECKPOINT_AZURE_MAX_CONCURRENCY": "2",
                 "FLYTE_CHECKPOINT_AZURE_READ_CONCURRENCY": "2",
             }
 
         def direct() -> BlobStore:
-            return AzureBlobStore(connection_string=srv.connection_string)
+            return AzureStore(connection_string=srv.connection_string)
 
         yield Server(
             "azure", srv.blob_endpoint, "az://reliability", "az://no-such-container-rel", env_for, direct
@@ -755,7 +756,7 @@ def _moto_auth(endpoint: str, count: str) -> None:
 #: many requests one always-failing request then makes.
 SDK_RETRY_SETTINGS = {
     "s3": ("FLYTE_CHECKPOINT_S3_MAX_ATTEMPTS", "3", 3),  # tries in all
-    "azure": ("FLYTE_CHECKPOINT_AZURE_RETRIES", "2", 3),  # retries after the first try
+    "azure": ("FLYTE_CHECKPOINT_AZURE_REQUEST_ATTEMPTS", "3", 3),  # tries in all
     "gcs": ("FLYTE_CHECKPOINT_GCS_REQUEST_ATTEMPTS", "3", 3),  # tries in all
 }
 #: The request reached the server (it began to answer); the answer is cut after one byte.
@@ -765,7 +766,7 @@ CUT_ANSWER = Fault.reset("down", after=1)
 def test_sdk_retry_setting_is_the_number_of_requests_sent(rig: Rig):
     """The plugin's SDK retry setting is what reaches the server: a metadata request whose
     answer is always cut is sent exactly N times, counted at the proxy (S3 MAX_ATTEMPTS=3: 3;
-    Azure RETRIES=2: 3; GCS REQUEST_ATTEMPTS=3: 3), then the store raises TransientError."""
+    Azure REQUEST_ATTEMPTS=3: 3; GCS REQUEST_ATTEMPTS=3: 3), then the store raises TransientError."""
     name, value, expected = SDK_RETRY_SETTINGS[rig.server.name]
     uri = f"{rig.root}/ckpt"
     rig.direct.write_bytes(uri, b"exists")
@@ -803,7 +804,7 @@ def test_a_body_cut_mid_way_is_read_a_fixed_number_of_times(rig: Rig, sdk_retrie
     """A 300 KB object whose every answer is cut 100,000 bytes in: the store reads the body
     exactly BODY_READS times (each read's cut counted at the proxy) and raises TransientError,
     with the plugin's SDK retries off and at their default (Azure: "3 re-reads whatever
-    RETRIES says"; GCS: as many reads as its REQUEST_ATTEMPTS)."""
+    REQUEST_ATTEMPTS says"; GCS: as many reads as its REQUEST_ATTEMPTS)."""
     uri = f"{rig.root}/ckpt"
     rig.direct.write_bytes(uri, random.Random(13).randbytes(300_000))
     name = SDK_RETRY_SETTINGS[rig.server.name][0]

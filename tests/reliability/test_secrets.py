@@ -253,7 +253,7 @@ def test_azure_sas_token_and_wrong_key_never_shown(backend_pool, tmp_path: Path)
         "AZURE_STORAGE_CONNECTION_STRING": "",
         "AZURE_STORAGE_SAS_TOKEN": sas,
         "AZURE_STORAGE_ACCOUNT_NAME": d["account_name"],
-        "AZURE_STORAGE_BLOB_ENDPOINT": d["blob_endpoint"],
+        "AZURE_STORAGE_ENDPOINT": d["blob_endpoint"],
     }
     sas_backend = Backend("azure", az.root, {**{k: v for k, v in az.env.items() if "CONNECTION" not in k}})
     with sas_backend.activated(**{k: v for k, v in sas_env.items() if v}):
@@ -263,7 +263,7 @@ def test_azure_sas_token_and_wrong_key_never_shown(backend_pool, tmp_path: Path)
     wrong = {
         "AZURE_STORAGE_ACCOUNT_NAME": d["account_name"],
         "AZURE_STORAGE_ACCOUNT_KEY": wrong_key,
-        "AZURE_STORAGE_BLOB_ENDPOINT": d["blob_endpoint"],
+        "AZURE_STORAGE_ENDPOINT": d["blob_endpoint"],
     }
     bad = Backend("azure", az.root, {k: v for k, v in az.env.items() if "CONNECTION" not in k})
     with bad.activated(**wrong), capture_logs() as logs:

@@ -1,68 +1,293 @@
-"""Where an account's blobs are served and with which credential (no SDK imported here).
+"""The Azure store's settings, and the one credential, account and endpoint they choose (no SDK here).
 
-Credentials, first found wins:
+Settings come from keyword arguments, ``FLYTE_CHECKPOINT_AZURE_<SETTING>`` and the Azure tools'
+own variables (``flyte_checkpoint.storage.kit.settings``). Azure has five credential forms, so
+which one is used follows a fixed order (:meth:`AzureConfig.auth`), first found wins:
 
-1. constructor arguments: ``credential``, ``connection_string``, ``account_key``,
-   ``sas_token``, ``client_secret`` (with ``tenant_id`` and ``client_id``);
-2. ``AZURE_STORAGE_CONNECTION_STRING``;
-3. ``AZURE_STORAGE_ACCOUNT_KEY`` (or ``AZURE_STORAGE_KEY``);
-4. ``AZURE_STORAGE_SAS_TOKEN``;
-5. ``AZURE_TENANT_ID`` + ``AZURE_CLIENT_ID`` + ``AZURE_CLIENT_SECRET`` (needs azure-identity);
-6. ``DefaultAzureCredential``, when azure-identity is installed;
-7. none: anonymous access (public containers only).
+1. arguments: ``credential``, ``connection_string``, ``account_key``, ``sas_token``,
+   ``client_secret`` (with ``tenant_id`` and ``client_id``), ``anonymous=True``;
+2. ``AZURE_STORAGE_CONNECTION_STRING``; 3. ``AZURE_STORAGE_ACCOUNT_KEY`` (``AZURE_STORAGE_KEY``);
+4. ``AZURE_STORAGE_SAS_TOKEN``; 5. ``AZURE_STORAGE_CLIENT_SECRET`` with ``AZURE_STORAGE_TENANT_ID``
+   and ``AZURE_STORAGE_CLIENT_ID`` (object_store's storage-scoped service principal);
+6. ``anonymous`` from a variable; 7. ``DefaultAzureCredential`` when azure-identity is
+   installed (it reads ``AZURE_CLIENT_ID``/``AZURE_TENANT_ID``/``AZURE_CLIENT_SECRET``, workload
+   and managed identity itself); 8. none.
 
-The account: the URI's own (``abfs://c@ACCOUNT.dfs.core.windows.net/...``), else the
-``account_name`` argument, the connection string's ``AccountName``,
-``AZURE_STORAGE_ACCOUNT_NAME`` (or ``AZURE_STORAGE_ACCOUNT``), or the one in the endpoint.
-The endpoint: the ``blob_endpoint`` argument, the connection string's ``BlobEndpoint``,
-``AZURE_STORAGE_BLOB_ENDPOINT``, else ``https://ACCOUNT.blob.core.windows.net``.
+A connection string is a unit: its ``AccountName`` and ``BlobEndpoint`` go with its key, ahead of
+``AZURE_STORAGE_ACCOUNT_NAME`` and ``AZURE_STORAGE_ENDPOINT`` (an argument still wins).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import ipaddress
-import os
+import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from flyte_checkpoint.errors import CheckpointPermissionError, StoreError
-from flyte_checkpoint.forksafe import PerProcess
+from flyte_checkpoint.errors import ConfigurationError
+from flyte_checkpoint.storage.kit.locations import Location
+from flyte_checkpoint.storage.kit.settings import CHOICE, OBJECT, SIZE, TEXT, URL, CloudConfig, MiB, setting
 from flyte_checkpoint.uri import redact
 
-from .locations import BlobLocation
-
+#: Azure's largest block (service versions since 2019-12-12).
+MAX_BLOCK_SIZE = 4000 * MiB
 DEFAULT_SUFFIX = "core.windows.net"
 #: Azurite's published development account (``UseDevelopmentStorage=true``); not a secret.
 DEV_ACCOUNT = "devstoreaccount1"
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 DEV_ENDPOINT = "http://127.0.0.1:10000/devstoreaccount1"
-
 IDENTITY_HINT = "pip install 'flyte-checkpoint-azure[identity]'"
 _MALFORMED = (
-    "is malformed: expected Key=Value pairs separated by ';' with AccountName and AccountKey,"
+    "is malformed: give Key=Value pairs separated by ';' with AccountName and AccountKey,"
     " or SharedAccessSignature and BlobEndpoint (its content is not shown, it holds secrets)"
 )
+_VARIABLE = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Auth:
+    """The credential chosen: ``kind`` is "credential", "key", "sas", "service-principal",
+    "anonymous", "default" or "none"; ``source`` says where it came from (never its value)."""
+
+    kind: str
+    source: str
+    key: str | None = None
+    sas: str | None = None
+    principal: tuple[str, str, str] | None = None  # tenant, client, secret
+    protocol: str = "https"
+    endpoint_suffix: str = DEFAULT_SUFFIX
+
+    def __repr__(self) -> str:
+        return f"Auth({self.kind!r} from {self.source})"
+
+
+@dataclass(frozen=True, repr=False)
+class AzureConfig(CloudConfig):
+    """How the Azure store connects and moves bytes (see the module docstring for the credentials)."""
+
+    BACKEND: ClassVar[str] = "azure"
+
+    endpoint_url: str | None = setting(
+        URL,
+        None,
+        doc="The blob endpoint, for Azurite or a private endpoint (a connection string's BlobEndpoint"
+        " counts too); default: https://ACCOUNT.blob.core.windows.net.",
+        env=("AZURE_STORAGE_ENDPOINT",),
+    )
+    part_size: int = setting(
+        SIZE,
+        8 * MiB,
+        doc="Bytes a writer holds before it stages them as one block.",
+        minimum=1,
+        maximum=MAX_BLOCK_SIZE,
+        why="Azure's largest block is 4000MiB.",
+    )
+    checksum: str = setting(
+        CHOICE,
+        "MD5",
+        doc="MD5 is sent with every block and stored with the object; NONE sends and checks none.",
+        choices=("MD5", "NONE"),
+        why="Azure stores a whole object's MD5; its CRC64 needs azure-storage-extensions.",
+    )
+    account_key: str | None = setting(
+        TEXT,
+        None,
+        doc="The account's shared key.",
+        env=("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_KEY"),
+        secret=True,
+    )
+    account_name: str | None = setting(
+        TEXT,
+        None,
+        doc="The storage account of URIs that name none (az://CONTAINER/PATH).",
+        env=("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT"),
+    )
+    client_id: str | None = setting(
+        TEXT, None, doc="The service principal's application id.", env=("AZURE_STORAGE_CLIENT_ID",)
+    )
+    client_secret: str | None = setting(
+        TEXT,
+        None,
+        doc="The service principal's secret (with tenant_id and client_id).",
+        env=("AZURE_STORAGE_CLIENT_SECRET",),
+        secret=True,
+    )
+    connection_string: str | None = setting(
+        TEXT,
+        None,
+        doc="A storage connection string (AccountName, AccountKey or SharedAccessSignature, BlobEndpoint).",
+        env=("AZURE_STORAGE_CONNECTION_STRING",),
+        secret=True,
+    )
+    credential: Any = setting(OBJECT, None, doc="Any Azure SDK credential object; used for every account.")
+    sas_token: str | None = setting(
+        TEXT,
+        None,
+        doc="An account or container SAS token (a leading ? is fine).",
+        env=("AZURE_STORAGE_SAS_TOKEN",),
+        secret=True,
+    )
+    tenant_id: str | None = setting(
+        TEXT, None, doc="The service principal's tenant.", env=("AZURE_STORAGE_TENANT_ID",)
+    )
+
+    @classmethod
+    def _cloud_rules(cls, values: dict[str, Any], env: Mapping[str, str], sources: dict[str, str]) -> None:
+        text = values.get("connection_string")
+        if not text or not _chosen_connection_string(values, sources):
+            return
+        source = sources["connection_string"]
+        parts = parse_connection_string(text, _shown("connection_string", source))
+        account: str | None = DEV_ACCOUNT
+        endpoint: str | None = DEV_ENDPOINT
+        if parts.get("usedevelopmentstorage", "").lower() != "true":
+            account, endpoint = parts.get("accountname"), parts.get("blobendpoint")
+        for name, value in (("account_name", account), ("endpoint_url", endpoint)):
+            if value and (name not in values or _is_variable(sources[name])):
+                values[name], sources[name] = value, source
+
+    def _check(self) -> None:
+        self.auth  # noqa: B018 - chosen now, so a bad combination fails at construction
+
+    @property
+    def default_account(self) -> str | None:
+        """The account of URIs that name none: ``account_name``, else the endpoint's."""
+        return self.account_name or (account_from_endpoint(self.endpoint_url) if self.endpoint_url else None)
+
+    def account_for(self, loc: Location) -> str:
+        """The storage account serving ``loc``: the URI's own, else :attr:`default_account`.
+
+        Raises:
+            ConfigurationError: neither the URI nor the configuration names an account.
+        """
+        account = loc.account or self.default_account
+        if not account:
+            raise ConfigurationError(
+                f"no storage account for {redact(loc.uri())}: set AZURE_STORAGE_ACCOUNT_NAME (or"
+                " AZURE_STORAGE_CONNECTION_STRING), or name the account in the URI:"
+                f" abfs://{loc.bucket}@ACCOUNT.dfs.core.windows.net/{loc.key}"
+            )
+        return account
+
+    def endpoint_for(self, account: str, loc: Location) -> str:
+        """The blob endpoint of ``account``: ``endpoint_url`` for the default account, else the
+        public one in the URI's cloud (``x.dfs.core.chinacloudapi.cn`` -> ``x.blob.core...``)."""
+        if self.endpoint_url and account == self.default_account:
+            return self.endpoint_url.rstrip("/")
+        suffix = loc.endpoint_suffix or self.auth.endpoint_suffix
+        return f"{self.auth.protocol}://{account}.blob.{suffix}"
+
+    @cached_property
+    def auth(self) -> Auth:
+        """The credential this configuration uses, chosen by the order of the module docstring.
+
+        Raises:
+            ConfigurationError: a malformed connection string, or a client secret without its
+                tenant and client ids.
+        """
+        given = [n for n in _CHAIN if getattr(self, n) not in (None, False) and not self._from_env(n)]
+        from_env = [n for n in _CHAIN if getattr(self, n) not in (None, False) and self._from_env(n)]
+        for name in (*given, *(n for n in from_env if n != "anonymous")):
+            if name == "anonymous":  # given in code: it wins over the variables' credentials
+                return Auth("anonymous", _shown(name, self.sources[name]))
+            return self._auth_from(name)
+        if self.anonymous:  # from a variable: after every credential
+            return Auth("anonymous", _shown("anonymous", self.sources["anonymous"]))
+        if importlib.util.find_spec("azure.identity") is not None:
+            return Auth("default", "DefaultAzureCredential")
+        return Auth("none", "no credentials")
+
+    def _auth_from(self, name: str) -> Auth:
+        source = _shown(name, self.sources[name])
+        if name == "credential":
+            return Auth("credential", source)
+        if name == "account_key":
+            return Auth("key", source, key=self.account_key)
+        if name == "sas_token":
+            return Auth("sas", source, sas=_bare_sas(self.sas_token or ""))
+        if name == "client_secret":
+            if not self.tenant_id or not self.client_id:
+                raise ConfigurationError(
+                    f"{source} is set but tenant_id and client_id (AZURE_STORAGE_TENANT_ID and"
+                    " AZURE_STORAGE_CLIENT_ID) are not: a service principal needs all three"
+                )
+            principal = (self.tenant_id, self.client_id, self.client_secret or "")
+            return Auth("service-principal", source, principal=principal)
+        parts = parse_connection_string(self.connection_string or "", source)
+        if parts.get("usedevelopmentstorage", "").lower() == "true":
+            return Auth("key", source, key=DEV_KEY, protocol="http")
+        protocol = parts.get("defaultendpointsprotocol", "https").lower() or "https"
+        suffix = parts.get("endpointsuffix") or DEFAULT_SUFFIX
+        if not parts.get("blobendpoint") and not parts.get("accountname"):
+            raise ConfigurationError(f"{source} {_MALFORMED}")
+        if parts.get("accountkey"):
+            return Auth("key", source, key=parts["accountkey"], protocol=protocol, endpoint_suffix=suffix)
+        if parts.get("sharedaccesssignature"):
+            sas = _bare_sas(parts["sharedaccesssignature"])
+            return Auth("sas", source, sas=sas, protocol=protocol, endpoint_suffix=suffix)
+        return Auth("anonymous", f"{source} (no key or SAS in it)", protocol=protocol, endpoint_suffix=suffix)
+
+    def _from_env(self, name: str) -> bool:
+        return _is_variable(self.sources.get(name, "default"))
+
+    def secrets(self) -> tuple[str, ...]:
+        """The secret values set, with a SAS token's signature on its own (it shows URL-encoded)."""
+        auth = self.auth
+        found = [*super().secrets(), *(v for v in (auth.key, auth.sas) if v)]
+        for pair in _bare_sas(auth.sas or self.sas_token or "").split("&"):
+            name, _, value = pair.partition("=")
+            if name == "sig" and value:
+                found.append(value)
+        return tuple(dict.fromkeys(found))
+
+
+#: The credential settings, in the order the chain tries them.
+_CHAIN = ("credential", "connection_string", "account_key", "sas_token", "client_secret", "anonymous")
+
+
+def _chosen_connection_string(values: Mapping[str, Any], sources: Mapping[str, str]) -> bool:
+    """Whether the connection string among the raw ``values`` is the credential the chain picks."""
+    present = [n for n in _CHAIN if n != "anonymous" and values.get(n)]
+    given = [n for n in present if not _is_variable(sources.get(n, ""))]
+    return bool(given or present) and (given or present)[0] == "connection_string"
+
+
+def _is_variable(source: str) -> bool:
+    return bool(_VARIABLE.fullmatch(source))
+
+
+def _shown(name: str, source: str) -> str:
+    """Where setting ``name`` came from, as messages say it: a variable by its name, else
+    "the account_key argument" or "account_key of configure_store('az://c/')"."""
+    if _is_variable(source):
+        return source
+    return f"the {name} argument" if source == "argument" else f"{name} of {source}"
+
+
+def _bare_sas(sas: str) -> str:
+    return sas.strip().lstrip("?")
 
 
 def parse_connection_string(text: str, source: str = "the connection string") -> dict[str, str]:
     """The ``Key=Value`` pairs of a storage connection string, keys lower-cased.
 
     Raises:
-        StoreError: not a connection string (the message never repeats its content).
+        ConfigurationError: not a connection string (the message never repeats its content).
     """
     parts: dict[str, str] = {}
     for item in text.split(";"):
-        item = item.strip()
-        if not item:
+        key, sep, value = item.strip().partition("=")
+        if not item.strip():
             continue
-        key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise StoreError(f"{source} {_MALFORMED}")
+            raise ConfigurationError(f"{source} {_MALFORMED}")
         parts[key.strip().lower()] = value.strip()
     if not parts:
-        raise StoreError(f"{source} {_MALFORMED}")
+        raise ConfigurationError(f"{source} {_MALFORMED}")
     return parts
 
 
@@ -71,234 +296,14 @@ def account_from_endpoint(endpoint: str) -> str | None:
     (an IP address or ``localhost``, as with Azurite), else the first label of the host."""
     parts = urlsplit(endpoint)
     host = parts.hostname or ""
-    if _is_local_host(host):
-        segment = parts.path.strip("/").split("/")[0]
-        return segment or None
+    if host == "localhost" or _is_ip(host):
+        return parts.path.strip("/").split("/")[0] or None
     return host.split(".")[0] or None
 
 
-def _is_local_host(host: str) -> bool:
-    if host == "localhost":
-        return True
+def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
     except ValueError:
         return False
     return True
-
-
-class AzureConfig:
-    """The resolved configuration: the default account, its endpoint, and the credential.
-
-    Secrets are kept in private attributes; ``repr`` and every message name only where a
-    credential came from (``"AZURE_STORAGE_SAS_TOKEN"``), never its value.
-    """
-
-    def __init__(
-        self,
-        *,
-        account_name: str | None = None,
-        account_key: str | None = None,
-        sas_token: str | None = None,
-        connection_string: str | None = None,
-        credential: Any = None,
-        blob_endpoint: str | None = None,
-        tenant_id: str | None = None,
-        client_id: str | None = None,
-        client_secret: str | None = None,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        env = os.environ if environ is None else environ
-
-        def get(*names: str) -> str | None:
-            for name in names:
-                value = (env.get(name) or "").strip()
-                if value:
-                    return value
-            return None
-
-        self.account_name: str | None = None
-        self.blob_endpoint: str | None = None
-        self.endpoint_suffix = DEFAULT_SUFFIX
-        self.protocol = "https"
-        #: "credential", "key", "sas", "service-principal", "default" or "anonymous".
-        self.kind = "anonymous"
-        #: Where the credential came from, for messages (never the value).
-        self.source = "no credentials"
-        self._key: str | None = None
-        self._sas: str | None = None
-        self._credential: Any = credential
-        self._sp: tuple[str, str, str] | None = None
-        # Per process (it holds connections): a forked child makes its own.
-        self._token_credential: PerProcess[Any] = PerProcess(self._make_token)
-        self._secrets: list[str] = []
-
-        endpoint_from_cs: str | None = None
-        if credential is not None:
-            self.kind, self.source = "credential", "the credential argument"
-        elif connection_string:
-            endpoint_from_cs = self._use_connection_string(
-                connection_string, "the connection_string argument"
-            )
-        elif account_key:
-            self._use_key(account_key, "the account_key argument")
-        elif sas_token:
-            self._use_sas(sas_token, "the sas_token argument")
-        elif client_secret:
-            self._use_service_principal(tenant_id, client_id, client_secret, "the client_secret argument")
-        elif cs := get("AZURE_STORAGE_CONNECTION_STRING"):
-            endpoint_from_cs = self._use_connection_string(cs, "AZURE_STORAGE_CONNECTION_STRING")
-        elif key := get("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_KEY"):
-            self._use_key(key, "AZURE_STORAGE_ACCOUNT_KEY")
-        elif sas := get("AZURE_STORAGE_SAS_TOKEN"):
-            self._use_sas(sas, "AZURE_STORAGE_SAS_TOKEN")
-        elif secret := get("AZURE_CLIENT_SECRET"):
-            self._use_service_principal(
-                get("AZURE_TENANT_ID"), get("AZURE_CLIENT_ID"), secret, "AZURE_CLIENT_SECRET"
-            )
-        elif importlib.util.find_spec("azure.identity") is not None:
-            self.kind, self.source = "default", "DefaultAzureCredential"
-
-        self.account_name = (
-            account_name or self.account_name or get("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT")
-        )
-        self.blob_endpoint = blob_endpoint or endpoint_from_cs or get("AZURE_STORAGE_BLOB_ENDPOINT") or None
-        if self.blob_endpoint:
-            self.blob_endpoint = self.blob_endpoint.rstrip("/")
-            if not self.account_name:
-                self.account_name = account_from_endpoint(self.blob_endpoint)
-
-    # -- the credential forms --------------------------------------------------
-
-    def _use_key(self, key: str, source: str) -> None:
-        self.kind, self.source, self._key = "key", source, key
-        self._secrets.append(key)
-
-    def _use_sas(self, sas: str, source: str) -> None:
-        sas = sas.strip().lstrip("?")
-        self.kind, self.source, self._sas = "sas", source, sas
-        self._secrets.append(sas)
-        for pair in sas.split("&"):
-            name, _, value = pair.partition("=")
-            if name == "sig" and value:
-                self._secrets.append(value)
-
-    def _use_service_principal(
-        self, tenant: str | None, client: str | None, secret: str, source: str
-    ) -> None:
-        self._secrets.append(secret)
-        if not tenant or not client:
-            raise StoreError(
-                f"{source} is set but AZURE_TENANT_ID and AZURE_CLIENT_ID (or the tenant_id and"
-                " client_id arguments) are not: a service principal needs all three"
-            )
-        self.kind, self.source, self._sp = "service-principal", source, (tenant, client, secret)
-
-    def _use_connection_string(self, text: str, source: str) -> str | None:
-        self._secrets.append(text)
-        parts = parse_connection_string(text, source)
-        if parts.get("usedevelopmentstorage", "").lower() == "true":
-            self.account_name = DEV_ACCOUNT
-            self._use_key(DEV_KEY, source)
-            return DEV_ENDPOINT
-        self.account_name = parts.get("accountname") or None
-        self.protocol = parts.get("defaultendpointsprotocol", "https").lower() or "https"
-        self.endpoint_suffix = parts.get("endpointsuffix") or DEFAULT_SUFFIX
-        if parts.get("accountkey"):
-            self._use_key(parts["accountkey"], source)
-        elif parts.get("sharedaccesssignature"):
-            self._use_sas(parts["sharedaccesssignature"], source)
-        else:
-            self.kind, self.source = "anonymous", f"{source} (no key or SAS in it)"
-        endpoint = parts.get("blobendpoint") or None
-        if not endpoint and not self.account_name:
-            raise StoreError(f"{source} {_MALFORMED}")
-        return endpoint
-
-    # -- per account -----------------------------------------------------------
-
-    def secrets(self) -> tuple[str, ...]:
-        """Every secret value this configuration holds, to scrub from messages."""
-        return tuple(s for s in self._secrets if s)
-
-    def account_for(self, loc: BlobLocation, uri: str) -> str:
-        """The storage account serving ``loc``.
-
-        Raises:
-            StoreError: neither the URI nor the configuration names an account.
-        """
-        account = loc.account or self.account_name
-        if not account:
-            raise StoreError(
-                f"no storage account for {redact(uri)}: set AZURE_STORAGE_ACCOUNT_NAME (or"
-                " AZURE_STORAGE_CONNECTION_STRING), or name the account in the URI:"
-                f" abfs://{loc.container}@ACCOUNT.dfs.core.windows.net/{loc.name}"
-            )
-        return account
-
-    def endpoint_for(self, account: str, loc: BlobLocation) -> str:
-        """The blob endpoint URL of ``account`` (the configured override for the configured account)."""
-        if self.blob_endpoint and account == self.account_name:
-            return self.blob_endpoint
-        suffix = loc.endpoint_suffix or self.endpoint_suffix
-        return f"{self.protocol}://{account}.blob.{suffix}"
-
-    def credential_for(self, account: str, uri: str) -> Any:
-        """The SDK credential for ``account`` (``None`` for anonymous access).
-
-        Raises:
-            CheckpointPermissionError: the configured key or SAS token belongs to another account.
-            StoreError: a service principal or default credential is configured but
-                azure-identity is not installed.
-        """
-        if self.kind == "credential":
-            return self._credential
-        if self.kind in ("key", "sas"):
-            if self.account_name and account != self.account_name:
-                raise CheckpointPermissionError(
-                    f"{redact(uri)} is in storage account {account!r}, but the credential from"
-                    f" {self.source} is for account {self.account_name!r}. Use a URI of that"
-                    f" account (az://container/path), or an Azure AD identity that can reach"
-                    f" both ({IDENTITY_HINT})."
-                )
-            from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
-
-            if self.kind == "key":
-                return AzureNamedKeyCredential(account, self._key or "")
-            return AzureSasCredential(self._sas or "")
-        if self.kind in ("service-principal", "default"):
-            return self._token()
-        return None
-
-    def _token(self) -> Any:
-        return self._token_credential.get()
-
-    def _make_token(self) -> Any:
-        try:
-            import azure.identity as identity
-        except ImportError:
-            raise StoreError(
-                f"{self.source} asks for an Azure AD credential, but azure-identity is"
-                f" not installed: {IDENTITY_HINT}"
-            ) from None
-        if self._sp is not None:
-            tenant, client, secret = self._sp
-            return identity.ClientSecretCredential(tenant, client, secret)
-        return identity.DefaultAzureCredential()
-
-    def close(self) -> None:
-        """Close a token credential made here (it is made again on next use)."""
-        cred = self._token_credential.take()
-        close = getattr(cred, "close", None)
-        if close is not None:
-            close()
-
-    def __repr__(self) -> str:
-        return (
-            f"AzureConfig(account={self.account_name!r}, endpoint={_show(self.blob_endpoint)},"
-            f" credential={self.kind!r} from {self.source})"
-        )
-
-
-def _show(endpoint: str | None) -> str:
-    return repr(redact(endpoint)) if endpoint else "None"

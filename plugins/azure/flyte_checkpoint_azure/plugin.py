@@ -7,7 +7,7 @@ from collections.abc import Callable
 from flyte_checkpoint.storage.hookspecs import hookimpl
 from flyte_checkpoint.storage.registry import StoreSpec
 
-from .locations import SCHEMES
+from .uris import SCHEMES
 
 
 @hookimpl

@@ -1,176 +1,104 @@
-"""Streaming reads: the first range fetched at open, the rest prefetched concurrently, in order."""
+"""Streaming reads: the first range at open, the rest on the kit's bounded read-ahead, pinned by ETag."""
 
 from __future__ import annotations
 
-import hashlib
-import io
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
-from flyte_checkpoint.errors import CheckpointError, CorruptCheckpointError, TransientError
-from flyte_checkpoint.uri import redact
+from azure.core import MatchConditions
+from azure.core.exceptions import HttpResponseError
 
-#: ``fetch(offset, length)`` returns those bytes of the object (raises SDK errors).
-Fetch = Callable[[int, int], bytes]
-ErrorMapper = Callable[[BaseException, str], CheckpointError]
+from flyte_checkpoint.errors import StoreError
+from flyte_checkpoint.storage.kit.checksums import digest
+from flyte_checkpoint.storage.kit.locations import Location
+from flyte_checkpoint.storage.kit.reads import RangedReader
+
+from . import integrity
+from .errors import status_of
+
+if TYPE_CHECKING:
+    from .store import AzureStore
 
 
-class AzureBlobReader(io.RawIOBase):
-    """A read-only, forward-only binary stream over one blob.
+class _Filler:
+    """A write-only stream over ``view``: the SDK's ``readinto`` copies each answer into the
+    reader's own buffer, so no downloaded range is kept twice."""
 
-    Ranges of ``chunk_size`` bytes after the first are fetched by up to ``concurrency``
-    threads ahead of the reader (so memory stays below ``chunk_size * (concurrency + 1)``)
-    and delivered in order. ``read(n)`` returns ``n`` bytes unless the object ends first.
-    When the blob carries an MD5 and the stream is read to its end, the bytes are checked
-    against it: a mismatch raises CorruptCheckpointError.
+    def __init__(self, view: memoryview) -> None:
+        self.view, self.filled = view, 0
+
+    def write(self, data: bytes) -> int:
+        n = min(len(data), len(self.view) - self.filled)
+        self.view[self.filled : self.filled + n] = memoryview(data)[:n]
+        self.filled += n
+        return len(data)
+
+    def seekable(self) -> bool:
+        return False
+
+
+def open_reader(store: AzureStore, loc: Location, uri: str) -> RangedReader:
+    """A stream of the blob at ``loc``, checked against its stored MD5 when read to the end.
+
+    The first request brings the first ``read_range_size`` bytes with the size, the ETag and
+    the stored MD5; every later range is conditional on that ETag, so an object replaced
+    mid-read raises TransientError (HTTP 412) instead of mixing two versions.
+
+    Raises:
+        NotFoundError, ContainerNotFoundError, CheckpointPermissionError, TransientError,
+        StoreError: as the fault table maps the first request's failure.
     """
+    config = store.config
+    blob = store.clients.blob(loc)
+    try:
+        first = blob.download_blob(offset=0, length=config.read_range_size, max_concurrency=1)
+        props = first.properties
+        size = _total_size(props.content_range, first.size)
+        head = bytearray(first.size)
+        if first.readinto(_Filler(memoryview(head))) != len(head):  # type: ignore[arg-type]
+            raise StoreError(f"Azure answered {first.size} bytes of {uri} but sent fewer")
+    except HttpResponseError as exc:
+        if status_of(exc) != 416:
+            raise store.error(exc, uri, "read") from exc
+        head, size, props = bytearray(), 0, None  # an empty blob has no byte 0
+    except Exception as exc:
+        raise store.error(exc, uri, "read") from exc
+    if props is None:
+        props = store.call(blob.get_blob_properties, uri, "read")
+        if props.size:
+            return open_reader(store, loc, uri)  # replaced by a non-empty blob meanwhile
+    etag = props.etag
 
-    def __init__(
-        self,
-        uri: str,
-        *,
-        first: bytes,
-        size: int,
-        fetch: Fetch,
-        chunk_size: int,
-        concurrency: int,
-        expected_md5: bytes | None,
-        fail: ErrorMapper,
-    ) -> None:
-        super().__init__()
-        self.uri = uri
-        self.size = size
-        self._fetch = fetch
-        self._chunk = max(1, chunk_size)
-        self._concurrency = max(1, concurrency)
-        self._fail = fail
-        self._expected_md5 = expected_md5
-        self._md5 = hashlib.md5(usedforsecurity=False) if expected_md5 is not None else None
-        self._pending: deque[tuple[int, Future[bytes]]] = deque()
-        self._pool: ThreadPoolExecutor | None = None
-        self._next_offset = len(first)
-        self._received = 0
-        self._pos = 0
-        self._current = memoryview(b"")
-        self._checked = False
-        self._take(first, len(first))
-        self._schedule()
+    def fetch(offset: int, view: memoryview) -> int:
+        downloader = blob.download_blob(
+            offset=offset,
+            length=len(view),
+            etag=etag,
+            match_condition=MatchConditions.IfNotModified,
+            max_concurrency=1,
+        )
+        return downloader.readinto(_Filler(view))  # type: ignore[arg-type]
 
-    # -- io.RawIOBase ----------------------------------------------------------
+    expected = integrity.stored(config, props)
+    return RangedReader(
+        uri,
+        size=size,
+        fetch=fetch,
+        range_size=config.read_range_size,
+        concurrency=config.read_concurrency,
+        pool=store.pool,
+        head=memoryview(head),
+        digest=digest(integrity.ALGORITHM) if expected else None,
+        expected=expected,
+        on_error=lambda exc: store.error(exc, uri, "read"),
+    )
 
-    def readable(self) -> bool:
-        return True
 
-    def tell(self) -> int:
-        return self._pos
-
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
-        """Fill ``buffer`` with the next bytes; fewer only at the end of the object."""
-        self._check_open()
-        out = memoryview(buffer).cast("B")
-        filled = 0
-        while filled < len(out):
-            if not self._current and not self._advance():
-                break
-            n = min(len(out) - filled, len(self._current))
-            out[filled : filled + n] = self._current[:n]
-            self._current = self._current[n:]
-            filled += n
-        self._pos += filled
-        return filled
-
-    def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes (all that is left when ``size`` is negative or None)."""
-        self._check_open()
-        if size is None or size < 0:
-            return self.readall()
-        if len(self._current) >= size:
-            data = self._current[:size].tobytes()
-            self._current = self._current[size:]
-            self._pos += size
-            return data
-        buf = bytearray(size)
-        n = self.readinto(buf)
-        del buf[n:]
-        return bytes(buf)
-
-    def readall(self) -> bytes:
-        """Everything left, checked against the blob's MD5 if it has one."""
-        return b"".join(self.chunks())
-
-    def chunks(self) -> Iterator[bytes | memoryview]:
-        """The rest of the object as it arrives, in order, without extra copies."""
-        self._check_open()
-        while self._current or self._advance():
-            piece, self._current = self._current, memoryview(b"")
-            self._pos += len(piece)
-            yield piece
-
-    def close(self) -> None:
-        """Stop the prefetch (waiting for ranged GETs already running) and free the buffers."""
-        if not self.closed:
-            for _, fut in self._pending:
-                fut.cancel()
-            self._pending.clear()
-            pool, self._pool = self._pool, None
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
-            self._current = memoryview(b"")
-        super().close()
-
-    # -- internals -------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError(f"read from a closed reader of {redact(self.uri)}")
-
-    def _schedule(self) -> None:
-        while len(self._pending) < self._concurrency and self._next_offset < self.size:
-            length = min(self._chunk, self.size - self._next_offset)
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix="fcp-azure-get")
-            fut = self._pool.submit(self._fetch, self._next_offset, length)
-            self._pending.append((length, fut))
-            self._next_offset += length
-
-    def _advance(self) -> bool:
-        """Make the next range current; False (after the integrity check) at the end."""
-        if not self._pending:
-            self._finish()
-            return False
-        length, fut = self._pending.popleft()
-        try:
-            data = fut.result()
-        except Exception as exc:
-            raise self._fail(exc, "read") from exc
-        self._take(data, length)
-        self._schedule()
-        return True
-
-    def _take(self, data: bytes, expected: int) -> None:
-        if len(data) != expected:
-            raise TransientError(
-                f"cannot read {redact(self.uri)}: a range came back with {len(data)} bytes"
-                f" instead of {expected}; reading it again can succeed"
-            )
-        if self._md5 is not None and data:
-            self._md5.update(data)
-        self._received += len(data)
-        self._current = memoryview(data)
-
-    def _finish(self) -> None:
-        if self._checked:
-            return
-        self._checked = True
-        if self._received != self.size:
-            raise TransientError(
-                f"cannot read {redact(self.uri)}: got {self._received} of {self.size} bytes;"
-                " reading it again can succeed"
-            )
-        if self._md5 is not None and self._md5.digest() != self._expected_md5:
-            raise CorruptCheckpointError(
-                f"{redact(self.uri)} is damaged: the MD5 of its {self.size} bytes does not match"
-                " the MD5 stored with it. The object was altered or truncated after it was"
-                " written; load an older checkpoint or save a new one"
-            )
+def _total_size(content_range: str | None, fallback: int) -> int:
+    """The object's size from a ``Content-Range: bytes A-B/TOTAL`` header."""
+    if content_range and "/" in content_range:
+        total = content_range.rsplit("/", 1)[1].strip()
+        if total.isdigit():
+            return int(total)
+    if content_range:
+        raise StoreError(f"unexpected Content-Range from Azure: {content_range!r}")
+    return fallback

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from .helpers import AZURE_VARS, CONTAINER, SMALL, clean_environ
 from .server import INSTALL_HINT, AzuriteServer, AzuriteUnavailable, azurite, find_executable
 
 try:  # the repository's root conftest, when pytest runs from the repository
@@ -20,33 +21,6 @@ except ImportError:  # pragma: no cover - run from elsewhere
             if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
                 pytest.fail(f"CI=true and {why}: CI must run every test", pytrace=False)
             pytest.skip(why)
-
-
-#: The container every test writes under (each test in its own unique prefix).
-CONTAINER = "checkpoints"
-#: Small blocks and ranges, so a few MiB cross many block and range boundaries. Blocks stay
-#: above the suite's 256 KiB concurrent-writer payloads: concurrent multi-block writers of
-#: one blob conflict on Azure (see test_writes.py), single-request writers do not.
-SMALL = {
-    "FLYTE_CHECKPOINT_AZURE_BLOCK_SIZE": "320KiB",
-    "FLYTE_CHECKPOINT_AZURE_UPLOAD_CONCURRENCY": "4",
-    "FLYTE_CHECKPOINT_AZURE_READ_CHUNK_SIZE": "192KiB",
-    "FLYTE_CHECKPOINT_AZURE_READ_CONCURRENCY": "4",
-    "FLYTE_CHECKPOINT_AZURE_READ_TIMEOUT": "30",
-}
-#: Every variable the store reads for credentials and accounts.
-AZURE_VARS = (
-    "AZURE_STORAGE_CONNECTION_STRING",
-    "AZURE_STORAGE_ACCOUNT_NAME",
-    "AZURE_STORAGE_ACCOUNT",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_STORAGE_KEY",
-    "AZURE_STORAGE_SAS_TOKEN",
-    "AZURE_STORAGE_BLOB_ENDPOINT",
-    "AZURE_TENANT_ID",
-    "AZURE_CLIENT_ID",
-    "AZURE_CLIENT_SECRET",
-)
 
 
 @pytest.fixture(scope="session")
@@ -97,12 +71,8 @@ def azure_env(azurite_server: AzuriteServer) -> Iterator[AzuriteServer]:
 
 @pytest.fixture
 def clean_env() -> dict[str, str]:
-    """An environment without any Azure variable, for stores built with ``environ=``."""
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if k not in AZURE_VARS and not k.startswith("FLYTE_CHECKPOINT_AZURE_")
-    }
+    """An environment without any Azure variable, for configs resolved with ``env=``."""
+    return clean_environ()
 
 
 @pytest.fixture
@@ -122,21 +92,22 @@ def blob_service(azurite_server: AzuriteServer):
 
 @pytest.fixture
 def make_store(azurite_server: AzuriteServer, clean_env: dict[str, str]):
-    """Build stores on Azurite's account by key (overridable), closed after the test."""
-    from flyte_checkpoint_azure.store import AzureBlobStore
+    """Build stores on Azurite's account by key (overridable), from their settings and no
+    Azure variable, closed after the test."""
+    from flyte_checkpoint_azure.config import AzureConfig
+    from flyte_checkpoint_azure.store import AzureStore
 
     from .server import ACCOUNT_KEY, ACCOUNT_NAME
 
-    made: list[AzureBlobStore] = []
+    made: list[AzureStore] = []
 
-    def make(**kwargs) -> AzureBlobStore:
-        if not {"connection_string", "account_key", "sas_token", "credential"} & set(kwargs):
+    def make(env: dict[str, str] | None = None, **kwargs) -> AzureStore:
+        if not {"connection_string", "account_key", "sas_token", "credential", "anonymous"} & set(kwargs):
             kwargs.setdefault("account_name", ACCOUNT_NAME)
             kwargs.setdefault("account_key", ACCOUNT_KEY)
         if "connection_string" not in kwargs:
-            kwargs.setdefault("blob_endpoint", azurite_server.blob_endpoint)
-        kwargs.setdefault("environ", clean_env)
-        store = AzureBlobStore(**kwargs)
+            kwargs.setdefault("endpoint_url", azurite_server.blob_endpoint)
+        store = AzureStore(AzureConfig.resolve(env=clean_env | (env or {}), **kwargs))
         made.append(store)
         return store
 

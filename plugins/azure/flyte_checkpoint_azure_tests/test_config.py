@@ -6,8 +6,10 @@ import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+from flyte_checkpoint_azure.client import AzureClients
 from flyte_checkpoint_azure.config import (
     DEV_ACCOUNT,
     DEV_ENDPOINT,
@@ -15,13 +17,14 @@ from flyte_checkpoint_azure.config import (
     account_from_endpoint,
     parse_connection_string,
 )
-from flyte_checkpoint_azure.locations import parse
-from flyte_checkpoint_azure.settings import AzureSettings, MiB, parse_size
-from flyte_checkpoint_azure.store import AzureBlobStore
+from flyte_checkpoint_azure.store import AzureStore
+from flyte_checkpoint_azure.uris import parse
 
-from flyte_checkpoint.errors import StoreError
+from flyte_checkpoint.errors import ConfigurationError
+from flyte_checkpoint.storage.kit.settings import MiB, markdown_table
 
 from .conftest import require
+from .helpers import config
 
 KEY = "c2VjcmV0LWtleS1ub2JvZHktc2hvdWxkLXNlZQ=="
 SAS = "sv=2024-08-04&ss=b&srt=co&sp=rwdl&se=2030-01-01T00%3A00%3A00Z&sig=SIGNATURE%2Bsecret%3D"
@@ -35,13 +38,34 @@ def _needs_identity() -> None:
 
 
 def _cfg(env: dict[str, str] | None = None, **kwargs) -> AzureConfig:
-    return AzureConfig(environ=env or {}, **kwargs)
+    return config(env, **kwargs)
+
+
+def _credential(c: AzureConfig, account: str = "acct"):
+    return AzureClients(c).credential_for(account, parse("az://c/x"))
 
 
 def test_connection_string_from_env() -> None:
     c = _cfg({"AZURE_STORAGE_CONNECTION_STRING": CS_KEY})
-    assert (c.kind, c.source, c.account_name) == ("key", "AZURE_STORAGE_CONNECTION_STRING", "csacct")
+    assert (c.auth.kind, c.auth.source, c.account_name) == (
+        "key",
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "csacct",
+    )
     assert c.endpoint_for("csacct", parse("az://c/x")) == "https://csacct.blob.core.windows.net"
+
+
+def test_a_connection_strings_account_and_endpoint_go_with_its_key() -> None:
+    cs = f"AccountName=csacct;AccountKey={KEY};BlobEndpoint=http://127.0.0.1:9/csacct"
+    env = {
+        "AZURE_STORAGE_CONNECTION_STRING": cs,
+        "AZURE_STORAGE_ACCOUNT_NAME": "envacct",
+        "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:8/envacct",
+    }
+    c = _cfg(env)
+    assert (c.account_name, c.endpoint_url) == ("csacct", "http://127.0.0.1:9/csacct")
+    c = _cfg(env, account_name="argacct", endpoint_url="http://127.0.0.1:7/argacct")
+    assert (c.account_name, c.endpoint_url) == ("argacct", "http://127.0.0.1:7/argacct")
 
 
 def test_connection_string_wins_over_key_and_sas_in_env() -> None:
@@ -50,68 +74,91 @@ def test_connection_string_wins_over_key_and_sas_in_env() -> None:
         "AZURE_STORAGE_ACCOUNT_KEY": "b3RoZXI=",
         "AZURE_STORAGE_SAS_TOKEN": SAS,
     }
-    assert _cfg(env).source == "AZURE_STORAGE_CONNECTION_STRING"
+    assert _cfg(env).auth.source == "AZURE_STORAGE_CONNECTION_STRING"
 
 
-def test_key_wins_over_sas_and_service_principal_in_env() -> None:
+def test_the_chain_key_sas_storage_principal_anonymous_default_in_env() -> None:
     env = {
         "AZURE_STORAGE_ACCOUNT_NAME": "acct",
         "AZURE_STORAGE_ACCOUNT_KEY": KEY,
         "AZURE_STORAGE_SAS_TOKEN": SAS,
-        "AZURE_TENANT_ID": "t",
-        "AZURE_CLIENT_ID": "c",
-        "AZURE_CLIENT_SECRET": "s3cr3t-value",
+        "AZURE_STORAGE_TENANT_ID": "t",
+        "AZURE_STORAGE_CLIENT_ID": "c",
+        "AZURE_STORAGE_CLIENT_SECRET": "s3cr3t-value",
+        "FLYTE_CHECKPOINT_AZURE_ANONYMOUS": "true",
     }
     c = _cfg(env)
-    assert (c.kind, c.account_name) == ("key", "acct")
+    assert (c.auth.kind, c.account_name) == ("key", "acct")
     del env["AZURE_STORAGE_ACCOUNT_KEY"]
-    assert _cfg(env).kind == "sas"
+    assert _cfg(env).auth.kind == "sas"
     del env["AZURE_STORAGE_SAS_TOKEN"]
-    assert _cfg(env).kind == "service-principal"
+    assert _cfg(env).auth.kind == "service-principal"
+    del env["AZURE_STORAGE_CLIENT_SECRET"]
+    assert _cfg(env).auth.kind == "anonymous"
+
+
+def test_azure_identitys_own_variables_are_left_to_default_azure_credential() -> None:
+    """AZURE_CLIENT_* are DefaultAzureCredential's (EnvironmentCredential): the plugin reads only
+    the storage-scoped AZURE_STORAGE_CLIENT_* names itself."""
+    _needs_identity()
+    c = _cfg({"AZURE_TENANT_ID": "t", "AZURE_CLIENT_ID": "c", "AZURE_CLIENT_SECRET": "s3cr3t-value"})
+    assert (c.auth.kind, c.auth.source) == ("default", "DefaultAzureCredential")
 
 
 def test_az_cli_variable_names_are_read_too() -> None:
     c = _cfg({"AZURE_STORAGE_ACCOUNT": "acct", "AZURE_STORAGE_KEY": KEY})
-    assert (c.kind, c.account_name) == ("key", "acct")
+    assert (c.auth.kind, c.account_name) == ("key", "acct")
+
+
+def test_azure_storage_endpoint_is_the_endpoint_variable() -> None:
+    c = _cfg(
+        {"AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:9/acct", "AZURE_STORAGE_BLOB_ENDPOINT": "http://x:1/y"}
+    )
+    assert (c.endpoint_url, c.sources["endpoint_url"]) == (
+        "http://127.0.0.1:9/acct",
+        "AZURE_STORAGE_ENDPOINT",
+    )
+    assert c.account_for(parse("az://c/x")) == "acct"
+    assert _cfg({"AZURE_STORAGE_BLOB_ENDPOINT": "http://127.0.0.1:9/acct"}).endpoint_url is None
 
 
 def test_arguments_win_over_the_environment() -> None:
     env = {"AZURE_STORAGE_CONNECTION_STRING": CS_KEY, "AZURE_STORAGE_ACCOUNT_NAME": "envacct"}
     c = _cfg(env, sas_token=SAS, account_name="argacct")
-    assert (c.kind, c.source, c.account_name) == ("sas", "the sas_token argument", "argacct")
+    assert (c.auth.kind, c.auth.source, c.account_name) == ("sas", "the sas_token argument", "argacct")
     c = _cfg(env, account_key=KEY, sas_token=SAS)
-    assert c.kind == "key"  # among arguments, a key comes before a SAS token
-    c = _cfg(env, blob_endpoint="http://127.0.0.1:9/acct")
-    assert c.blob_endpoint == "http://127.0.0.1:9/acct"
+    assert c.auth.kind == "key"  # among arguments, a key comes before a SAS token
+    c = _cfg(env, endpoint_url="http://127.0.0.1:9/acct")
+    assert c.endpoint_url == "http://127.0.0.1:9/acct"
+    assert _cfg(env, anonymous=True).auth.kind == "anonymous"  # given in code: before the variables
 
 
 def test_explicit_credential_object_is_used_for_any_account() -> None:
     token = object()
     c = _cfg({"AZURE_STORAGE_ACCOUNT_KEY": KEY}, credential=token)
-    assert c.credential_for("any", "az://c/x") is token
+    assert _credential(c, "any") is token
 
 
 def test_sas_token_with_a_question_mark() -> None:
     c = _cfg(account_name="acct", sas_token="?" + SAS)
-    cred = c.credential_for("acct", "az://c/x")
-    assert cred.signature == SAS
+    assert _credential(c).signature == SAS
 
 
 def test_sas_and_blob_endpoint_in_a_connection_string() -> None:
     cs = f"BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;SharedAccessSignature={SAS}"
     c = _cfg(connection_string=cs)
-    assert (c.kind, c.account_name) == ("sas", "devstoreaccount1")
-    assert c.blob_endpoint == "http://127.0.0.1:10000/devstoreaccount1"
+    assert (c.auth.kind, c.default_account) == ("sas", "devstoreaccount1")
+    assert c.endpoint_url == "http://127.0.0.1:10000/devstoreaccount1"
 
 
 def test_use_development_storage() -> None:
     c = _cfg({"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
-    assert (c.kind, c.account_name, c.blob_endpoint) == ("key", DEV_ACCOUNT, DEV_ENDPOINT)
+    assert (c.auth.kind, c.account_name, c.endpoint_url) == ("key", DEV_ACCOUNT, DEV_ENDPOINT)
 
 
 @pytest.mark.parametrize("bad", ["just-a-secret-value", "=novalue", "BlobEndpoint="])
 def test_malformed_connection_string_is_not_echoed(bad: str) -> None:
-    with pytest.raises(StoreError, match="is malformed") as info:
+    with pytest.raises(ConfigurationError, match="is malformed") as info:
         _cfg({"AZURE_STORAGE_CONNECTION_STRING": bad})
     assert "AZURE_STORAGE_CONNECTION_STRING" in str(info.value)
     assert bad not in str(info.value)
@@ -129,28 +176,39 @@ def test_account_from_endpoint() -> None:
 
 
 def test_service_principal_needs_all_three() -> None:
-    with pytest.raises(StoreError, match="AZURE_TENANT_ID and AZURE_CLIENT_ID") as info:
-        _cfg({"AZURE_CLIENT_SECRET": "s3cr3t-value"})
+    with pytest.raises(
+        ConfigurationError, match="AZURE_STORAGE_TENANT_ID and AZURE_STORAGE_CLIENT_ID"
+    ) as info:
+        _cfg({"AZURE_STORAGE_CLIENT_SECRET": "s3cr3t-value"})
     assert "s3cr3t-value" not in str(info.value)
 
 
 def test_service_principal_builds_a_client_secret_credential_lazily() -> None:
     _needs_identity()
     c = _cfg(tenant_id="tenant", client_id="client", client_secret="s3cr3t-value")
-    assert c.kind == "service-principal"
-    cred = c.credential_for("acct", "az://c/x")
+    assert c.auth.kind == "service-principal"
+    clients = AzureClients(c)
+    cred = clients.credential_for("acct", parse("az://c/x"))
     assert type(cred).__name__ == "ClientSecretCredential"
-    assert c.credential_for("other", "az://c/x") is cred  # one identity, any account
-    assert "s3cr3t-value" not in repr(c)
-    c.close()
+    assert clients.credential_for("other", parse("az://c/x")) is cred  # one identity, any account
+    assert "s3cr3t-value" not in repr(c) + repr(c.auth)
+    clients.close()
 
 
 def test_default_credential_when_nothing_is_configured() -> None:
     _needs_identity()
     c = _cfg()
-    assert (c.kind, c.source) == ("default", "DefaultAzureCredential")
-    assert type(c.credential_for("acct", "az://c/x")).__name__ == "DefaultAzureCredential"
-    c.close()
+    assert (c.auth.kind, c.auth.source) == ("default", "DefaultAzureCredential")
+    clients = AzureClients(c)
+    assert type(clients.credential_for("acct", parse("az://c/x"))).__name__ == "DefaultAzureCredential"
+    clients.close()
+
+
+def test_anonymous_sends_no_credential_even_with_azure_identity() -> None:
+    _needs_identity()
+    for c in (_cfg(anonymous=True), _cfg({"FLYTE_CHECKPOINT_AZURE_ANONYMOUS": "yes"})):
+        assert c.auth.kind == "anonymous"
+        assert _credential(c) is None
 
 
 def _without_identity(code: str) -> subprocess.CompletedProcess[str]:
@@ -164,10 +222,12 @@ def _without_identity(code: str) -> subprocess.CompletedProcess[str]:
 def test_without_azure_identity_nothing_configured_is_anonymous() -> None:
     done = _without_identity(
         """
+        from flyte_checkpoint_azure.client import AzureClients
         from flyte_checkpoint_azure.config import AzureConfig
-        c = AzureConfig(environ={})
-        assert c.kind == "anonymous", c.kind
-        assert c.credential_for("acct", "az://c/x") is None
+        from flyte_checkpoint_azure.uris import parse
+        c = AzureConfig.resolve(env={})
+        assert c.auth.kind == "none", c.auth
+        assert AzureClients(c).credential_for("acct", parse("az://c/x")) is None
         """
     )
     assert done.returncode == 0, done.stderr
@@ -176,13 +236,15 @@ def test_without_azure_identity_nothing_configured_is_anonymous() -> None:
 def test_without_azure_identity_a_service_principal_says_what_to_install() -> None:
     done = _without_identity(
         """
-        from flyte_checkpoint.errors import StoreError
+        from flyte_checkpoint.errors import ConfigurationError
+        from flyte_checkpoint_azure.client import AzureClients
         from flyte_checkpoint_azure.config import AzureConfig
-        c = AzureConfig(environ={"AZURE_TENANT_ID": "t", "AZURE_CLIENT_ID": "c",
-                                 "AZURE_CLIENT_SECRET": "s3cr3t-value"})
+        from flyte_checkpoint_azure.uris import parse
+        c = AzureConfig.resolve(env={"AZURE_STORAGE_TENANT_ID": "t", "AZURE_STORAGE_CLIENT_ID": "c",
+                                     "AZURE_STORAGE_CLIENT_SECRET": "s3cr3t-value"})
         try:
-            c.credential_for("acct", "az://c/x")
-        except StoreError as exc:
+            AzureClients(c).credential_for("acct", parse("az://c/x"))
+        except ConfigurationError as exc:
             print(exc)
         """
     )
@@ -192,62 +254,76 @@ def test_without_azure_identity_a_service_principal_says_what_to_install() -> No
 
 
 def test_repr_names_sources_not_secrets() -> None:
-    store = AzureBlobStore(connection_string=CS_KEY, environ={})
+    store = AzureStore(_cfg(connection_string=CS_KEY))
     assert "csacct" in repr(store) and "connection_string argument" in repr(store)
-    sas_store = AzureBlobStore(account_name="acct", sas_token=SAS, environ={})
+    sas_store = AzureStore(_cfg(account_name="acct", sas_token=SAS))
     for text in (repr(store), repr(sas_store), repr(store.config), repr(sas_store.config)):
         assert KEY not in text and SAS not in text and "SIGNATURE" not in text
     assert KEY in store.config.secrets() and "SIGNATURE%2Bsecret%3D" in sas_store.config.secrets()
 
 
-# -- tuning knobs -----------------------------------------------------------------
+# -- settings ----------------------------------------------------------------------
 
 
-def test_settings_defaults_suit_the_cloud() -> None:
-    s = AzureSettings()
-    assert (s.block_size, s.upload_concurrency, s.read_chunk_size, s.read_concurrency) == (
-        8 * MiB,
-        8,
-        8 * MiB,
-        8,
+def test_readme_settings_table_is_the_configs() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert markdown_table(AzureConfig.settings_table()) in readme
+
+
+def test_defaults_are_the_shared_ones_and_md5() -> None:
+    c = _cfg()
+    assert (c.part_size, c.max_concurrency, c.read_range_size, c.read_concurrency) == (8 * MiB, 8, 8 * MiB, 8)
+    assert (c.checksum, c.verify_checksums, c.request_attempts, c.connect_timeout, c.read_timeout) == (
+        "MD5",
+        True,
+        3,
+        10.0,
+        60.0,
     )
-    assert s.checksum and s.retries == 3 and s.connect_timeout > 0 and s.read_timeout > 0
+    assert c.max_connections == 32
 
 
 def test_settings_from_env_then_arguments() -> None:
     env = {
-        "FLYTE_CHECKPOINT_AZURE_BLOCK_SIZE": "4MiB",
+        "FLYTE_CHECKPOINT_AZURE_PART_SIZE": "4MiB",
         "FLYTE_CHECKPOINT_AZURE_READ_CONCURRENCY": "2",
         "FLYTE_CHECKPOINT_AZURE_CHECKSUM": "none",
-        "FLYTE_CHECKPOINT_AZURE_READ_TIMEOUT": "7.5",
+        "FLYTE_CHECKPOINT_AZURE_READ_TIMEOUT": "7500ms",
     }
-    s = AzureSettings.from_env(env, read_concurrency=5)
-    assert (s.block_size, s.read_concurrency, s.checksum, s.read_timeout) == (4 * MiB, 5, False, 7.5)
+    c = _cfg(env, read_concurrency=5)
+    assert (c.part_size, c.read_concurrency, c.checksum, c.read_timeout) == (4 * MiB, 5, "NONE", 7.5)
 
 
 @pytest.mark.parametrize(
     ("var", "value"),
     [
-        ("FLYTE_CHECKPOINT_AZURE_BLOCK_SIZE", "big"),
-        ("FLYTE_CHECKPOINT_AZURE_UPLOAD_CONCURRENCY", "1.5"),
+        ("FLYTE_CHECKPOINT_AZURE_PART_SIZE", "big"),
+        ("FLYTE_CHECKPOINT_AZURE_MAX_CONCURRENCY", "1.5"),
         ("FLYTE_CHECKPOINT_AZURE_CHECKSUM", "maybe"),
+        ("FLYTE_CHECKPOINT_AZURE_PART_SIZE", "5000MiB"),
+        ("AZURE_STORAGE_ENDPOINT", "ftp://x"),
     ],
 )
-def test_bad_setting_names_the_variable(var: str, value: str) -> None:
-    with pytest.raises(StoreError, match=var):
-        AzureSettings.from_env({var: value})
+def test_a_bad_setting_is_a_configuration_error_naming_the_variable(var: str, value: str) -> None:
+    with pytest.raises(ConfigurationError, match=var):
+        AzureStore(_cfg({var: value}))
 
 
-def test_out_of_range_settings_are_refused() -> None:
-    with pytest.raises(StoreError, match="block_size"):
-        AzureSettings(block_size=5000 * MiB)
-    with pytest.raises(StoreError, match="upload_concurrency"):
-        AzureSettings(upload_concurrency=0)
-    with pytest.raises(TypeError, match="blocksize"):
-        AzureBlobStore(environ={}, blocksize=1)
+def test_bad_arguments_are_configuration_errors() -> None:
+    with pytest.raises(ConfigurationError, match="4000MiB"):
+        AzureStore(part_size=5000 * MiB)
+    with pytest.raises(ConfigurationError, match="max_concurrency"):
+        AzureStore(max_concurrency=0)
+    with pytest.raises(ConfigurationError, match="no setting 'blocksize'"):
+        AzureStore(blocksize=1)
 
 
-def test_parse_size() -> None:
-    assert [parse_size(t) for t in ("1", "2k", "3MiB", "1 GiB")] == [1, 2048, 3 * MiB, 1024 * MiB]
-    with pytest.raises(ValueError):
-        parse_size("3 parsecs")
+def test_sdk_retries_are_bounded_by_request_attempts() -> None:
+    from .server import ACCOUNT_KEY, ACCOUNT_NAME
+
+    for attempts in (1, 3):
+        c = _cfg(account_name=ACCOUNT_NAME, account_key=ACCOUNT_KEY, request_attempts=attempts)
+        clients = AzureClients(c)
+        policy = clients.service(parse("az://c/x"))._config.retry_policy
+        assert (type(policy).__name__, policy.total_retries) == ("ExponentialRetry", attempts - 1)
+        clients.close()

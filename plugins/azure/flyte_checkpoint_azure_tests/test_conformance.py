@@ -5,12 +5,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from flyte_checkpoint_azure.store import AzureBlobStore
+from flyte_checkpoint_azure.config import AzureConfig
+from flyte_checkpoint_azure.store import AzureStore
 
 from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
-from .conftest import CONTAINER
+from .helpers import CONTAINER
 from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
 
 pytestmark = pytest.mark.integration
@@ -24,15 +25,29 @@ class TestAzureConformance(BlobStoreSuite, CheckpointSuite):
     large_object_size = 3 * 1024 * 1024 + 12_345
 
     @pytest.fixture
-    def store(self, azure_env: AzuriteServer) -> AzureBlobStore:
+    def store(self, azure_env: AzuriteServer) -> AzureStore:
         store = store_for(f"az://{CONTAINER}/x")
-        assert isinstance(store, AzureBlobStore)
+        assert isinstance(store, AzureStore)
         assert get_registry().backend_for("az://c/x").distribution == "flyte-checkpoint-azure"
         return store
 
     @pytest.fixture
     def store_root(self) -> str:
         return f"az://{CONTAINER}/{uuid.uuid4().hex}"
+
+
+def test_list_details_comes_from_the_listing(make_store, prefix: str) -> None:
+    """Native: modification times are given, and no object is stat'ed (the default would)."""
+    store = make_store()
+    root = f"az://{CONTAINER}/{prefix}"
+    store.write_bytes(f"{root}/a/1", b"1")
+    store.write_bytes(f"{root}/b", b"22")
+    store.stat = None  # type: ignore[assignment,method-assign]  # any stat call would fail
+    every = list(store.list_details(root + "/"))
+    assert [(i.uri, i.size) for i in every] == [(f"{root}/a/1", 1), (f"{root}/b", 2)]
+    assert all(i.modified is not None and i.modified.tzinfo is not None for i in every)
+    top = [(i.uri, i.is_folder) for i in store.list_details(root + "/", recursive=False)]
+    assert top == [(f"{root}/a/", True), (f"{root}/b", False)]
 
 
 class TestAzureConformanceAccountHostUri(BlobStoreSuite):
@@ -43,16 +58,19 @@ class TestAzureConformanceAccountHostUri(BlobStoreSuite):
 
     @pytest.fixture
     def store(self, azurite_server: AzuriteServer):
-        store = AzureBlobStore(
-            account_name=ACCOUNT_NAME,
-            account_key=ACCOUNT_KEY,
-            blob_endpoint=azurite_server.blob_endpoint,
-            block_size=384 * 1024,
-            upload_concurrency=3,
-            read_chunk_size=100_000,
-            read_concurrency=3,
-            checksum=False,
-            environ={},
+        store = AzureStore(
+            AzureConfig.resolve(
+                env={},
+                account_name=ACCOUNT_NAME,
+                account_key=ACCOUNT_KEY,
+                endpoint_url=azurite_server.blob_endpoint,
+                part_size=384 * 1024,
+                max_concurrency=3,
+                read_range_size=100_000,
+                read_concurrency=3,
+                checksum="NONE",
+                verify_checksums=False,
+            )
         )
         yield store
         store.close()

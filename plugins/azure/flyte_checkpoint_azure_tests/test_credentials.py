@@ -13,9 +13,12 @@ from azure.storage.blob import (
     generate_account_sas,
     generate_container_sas,
 )
-from flyte_checkpoint_azure.store import AzureBlobStore
+from flyte_checkpoint_azure.config import AzureConfig
+from flyte_checkpoint_azure.store import AzureStore
 
-from .conftest import CONTAINER
+from flyte_checkpoint.errors import CheckpointError, CheckpointPermissionError
+
+from .helpers import CONTAINER
 from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
 
 pytestmark = pytest.mark.integration
@@ -44,7 +47,7 @@ def container_sas(expiry_hours: float = 1, **permissions: bool) -> str:
     )
 
 
-def _round_trip(store: AzureBlobStore, prefix: str) -> None:
+def _round_trip(store: AzureStore, prefix: str) -> None:
     root = f"az://{CONTAINER}/{prefix}"
     small, large = f"{root}/small", f"{root}/large"
     store.write_bytes(small, b"small")
@@ -63,16 +66,16 @@ ENV_FORMS = {
     "account name + key + endpoint": lambda s: {
         "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME,
         "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY,
-        "AZURE_STORAGE_BLOB_ENDPOINT": s.blob_endpoint,
+        "AZURE_STORAGE_ENDPOINT": s.blob_endpoint,
     },
     "account name + account SAS + endpoint": lambda s: {
         "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME,
         "AZURE_STORAGE_SAS_TOKEN": account_sas(),
-        "AZURE_STORAGE_BLOB_ENDPOINT": s.blob_endpoint,
+        "AZURE_STORAGE_ENDPOINT": s.blob_endpoint,
     },
     "container SAS with '?' + endpoint (account from the endpoint)": lambda s: {
         "AZURE_STORAGE_SAS_TOKEN": "?" + container_sas(read=True, write=True, delete=True, list=True),
-        "AZURE_STORAGE_BLOB_ENDPOINT": s.blob_endpoint,
+        "AZURE_STORAGE_ENDPOINT": s.blob_endpoint,
     },
     "connection string with a SAS": lambda s: {
         "AZURE_STORAGE_CONNECTION_STRING": (
@@ -86,8 +89,8 @@ ENV_FORMS = {
 def test_environment_forms(
     azurite_server: AzuriteServer, clean_env: dict[str, str], prefix: str, form: str
 ) -> None:
-    env = clean_env | ENV_FORMS[form](azurite_server) | {"FLYTE_CHECKPOINT_AZURE_BLOCK_SIZE": "100000"}
-    store = AzureBlobStore(environ=env)
+    env = clean_env | ENV_FORMS[form](azurite_server) | {"FLYTE_CHECKPOINT_AZURE_PART_SIZE": "100000"}
+    store = AzureStore(AzureConfig.resolve(env=env))
     try:
         _round_trip(store, prefix)
     finally:
@@ -104,7 +107,7 @@ ARG_FORMS = {
 
 @pytest.mark.parametrize("form", list(ARG_FORMS))
 def test_argument_forms(make_store, azurite_server: AzuriteServer, prefix: str, form: str) -> None:
-    _round_trip(make_store(block_size=100_000, **ARG_FORMS[form](azurite_server)), prefix)
+    _round_trip(make_store(part_size=100_000, **ARG_FORMS[form](azurite_server)), prefix)
 
 
 def test_arguments_win_over_a_broken_environment(
@@ -113,8 +116,34 @@ def test_arguments_win_over_a_broken_environment(
     env = clean_env | {
         "AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=http://127.0.0.1:1/nobody;AccountKey=eA=="
     }
-    store = AzureBlobStore(connection_string=azurite_server.connection_string, environ=env)
+    store = AzureStore(AzureConfig.resolve(env=env, connection_string=azurite_server.connection_string))
     try:
         _round_trip(store, prefix)
     finally:
         store.close()
+
+
+def test_anonymous_reads_a_public_container_with_no_credential(
+    make_store, blob_service, azurite_server: AzuriteServer, prefix: str
+) -> None:
+    """``anonymous`` sends no credential even though azure-identity is installed here: nothing
+    configured picks DefaultAzureCredential, whose bearer token the SDK refuses to send over
+    http, while an anonymous store reads a public container and is refused a private one."""
+    public = f"public-{prefix[:12]}"
+    blob_service.create_container(public, public_access="container")
+    blob_service.get_blob_client(public, "obj").upload_blob(b"for everyone")
+    for store in (
+        make_store(anonymous=True),
+        make_store(
+            env={"FLYTE_CHECKPOINT_AZURE_ANONYMOUS": "true", "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME},
+            credential=None,  # no key of the fixture's either
+        ),
+    ):
+        assert store.config.auth.kind == "anonymous"
+        assert store.read_bytes(f"az://{public}/obj") == b"for everyone"
+        with pytest.raises(CheckpointPermissionError):
+            store.stat(f"az://{CONTAINER}/{prefix}/private")
+    default = make_store(account_name=ACCOUNT_NAME, credential=None)
+    assert default.config.auth.kind == "default"
+    with pytest.raises(CheckpointError):
+        default.read_bytes(f"az://{public}/obj")

@@ -16,8 +16,8 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from flyte_checkpoint_azure.error_map import map_error
-from flyte_checkpoint_azure.redaction import install_log_scrubbing, scrub
+from flyte_checkpoint_azure.errors import map_error
+from flyte_checkpoint_azure.redaction import install
 
 from flyte_checkpoint.errors import (
     CheckpointPermissionError,
@@ -27,12 +27,14 @@ from flyte_checkpoint.errors import (
     StoreError,
     TransientError,
 )
+from flyte_checkpoint.storage.kit.redaction import scrub_values
 
-from .conftest import CONTAINER
+from .helpers import CONTAINER, config
 from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
 from .test_credentials import account_sas, container_sas
 
 URI = "az://ckpts/run/attempt-1/state"
+CONFIG = config(account_name="acct")
 
 
 def _http(status: int, code: str | None, message: str = "The service said no.", cls=HttpResponseError):
@@ -45,30 +47,31 @@ def _http(status: int, code: str | None, message: str = "The service said no.", 
 @pytest.mark.parametrize(
     ("exc", "expected", "words"),
     [
-        (_http(404, "BlobNotFound", cls=ResourceNotFoundError), NotFoundError, "no checkpoint object at"),
+        (_http(404, "BlobNotFound", cls=ResourceNotFoundError), NotFoundError, "no object at"),
         (_http(404, "ContainerNotFound"), ContainerNotFoundError, "container 'ckpts' does not exist"),
-        (_http(403, "AuthorizationPermissionMismatch"), CheckpointPermissionError, "refused access"),
+        (_http(403, "AuthorizationPermissionMismatch"), CheckpointPermissionError, "permission denied"),
         (_http(403, "AuthenticationFailed"), CheckpointPermissionError, "AZURE_STORAGE_SAS_TOKEN"),
         (_http(401, "NoAuthenticationInformation"), CheckpointPermissionError, "Storage Blob Data"),
-        (_http(429, None), TransientError, "can be retried"),
-        (_http(500, "InternalError"), TransientError, "HTTP 500 InternalError"),
+        (_http(429, None), TransientError, "is retried"),
+        (_http(500, "InternalError"), TransientError, "HTTP 500: InternalError"),
         (_http(503, "ServerBusy"), TransientError, "busy"),
-        (_http(408, "OperationTimedOut"), TransientError, "can be retried"),
+        (_http(408, "OperationTimedOut"), TransientError, "is retried"),
+        (_http(501, "NotImplemented"), StoreError, "HTTP 501"),
         (_http(412, "ConditionNotMet", cls=ResourceModifiedError), TransientError, "changed while"),
         (_http(400, "InvalidBlockList"), TransientError, "another writer"),
         (_http(400, "Md5Mismatch"), TransientError, "damaged bytes"),
         (_http(412, "LeaseIdMissing"), StoreError, "locked by a lease"),
         (_http(400, "InvalidResourceName"), StoreError, "3-63 lower-case"),
-        (_http(409, "BlobArchived"), StoreError, "HTTP 409 BlobArchived"),
-        (ServiceRequestError("connection refused"), TransientError, "failed or timed out"),
-        (ServiceResponseError("read timed out"), TransientError, "failed or timed out"),
-        (ConnectionResetError("reset"), TransientError, "failed or timed out"),
+        (_http(409, "BlobArchived"), StoreError, "HTTP 409: BlobArchived"),
+        (ServiceRequestError("connection refused"), TransientError, "connection to"),
+        (ServiceResponseError("read timed out"), TransientError, "connection to"),
+        (ConnectionResetError("reset"), TransientError, "connection to"),
         (ClientAuthenticationError("no token: sig=abc"), CheckpointPermissionError, "no Azure AD token"),
         (ValueError("odd"), StoreError, "ValueError: odd"),
     ],
 )
 def test_map_error(exc: BaseException, expected: type, words: str) -> None:
-    err = map_error(exc, URI, "read", account="acct")
+    err = map_error(exc, URI, "read", config=CONFIG)
     assert type(err) is expected
     assert words in str(err)
     assert URI in str(err) or (expected is NotFoundError and URI in str(err))
@@ -77,14 +80,25 @@ def test_map_error(exc: BaseException, expected: type, words: str) -> None:
 def test_exact_types_for_the_core() -> None:
     """A missing blob is exactly NotFoundError (loads as "no checkpoint"); a missing
     container is the subclass that load() raises."""
-    assert type(map_error(_http(404, "BlobNotFound"), URI, "read")) is NotFoundError
-    assert isinstance(map_error(_http(404, "ContainerNotFound"), URI, "read"), NotFoundError)
+    assert type(map_error(_http(404, "BlobNotFound"), URI, "read", config=CONFIG)) is NotFoundError
+    assert isinstance(map_error(_http(404, "ContainerNotFound"), URI, "read", config=CONFIG), NotFoundError)
     own = CorruptCheckpointError("x")
-    assert map_error(own, URI, "read") is own
+    assert map_error(own, URI, "read", config=CONFIG) is own
+
+
+def test_an_sdk_error_holding_a_configured_secret_is_not_chained() -> None:
+    secret_config = config(account_name="acct", account_key="c2VjcmV0LWtleS1ub2JvZHk=")
+    leaky = _http(500, None, message="signature for c2VjcmV0LWtleS1ub2JvZHk= did not match")
+    err = map_error(leaky, URI, "read", config=secret_config)
+    assert "c2VjcmV0LWtleS1ub2JvZHk=" not in str(err) and err.__cause__ is None
+    plain = _http(500, None)
+    assert map_error(plain, URI, "read", config=secret_config).__cause__ is plain
 
 
 def test_messages_redact_uri_credentials() -> None:
-    err = map_error(_http(500, None), "abfs://ckpts@acct.dfs.core.windows.net/x?sig=SECRET", "read")
+    err = map_error(
+        _http(500, None), "abfs://ckpts@acct.dfs.core.windows.net/x?sig=SECRET", "read", config=CONFIG
+    )
     assert "SECRET" not in str(err)
 
 
@@ -92,7 +106,8 @@ def test_scrub_removes_known_and_signature_like_secrets() -> None:
     text = (
         "GET https://a.blob.core.windows.net/c/x?sv=1&sig=abc%2Bdef&se=2 AccountKey=KKKK==; token zzzz-yyyy"
     )
-    out = scrub(text, ["zzzz-yyyy"])
+    install()
+    out = scrub_values(text, ["zzzz-yyyy"])
     assert "abc%2Bdef" not in out and "KKKK" not in out and "zzzz-yyyy" not in out
     assert "sig=<redacted>" in out and "AccountKey=<redacted>" in out
 
@@ -120,7 +135,7 @@ def test_missing_container_names_it_and_the_account(make_store, prefix: str) -> 
 def test_missing_object_and_missing_delete(make_store, prefix: str) -> None:
     store = make_store()
     uri = f"az://{CONTAINER}/{prefix}/absent"
-    with pytest.raises(NotFoundError, match=f"no checkpoint object at {uri}"):
+    with pytest.raises(NotFoundError, match=f"no object at {uri}"):
         store.open_read(uri)
     store.delete(uri)
 
@@ -147,7 +162,7 @@ def test_wrong_key_is_a_permission_error_without_the_key(make_store, prefix: str
     store = make_store(account_key=wrong_key)
     uri = f"az://{CONTAINER}/{prefix}/x"
     for call in (lambda: store.stat(uri), lambda: store.write_bytes(uri, b"x" * 200_000)):
-        with pytest.raises(CheckpointPermissionError, match="refused access") as info:
+        with pytest.raises(CheckpointPermissionError, match="permission denied") as info:
             call()
         _secret_free("".join(traceback.format_exception(info.value)), wrong_key, ACCOUNT_KEY)
     _secret_free(all_logs.text + repr(store), wrong_key, ACCOUNT_KEY)
@@ -156,12 +171,12 @@ def test_wrong_key_is_a_permission_error_without_the_key(make_store, prefix: str
 @pytest.mark.integration
 def test_sas_never_shows_in_errors_logs_or_repr(make_store, prefix: str, all_logs) -> None:
     read_only = container_sas(read=True, list=True)
-    store = make_store(account_name=ACCOUNT_NAME, sas_token=read_only, block_size=64 * 1024)
+    store = make_store(account_name=ACCOUNT_NAME, sas_token=read_only, part_size=64 * 1024)
     secrets = (read_only, _sig_of(read_only))
     uri = f"az://{CONTAINER}/{prefix}/x"
     assert store.stat(uri) is None  # reading is allowed
     for data in (b"small", b"x" * 200_000):  # a single put, then blocks
-        with pytest.raises(CheckpointPermissionError, match="refused access") as info:
+        with pytest.raises(CheckpointPermissionError, match="permission denied") as info:
             store.write_bytes(uri, data)
         _secret_free("".join(traceback.format_exception(info.value)), *secrets)
     _secret_free(all_logs.text + repr(store) + repr(store.config), *secrets)
@@ -190,7 +205,7 @@ def test_account_sas_in_connection_string_never_shows(
 
 
 def test_log_filter_scrubs_signatures_from_http_library_records() -> None:
-    install_log_scrubbing()
+    install()
     seen: list[str] = []
 
     class Keep(logging.Handler):
@@ -215,8 +230,10 @@ def test_stalled_server_times_out_as_transient(make_store) -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
         port = listener.getsockname()[1]
-        store = make_store(blob_endpoint=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", read_timeout=1, retries=0)
-        with pytest.raises(TransientError, match="failed or timed out"):
+        store = make_store(
+            endpoint_url=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", read_timeout=1, request_attempts=1
+        )
+        with pytest.raises(TransientError, match="connection to"):
             store.stat(f"az://{CONTAINER}/x")
 
 
@@ -224,6 +241,6 @@ def test_refused_connection_is_transient(make_store) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
-        store = make_store(blob_endpoint=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", retries=0)
+        store = make_store(endpoint_url=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", request_attempts=1)
         with pytest.raises(TransientError, match=f"az://{CONTAINER}/x"):
             store.stat(f"az://{CONTAINER}/x")

@@ -11,7 +11,7 @@ from azure.storage.blob import ContentSettings
 
 from flyte_checkpoint.errors import CorruptCheckpointError
 
-from .conftest import CONTAINER
+from .helpers import CONTAINER
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ BLOCK = 64 * 1024
 
 @pytest.mark.parametrize("size", [1000, 5 * BLOCK + 3], ids=["single-put", "blocks"])
 def test_blob_md5_is_stored(make_store, blob_service, prefix: str, size: int) -> None:
-    store = make_store(block_size=BLOCK)
+    store = make_store(part_size=BLOCK)
     data = os.urandom(size)
     store.write_bytes(f"az://{CONTAINER}/{prefix}/obj", data)
     props = blob_service.get_blob_client(CONTAINER, f"{prefix}/obj").get_blob_properties()
@@ -35,7 +35,7 @@ def _damage(blob_service, name: str) -> None:
 
 @pytest.mark.parametrize("size", [1000, 5 * BLOCK + 3], ids=["one-range", "many-ranges"])
 def test_mismatch_is_a_corruption_error(make_store, blob_service, prefix: str, size: int) -> None:
-    store = make_store(block_size=BLOCK, read_chunk_size=BLOCK)
+    store = make_store(part_size=BLOCK, read_range_size=BLOCK)
     uri = f"az://{CONTAINER}/{prefix}/bad"
     store.write_bytes(uri, os.urandom(size))
     _damage(blob_service, f"{prefix}/bad")
@@ -47,7 +47,7 @@ def test_mismatch_is_a_corruption_error(make_store, blob_service, prefix: str, s
 def test_download_file_of_a_damaged_blob_leaves_nothing(
     make_store, blob_service, prefix: str, tmp_path: Path
 ) -> None:
-    store = make_store(block_size=BLOCK, read_chunk_size=BLOCK)
+    store = make_store(part_size=BLOCK, read_range_size=BLOCK)
     uri = f"az://{CONTAINER}/{prefix}/bad"
     store.write_bytes(uri, os.urandom(3 * BLOCK))
     _damage(blob_service, f"{prefix}/bad")
@@ -56,8 +56,8 @@ def test_download_file_of_a_damaged_blob_leaves_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_checksum_off_does_not_check(make_store, blob_service, prefix: str) -> None:
-    store = make_store(block_size=BLOCK, checksum=False)
+def test_verify_checksums_off_does_not_check(make_store, blob_service, prefix: str) -> None:
+    store = make_store(part_size=BLOCK, verify_checksums=False)
     uri = f"az://{CONTAINER}/{prefix}/unchecked"
     data = os.urandom(2 * BLOCK)
     store.write_bytes(uri, data)

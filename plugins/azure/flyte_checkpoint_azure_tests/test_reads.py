@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
-from flyte_checkpoint_azure.reader import AzureBlobReader
 
-from flyte_checkpoint.errors import StoreError, TransientError
+from flyte_checkpoint.errors import NotFoundError, TransientError
+from flyte_checkpoint.storage.kit.reads import RangedReader
 
-from .conftest import CONTAINER
+from .helpers import CONTAINER, pool_threads
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +17,7 @@ CHUNK = 50_000
 
 
 def test_small_reads_across_many_ranges(make_store, prefix: str) -> None:
-    store = make_store(read_chunk_size=CHUNK, read_concurrency=3)
+    store = make_store(read_range_size=CHUNK, read_concurrency=3)
     uri = f"az://{CONTAINER}/{prefix}/ranged"
     data = os.urandom(20 * CHUNK + 17)
     store.write_bytes(uri, data)
@@ -29,12 +28,15 @@ def test_small_reads_across_many_ranges(make_store, prefix: str) -> None:
             assert len(piece) == 7_777 or len(out) + len(piece) == len(data)  # full reads
             out += piece
         assert r.tell() == len(data)
+        assert isinstance(r, RangedReader)  # the kit's bounded read-ahead, on the store's pool
     assert out == data
-    assert not [t for t in threading.enumerate() if t.name.startswith("fcp-azure")]
+    assert 0 < len(pool_threads()) <= 4 + 8
+    store.close()
+    assert pool_threads() == []
 
 
 def test_readinto_and_read_all(make_store, prefix: str) -> None:
-    store = make_store(read_chunk_size=CHUNK)
+    store = make_store(read_range_size=CHUNK)
     uri = f"az://{CONTAINER}/{prefix}/into"
     data = os.urandom(3 * CHUNK + 1)
     store.write_bytes(uri, data)
@@ -47,19 +49,18 @@ def test_readinto_and_read_all(make_store, prefix: str) -> None:
 
 
 def test_closing_early_stops_the_prefetch(make_store, prefix: str) -> None:
-    store = make_store(read_chunk_size=CHUNK, read_concurrency=4)
+    store = make_store(read_range_size=CHUNK, read_concurrency=4)
     uri = f"az://{CONTAINER}/{prefix}/early"
     store.write_bytes(uri, os.urandom(30 * CHUNK))
     r = store.open_read(uri)
     r.read(10)
     r.close()
-    assert not [t for t in threading.enumerate() if t.name.startswith("fcp-azure")]
     with pytest.raises(ValueError, match="closed"):
         r.read(1)
 
 
 def test_an_object_replaced_while_read_is_a_retryable_error(make_store, prefix: str) -> None:
-    store = make_store(read_chunk_size=CHUNK, read_concurrency=2)
+    store = make_store(read_range_size=CHUNK, read_concurrency=2)
     uri = f"az://{CONTAINER}/{prefix}/moving"
     store.write_bytes(uri, os.urandom(12 * CHUNK))
     with store.open_read(uri) as r:
@@ -79,7 +80,7 @@ def test_empty_blob(make_store, prefix: str) -> None:
 
 
 def test_read_range_edges(make_store, prefix: str) -> None:
-    store = make_store(read_chunk_size=CHUNK)
+    store = make_store(read_range_size=CHUNK)
     uri = f"az://{CONTAINER}/{prefix}/edges"
     data = os.urandom(4 * CHUNK)
     store.write_bytes(uri, data)
@@ -89,35 +90,8 @@ def test_read_range_edges(make_store, prefix: str) -> None:
     assert store.read_range(uri, CHUNK - 3, 3 * CHUNK) == data[CHUNK - 3 : 4 * CHUNK - 3]
 
 
-# -- the reader's own logic, with a stand-in fetch -----------------------------------
-
-
-def test_prefetch_window_is_bounded_and_order_kept() -> None:
-    data = os.urandom(100 * 10)
-    lock = threading.Lock()
-    state = {"active": 0, "max": 0, "calls": 0}
-    gate = threading.Semaphore(0)
-
-    def fetch(offset: int, length: int) -> bytes:
-        with lock:
-            state["active"] += 1
-            state["max"] = max(state["max"], state["active"])
-            state["calls"] += 1
-        gate.acquire()
-        with lock:
-            state["active"] -= 1
-        return data[offset : offset + length]
-
-    def fail(exc: BaseException, action: str) -> Exception:
-        return StoreError(str(exc))
-
-    reader = AzureBlobReader(
-        "az://c/x", first=data[:10], size=len(data), fetch=fetch, chunk_size=10,
-        concurrency=3, expected_md5=None, fail=fail,
-    )  # fmt: skip
-    for _ in range(len(data)):
-        gate.release()  # let every fetch through, one at a time
-    out = reader.read()
-    reader.close()
-    assert out == data
-    assert state["max"] <= 3 and state["calls"] == 99
+def test_read_range_of_an_absent_object_is_not_found(make_store, prefix: str) -> None:
+    store = make_store()
+    for length in (10, 0):
+        with pytest.raises(NotFoundError):
+            store.read_range(f"az://{CONTAINER}/{prefix}/absent", 0, length)

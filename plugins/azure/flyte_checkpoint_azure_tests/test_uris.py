@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from flyte_checkpoint_azure.config import AzureConfig
-from flyte_checkpoint_azure.locations import BlobLocation, parse
+from flyte_checkpoint_azure.uris import parse
 
-from flyte_checkpoint.errors import CheckpointPermissionError, InvalidURIError, StoreError
+from flyte_checkpoint.errors import CheckpointPermissionError, ConfigurationError, InvalidURIError
+from flyte_checkpoint.storage.kit.locations import Location
 
-from .conftest import CONTAINER
+from .helpers import CONTAINER, config
 from .server import ACCOUNT_KEY, ACCOUNT_NAME
 
 
@@ -28,20 +28,21 @@ from .server import ACCOUNT_KEY, ACCOUNT_NAME
     ],
 )
 def test_parse(uri: str, container: str, name: str, account: str | None, suffix: str | None) -> None:
-    loc = parse(uri)
-    assert (loc.container, loc.name, loc.account, loc.endpoint_suffix) == (container, name, account, suffix)
+    loc = parse(uri, want_key=False)
+    assert (loc.bucket, loc.key, loc.account, loc.endpoint_suffix) == (container, name, account, suffix)
     if name:  # a blob's URI is rebuilt in the same form (scheme in lower case)
-        assert loc.uri_of(name) == loc.scheme + uri[len(loc.scheme) :]
+        assert loc.uri(name) == loc.scheme + uri[len(loc.scheme) :]
 
 
 @pytest.mark.parametrize(
     ("uri", "words"),
     [
-        ("s3://bucket/key", "not an Azure Blob Storage URI"),
-        ("az:/ckpts/key", "not an Azure Blob Storage URI"),
+        ("s3://bucket/key", "not a Microsoft Azure Blob Storage URI"),
+        ("az:/ckpts/key", "not a Microsoft Azure Blob Storage URI"),
         ("az:///key", "names no container"),
         ("abfs://@acct.dfs.core.windows.net/key", "names no container"),
         ("abfs://ckpts@acct.example.com/key", "not a storage account host"),
+        ("az://ckpts", "names a container but no object"),
     ],
 )
 def test_parse_rejects_other_forms_and_names_the_right_ones(uri: str, words: str) -> None:
@@ -51,31 +52,31 @@ def test_parse_rejects_other_forms_and_names_the_right_ones(uri: str, words: str
 
 
 def test_dfs_host_maps_to_the_blob_endpoint() -> None:
-    config = AzureConfig(environ={})
+    c = config()
     loc = parse("abfss://ckpts@acct.dfs.core.windows.net/a")
-    assert config.endpoint_for("acct", loc) == "https://acct.blob.core.windows.net"
+    assert c.endpoint_for("acct", loc) == "https://acct.blob.core.windows.net"
     cn = parse("abfs://ckpts@acct.dfs.core.chinacloudapi.cn/a")
-    assert config.endpoint_for("acct", cn) == "https://acct.blob.core.chinacloudapi.cn"
+    assert c.endpoint_for("acct", cn) == "https://acct.blob.core.chinacloudapi.cn"
 
 
 def test_endpoint_override_serves_the_configured_account_only() -> None:
-    config = AzureConfig(account_name="acct", blob_endpoint="http://127.0.0.1:1/acct/", environ={})
+    c = config(account_name="acct", endpoint_url="http://127.0.0.1:1/acct/")
     loc = parse("abfs://ckpts@acct.dfs.core.windows.net/a")
-    assert config.endpoint_for("acct", loc) == "http://127.0.0.1:1/acct"
-    assert config.endpoint_for("other", loc) == "https://other.blob.core.windows.net"
+    assert c.endpoint_for("acct", loc) == "http://127.0.0.1:1/acct"
+    assert c.endpoint_for("other", loc) == "https://other.blob.core.windows.net"
 
 
 def test_account_comes_from_a_path_style_endpoint() -> None:
-    config = AzureConfig(blob_endpoint="http://127.0.0.1:10000/devstoreaccount1", environ={})
-    assert config.account_for(parse("az://ckpts/a"), "az://ckpts/a") == "devstoreaccount1"
-    host_style = AzureConfig(blob_endpoint="https://acct.blob.core.windows.net", environ={})
-    assert host_style.account_for(parse("az://ckpts/a"), "az://ckpts/a") == "acct"
+    c = config(endpoint_url="http://127.0.0.1:10000/devstoreaccount1")
+    assert c.account_for(parse("az://ckpts/a")) == "devstoreaccount1"
+    host_style = config(endpoint_url="https://acct.blob.core.windows.net")
+    assert host_style.account_for(parse("az://ckpts/a")) == "acct"
 
 
 def test_short_form_without_an_account_says_how_to_name_one() -> None:
-    config = AzureConfig(environ={})
-    with pytest.raises(StoreError, match="AZURE_STORAGE_ACCOUNT_NAME") as info:
-        config.account_for(parse("az://ckpts/run/a"), "az://ckpts/run/a")
+    c = config()
+    with pytest.raises(ConfigurationError, match="AZURE_STORAGE_ACCOUNT_NAME") as info:
+        c.account_for(parse("az://ckpts/run/a"))
     assert "abfs://ckpts@ACCOUNT.dfs.core.windows.net/run/a" in str(info.value)
 
 
@@ -90,7 +91,7 @@ def test_key_of_one_account_is_not_sent_to_another(make_store) -> None:
 
 def test_a_container_uri_is_not_an_object(make_store) -> None:
     store = make_store()
-    with pytest.raises(InvalidURIError, match="names a container"):
+    with pytest.raises(InvalidURIError, match="names a container but no object"):
         store.open_read(f"az://{CONTAINER}")
 
 
@@ -120,7 +121,7 @@ def test_each_form_reaches_the_same_object(make_store, prefix: str, form: str) -
     assert store.read_bytes(f"az://{CONTAINER}/{prefix}/obj") == b"written back"
 
 
-def test_location_base_rebuilds_uris() -> None:
-    loc = BlobLocation("abfs", "c@a.dfs.core.windows.net", "c", "x/y", "a", "core.windows.net")
-    assert loc.base == "abfs://c@a.dfs.core.windows.net/"
-    assert loc.uri_of("z") == "abfs://c@a.dfs.core.windows.net/z"
+def test_location_rebuilds_uris_in_the_form_parsed() -> None:
+    loc = parse("abfs://c@a.dfs.core.windows.net/x/y")
+    assert loc == Location("abfs", "c@a.dfs.core.windows.net", "c", "x/y", "a", "core.windows.net")
+    assert loc.uri("z") == "abfs://c@a.dfs.core.windows.net/z"

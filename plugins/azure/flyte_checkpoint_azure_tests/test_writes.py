@@ -9,23 +9,24 @@ import threading
 from pathlib import Path
 
 import pytest
-from flyte_checkpoint_azure.settings import MAX_BLOCK_SIZE, AzureSettings
-from flyte_checkpoint_azure.writer import GROWTH_EVERY, MAX_BLOCKS, AzureBlobWriter, block_size_for
+from flyte_checkpoint_azure.config import MAX_BLOCK_SIZE
+from flyte_checkpoint_azure.store import AzureStore
+from flyte_checkpoint_azure.writer import DOUBLE_EVERY, MAX_BLOCKS, AzureWriter
 
 from flyte_checkpoint.errors import ContainerNotFoundError, NotFoundError, StoreError, TransientError
 
-from .conftest import CONTAINER
+from .helpers import CONTAINER, config, pool_threads
 
 BLOCK = 64 * 1024
 
 
 def _azure_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("fcp-azure")]
+    return pool_threads()
 
 
 @pytest.mark.integration
 def test_many_blocks_commit_as_one_blob(make_store, blob_service, prefix: str) -> None:
-    store = make_store(block_size=BLOCK, upload_concurrency=4)
+    store = make_store(part_size=BLOCK, max_concurrency=4)
     uri = f"az://{CONTAINER}/{prefix}/many"
     data = os.urandom(50 * BLOCK + 1234)
     with store.open_write(uri) as w:
@@ -35,12 +36,14 @@ def test_many_blocks_commit_as_one_blob(make_store, blob_service, prefix: str) -
     assert [b.size for b in committed] == [BLOCK] * 50 + [1234]
     assert uncommitted == []
     assert store.read_bytes(uri) == data
-    assert _azure_threads() == []  # the writer's pool is gone
+    assert 0 < len(_azure_threads()) <= 4 + 8  # the store's one pool: max_concurrency + read_concurrency
+    store.close()
+    assert _azure_threads() == []
 
 
 @pytest.mark.integration
 def test_small_blob_goes_in_one_request(make_store, blob_service, prefix: str) -> None:
-    store = make_store(block_size=BLOCK)
+    store = make_store(part_size=BLOCK)
     uri = f"az://{CONTAINER}/{prefix}/small"
     store.write_bytes(uri, b"x" * (BLOCK - 1))
     blob = blob_service.get_blob_client(CONTAINER, f"{prefix}/small")
@@ -54,11 +57,11 @@ def test_small_blob_goes_in_one_request(make_store, blob_service, prefix: str) -
 
 @pytest.mark.integration
 def test_blocks_are_invisible_until_close(make_store, prefix: str) -> None:
-    store = make_store(block_size=BLOCK)
+    store = make_store(part_size=BLOCK)
     uri = f"az://{CONTAINER}/{prefix}/pending"
     w = store.open_write(uri)
     w.write(os.urandom(5 * BLOCK))
-    w._wait_all()  # the five blocks are staged on the server
+    w._wait_parts()  # the five blocks are staged on the server
     assert store.stat(uri) is None
     assert list(store.list(f"az://{CONTAINER}/{prefix}/")) == []
     w.close()
@@ -67,20 +70,19 @@ def test_blocks_are_invisible_until_close(make_store, prefix: str) -> None:
 
 @pytest.mark.integration
 def test_exception_mid_write_commits_nothing(make_store, prefix: str) -> None:
-    store = make_store(block_size=BLOCK)
+    store = make_store(part_size=BLOCK)
     uri = f"az://{CONTAINER}/{prefix}/kept"
     store.write_bytes(uri, b"previous checkpoint")
     with pytest.raises(RuntimeError, match="crash"), store.open_write(uri) as w:
         w.write(os.urandom(6 * BLOCK + 5))
         raise RuntimeError("crash")
     assert store.read_bytes(uri) == b"previous checkpoint"
-    assert _azure_threads() == []
 
 
 @pytest.mark.integration
 def test_server_refusing_blocks_mid_write_commits_nothing(make_store, blob_service, prefix: str) -> None:
     """A lease taken while blocks are uploading makes the rest fail: the old blob stays."""
-    store = make_store(block_size=BLOCK, upload_concurrency=2)
+    store = make_store(part_size=BLOCK, max_concurrency=2)
     uri = f"az://{CONTAINER}/{prefix}/leased"
     store.write_bytes(uri, b"old")
     blob = blob_service.get_blob_client(CONTAINER, f"{prefix}/leased")
@@ -95,12 +97,11 @@ def test_server_refusing_blocks_mid_write_commits_nothing(make_store, blob_servi
         if lease is not None:
             lease.break_lease()
     assert store.read_bytes(uri) == b"old"
-    assert _azure_threads() == []
 
 
 @pytest.mark.integration
 def test_missing_container_fails_the_write_and_says_so(make_store, prefix: str) -> None:
-    store = make_store(block_size=BLOCK)
+    store = make_store(part_size=BLOCK)
     for size in (10, 3 * BLOCK):  # single request, and blocks
         with (
             pytest.raises(ContainerNotFoundError, match="'no-such-container' does not exist"),
@@ -113,13 +114,13 @@ def test_missing_container_fails_the_write_and_says_so(make_store, prefix: str) 
 def test_concurrent_multi_block_writers_leave_one_whole_object(make_store, prefix: str) -> None:
     """Azure discards a blob's other uncommitted blocks when one block list commits: the
     second writer fails with a retryable error, and the blob is the first writer's, whole."""
-    store = make_store(block_size=BLOCK)
+    store = make_store(part_size=BLOCK)
     uri = f"az://{CONTAINER}/{prefix}/race"
     a, b = b"A" * (3 * BLOCK), b"B" * (3 * BLOCK + 1)
     wa, wb = store.open_write(uri), store.open_write(uri)
     wa.write(a)
     wb.write(b)
-    wb._wait_all()
+    wb._wait_parts()
     wa.close()
     with pytest.raises(TransientError, match="another writer"):
         wb.close()
@@ -128,7 +129,7 @@ def test_concurrent_multi_block_writers_leave_one_whole_object(make_store, prefi
 
 @pytest.mark.integration
 def test_upload_and_download_file_many_blocks(make_store, tmp_path: Path, prefix: str) -> None:
-    store = make_store(block_size=BLOCK, read_chunk_size=50_000)
+    store = make_store(part_size=BLOCK, read_range_size=50_000)
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(20 * BLOCK + 3))
     uri = f"az://{CONTAINER}/{prefix}/file"
@@ -144,7 +145,7 @@ def test_failed_download_leaves_the_target_alone(make_store, tmp_path: Path, pre
     store = make_store()
     dst = tmp_path / "dst.bin"
     dst.write_bytes(b"mine")
-    with pytest.raises(NotFoundError, match="no checkpoint object at"):
+    with pytest.raises(NotFoundError, match="no object at"):
         store.download_file(f"az://{CONTAINER}/{prefix}/absent", dst)
     assert dst.read_bytes() == b"mine"
     assert [p.name for p in tmp_path.iterdir()] == ["dst.bin"]
@@ -185,14 +186,13 @@ class _GatedBlob:
         raise AssertionError("a multi-block write must not use a single put")
 
 
-def _fail(exc: BaseException, action: str) -> Exception:
-    return StoreError(f"{action}: {exc}")
+def _writer(blob: _GatedBlob, **settings) -> AzureWriter:
+    return AzureWriter(AzureStore(config(account_name="acct", **settings)), blob, "az://c/x")  # type: ignore[arg-type]
 
 
 def test_in_flight_blocks_are_bounded_and_the_writer_waits() -> None:
     blob = _GatedBlob()
-    settings = AzureSettings(block_size=1000, upload_concurrency=3)
-    writer = AzureBlobWriter("az://c/x", blob, settings, _fail)  # type: ignore[arg-type]
+    writer = _writer(blob, part_size=1000, max_concurrency=3)
     data = os.urandom(10_500)
     done = threading.Event()
 
@@ -223,16 +223,21 @@ def test_in_flight_blocks_are_bounded_and_the_writer_waits() -> None:
 def test_checksum_off_sends_no_md5() -> None:
     blob = _GatedBlob()
     blob.gate.set()
-    writer = AzureBlobWriter("az://c/x", blob, AzureSettings(block_size=10, checksum=False), _fail)  # type: ignore[arg-type]
+    writer = _writer(blob, part_size=10, checksum="NONE")
     writer.write(b"y" * 25)
     writer.close()
     assert set(blob.md5s.values()) == {""} and blob.content_md5 is None
 
 
 def test_block_size_grows_to_fit_huge_objects() -> None:
-    assert block_size_for(0, 8) == 8
-    assert block_size_for(GROWTH_EVERY - 1, 8) == 8
-    assert block_size_for(GROWTH_EVERY, 8) == 16
-    assert block_size_for(MAX_BLOCKS - 1, 2**30) == MAX_BLOCK_SIZE
-    reach = sum(block_size_for(i, 8 * 1024 * 1024) for i in range(MAX_BLOCKS))
+    writer = _writer(_GatedBlob(), part_size=8)
+    assert (writer._part_size(1), writer._part_size(DOUBLE_EVERY), writer._part_size(DOUBLE_EVERY + 1)) == (
+        8,
+        8,
+        16,
+    )
+    huge = _writer(_GatedBlob(), part_size=2**30)
+    assert huge._part_size(MAX_BLOCKS) == MAX_BLOCK_SIZE
+    default = _writer(_GatedBlob())
+    reach = sum(default._part_size(i) for i in range(1, MAX_BLOCKS + 1))
     assert reach > 1024**4  # more than 1 TiB with the default 8 MiB blocks

@@ -1,0 +1,125 @@
+"""Azure SDK errors -> the rows of the fault table (``flyte_checkpoint.storage.kit.errors``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+
+from flyte_checkpoint.errors import (
+    CheckpointError,
+    CheckpointPermissionError,
+    ContainerNotFoundError,
+    StoreError,
+    TransientError,
+)
+from flyte_checkpoint.storage.kit.errors import chain, from_status, transport_failed
+from flyte_checkpoint.storage.kit.redaction import scrub_values
+from flyte_checkpoint.uri import redact
+
+from .uris import parse
+
+if TYPE_CHECKING:
+    from .config import AzureConfig
+
+_LEASE_CODES = frozenset(
+    {"LeaseIdMissing", "LeaseIdMismatch", "LeaseIdMismatchWithBlobOperation", "LeaseAlreadyPresent",
+     "LeaseNotPresentWithBlobOperation", "LeaseLost"}
+)  # fmt: skip
+_NAME_CODES = frozenset({"InvalidResourceName", "OutOfRangeInput"})
+PERMISSION_HINT = (
+    "check the credentials (AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME with"
+    " AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or an Azure AD identity with the"
+    " 'Storage Blob Data Contributor' role); a SAS token needs read, write, delete and list"
+    " permissions and an expiry in the future"
+)
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The service's error code (``"BlobNotFound"``), or ``None``."""
+    code = getattr(exc, "error_code", None)
+    code = getattr(code, "value", code)
+    return str(code) if code else None
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status of a service error, or ``None``."""
+    status = getattr(exc, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def map_error(exc: BaseException, uri: str, action: str, *, config: AzureConfig) -> CheckpointError:
+    """The error for ``exc``, raised while trying to ``action`` (a verb: "read") ``uri``.
+
+    Returns (does not raise) NotFoundError, ContainerNotFoundError, CheckpointPermissionError,
+    TransientError or StoreError, as the fault table says; the project's own errors pass
+    unchanged. No message holds a key, SAS token or signature, and the SDK's exception is the
+    ``__cause__`` unless its text held one.
+    """
+    if isinstance(exc, CheckpointError):
+        return exc
+    secrets = config.secrets()
+    status, code = status_of(exc), error_code(exc)
+    detail = _summary(exc, secrets)
+    transport = (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError)
+    if isinstance(exc, ClientAuthenticationError) and status is None:
+        err: CheckpointError = CheckpointPermissionError(
+            f"permission denied to {action} {redact(uri)}: no Azure AD token could be obtained"
+            f" ({detail}): {PERMISSION_HINT}"
+        )
+    elif isinstance(exc, transport) or (isinstance(exc, HttpResponseError) and status is None):
+        err = transport_failed(exc, uri=uri, action=action, endpoint=config.endpoint_url)
+    elif not isinstance(exc, HttpResponseError) or status is None:
+        kind = "Azure SDK error" if isinstance(exc, AzureError) else type(exc).__name__
+        err = StoreError(f"cannot {action} {redact(uri)}: {kind}: {detail}")
+    elif status == 404 and code == "ContainerNotFound":
+        err = ContainerNotFoundError(_container_missing(uri, action, config))
+    elif code == "InvalidBlockList":
+        err = TransientError(
+            f"cannot {action} {redact(uri)}: its uploaded blocks were discarded before the commit"
+            f" (HTTP {status} {code}), most likely by another writer committing the same object;"
+            " the save is retried"
+        )
+    elif code == "Md5Mismatch":
+        err = TransientError(
+            f"cannot {action} {redact(uri)}: the service received damaged bytes (their MD5 did not"
+            f" match, HTTP {status} {code}); nothing was stored and the save is retried"
+        )
+    elif code in _LEASE_CODES:
+        err = StoreError(
+            f"cannot {action} {redact(uri)}: the object is locked by a lease (HTTP {status} {code});"
+            " break the lease or wait until it expires"
+        )
+    elif status == 400 and code in _NAME_CODES:
+        err = StoreError(
+            f"cannot {action} {redact(uri)}: Azure rejected the name (HTTP {status} {code}: {detail})."
+            " Container names are 3-63 lower-case letters, digits and single hyphens; blob names"
+            " at most 1024 characters"
+        )
+    else:
+        said = f"{code}: {detail}" if code else detail
+        err = from_status(status, uri=uri, action=action, detail=said, permission_hint=PERMISSION_HINT)
+    return chain(err, exc, secrets)
+
+
+def _summary(exc: BaseException, secrets: tuple[str, ...]) -> str:
+    """The first line of the SDK's message, scrubbed and shortened."""
+    first = (str(exc).strip().splitlines() or [""])[0] or type(exc).__name__
+    first = scrub_values(first, secrets)
+    return first if len(first) <= 300 else first[:297] + "..."
+
+
+def _container_missing(uri: str, action: str, config: AzureConfig) -> str:
+    loc = parse(uri, want_key=False)
+    account = loc.account or config.default_account
+    in_account = f" in storage account {account!r}" if account else ""
+    return (
+        f"cannot {action} {redact(uri)}: the container {loc.bucket!r} does not exist{in_account}."
+        f" Create it (az storage container create --name {loc.bucket}) or fix the URI"
+    )

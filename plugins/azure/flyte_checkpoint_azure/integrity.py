@@ -1,0 +1,57 @@
+"""Azure's checksum on the wire: MD5, in a block's Content-MD5 and as the blob's stored Content-MD5.
+
+The service checks each block's (and a single-request upload's) ``Content-MD5`` as it arrives;
+the commit stores the whole object's MD5, which a read to the end compares (``verify_checksums``).
+Azure's other checksum, CRC64, needs ``azure-storage-extensions`` and is not used. MD5 cannot be
+combined from the parts' digests, so the whole-object MD5 is computed over the bytes in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from flyte_checkpoint.storage.kit.checksums import Digest, digest
+
+from .config import AzureConfig
+
+ALGORITHM = "MD5"
+
+
+def sends(config: AzureConfig) -> bool:
+    """Whether writes send MD5s and store the object's."""
+    return config.checksum == ALGORITHM
+
+
+def whole_object(config: AzureConfig) -> Digest | None:
+    """A running MD5 of the object as it is written, when :func:`sends`."""
+    return digest(ALGORITHM) if sends(config) else None
+
+
+def block_headers(config: AzureConfig, data: bytes | bytearray | memoryview) -> dict[str, str] | None:
+    """The ``Content-MD5`` header of one block (the SDK's own ``validate_content`` wants bytes)."""
+    if not sends(config):
+        return None
+    return {"Content-MD5": base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()}
+
+
+def content_settings(value: Digest | None) -> Any:
+    """The ``ContentSettings`` that store the object's MD5 at commit (``None``: store none)."""
+    if value is None:
+        return None
+    from azure.storage.blob import ContentSettings
+
+    return ContentSettings(content_md5=bytearray(base64.b64decode(value.value())))
+
+
+def stored(config: AzureConfig, properties: Any) -> str | None:
+    """The base64 MD5 stored with a blob that a read should check (``None``: check nothing).
+
+    Objects written by other tools may carry none; ``verify_checksums=false`` checks none
+    (``checksum`` is what writes send: an MD5 stored by anyone is checked).
+    """
+    md5 = properties.content_settings.content_md5 if properties is not None else None
+    if not md5 or not config.verify_checksums:
+        return None
+    return base64.b64encode(bytes(md5)).decode()
