@@ -49,8 +49,8 @@ def test_a_prefix_may_have_no_key():
 @pytest.mark.parametrize(
     ("uri", "message"),
     [
-        ("gs://b/k", "gs://b/k is not a S3 URI: write s3://BUCKET/KEY (or s3a://BUCKET/KEY)"),
-        ("s3:/b/k", "is not a S3 URI"),
+        ("gs://b/k", "gs://b/k is not a URI of S3: write s3://BUCKET/KEY (or s3a://BUCKET/KEY)"),
+        ("s3:/b/k", "is not a URI of S3"),
         ("s3:///k", "s3:///k names no bucket: write s3://BUCKET/KEY"),
         ("s3://b", "s3://b names a bucket but no object: write s3://BUCKET/KEY"),
         ("s3://b/", "names a bucket but no object"),

@@ -65,7 +65,7 @@ def parse_location(
     scheme, sep, rest = uri.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in schemes:
-        raise InvalidURIError(f"{redact(uri)} is not a {cloud} URI: write {form}")
+        raise InvalidURIError(f"{redact(uri)} is not a URI of {cloud}: write {form}")
     if has_credentials(uri):
         raise InvalidURIError(
             f"{redact(uri)} carries credentials in the URI: {cloud} URIs take none; remove them and"

@@ -18,6 +18,7 @@ def register_stores(register: Callable[[StoreSpec], None]) -> None:
             name="azure",
             schemes=SCHEMES,
             factory="flyte_checkpoint_azure.store:make_store",
+            config="flyte_checkpoint_azure.config:AzureConfig",
             description="Azure Blob Storage (azure-storage-blob); block-list commits",
         )
     )

@@ -28,7 +28,7 @@ def parse(uri: str, *, want_key: bool = True) -> Location:
         uri,
         schemes=SCHEMES,
         want_key=want_key,
-        cloud="Microsoft Azure Blob Storage",
+        cloud="Azure Blob Storage",
         form=FORM,
         split_netloc=_split,
     )

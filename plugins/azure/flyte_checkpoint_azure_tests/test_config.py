@@ -327,3 +327,23 @@ def test_sdk_retries_are_bounded_by_request_attempts() -> None:
         policy = clients.service(parse("az://c/x"))._config.retry_policy
         assert (type(policy).__name__, policy.total_retries) == ("ExponentialRetry", attempts - 1)
         clients.close()
+
+
+def test_configure_store_reaches_the_azure_store_per_process_and_per_prefix() -> None:
+    """``configure_store`` knows AzureConfig (StoreSpec.config): a prefix gets its own settings,
+    the other containers the per-process ones, and a bad value is refused at the call."""
+    from flyte_checkpoint.storage.registry import Registry
+
+    reg = Registry()  # the installed plugins, through their entry points
+    try:
+        reg.configure("azure", {"read_timeout": "7s", "account_name": "devstoreaccount1"})
+        reg.configure("az://special/", {"read_timeout": "9s"})
+        special = reg.store_for("az://special/k")
+        other = reg.store_for("az://other/k")
+        assert isinstance(special, AzureStore) and isinstance(other, AzureStore)
+        assert special is not other
+        assert special.config.read_timeout == 9 and other.config.read_timeout == 7
+        with pytest.raises(ConfigurationError, match=r"configure_store\('azure', part_size='8 megs'\) is not a size"):
+            reg.configure("azure", {"part_size": "8 megs"})
+    finally:
+        reg.close()

@@ -37,8 +37,8 @@ def test_parse(uri: str, container: str, name: str, account: str | None, suffix:
 @pytest.mark.parametrize(
     ("uri", "words"),
     [
-        ("s3://bucket/key", "not a Microsoft Azure Blob Storage URI"),
-        ("az:/ckpts/key", "not a Microsoft Azure Blob Storage URI"),
+        ("s3://bucket/key", "not a URI of Azure Blob Storage"),
+        ("az:/ckpts/key", "not a URI of Azure Blob Storage"),
         ("az:///key", "names no container"),
         ("abfs://@acct.dfs.core.windows.net/key", "names no container"),
         ("abfs://ckpts@acct.example.com/key", "not a storage account host"),

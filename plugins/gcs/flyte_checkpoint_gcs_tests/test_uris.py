@@ -28,7 +28,7 @@ def test_parse_keeps_the_scheme_and_the_name_literally() -> None:
 @pytest.mark.parametrize(
     ("uri", "message"),
     [
-        ("s3://bucket/name", "is not a Google Cloud Storage URI: write gs://BUCKET/NAME"),
+        ("s3://bucket/name", "is not a URI of Google Cloud Storage: write gs://BUCKET/NAME"),
         ("gs:///name", "names no bucket"),
         ("gs://bucket", "names a bucket but no object"),
         ("gs://key:secret@bucket/name", "carries credentials in the URI"),
