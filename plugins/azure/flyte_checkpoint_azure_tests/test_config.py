@@ -343,7 +343,8 @@ def test_configure_store_reaches_the_azure_store_per_process_and_per_prefix() ->
         assert isinstance(special, AzureStore) and isinstance(other, AzureStore)
         assert special is not other
         assert special.config.read_timeout == 9 and other.config.read_timeout == 7
-        with pytest.raises(ConfigurationError, match=r"configure_store\('azure', part_size='8 megs'\) is not a size"):
+        refused = r"configure_store\('azure', part_size='8 megs'\) is not a size"
+        with pytest.raises(ConfigurationError, match=refused):
             reg.configure("azure", {"part_size": "8 megs"})
     finally:
         reg.close()
