@@ -94,8 +94,9 @@ class ConfigurationError(CheckpointError, ValueError):
 
 
 class UnsupportedDataError(CheckpointError, TypeError):
-    """``save()`` was given something it cannot store: not bytes, a file or a directory, or a
-    folder holding a FIFO, a device, or a link that leads nowhere outside it or loops."""
+    """``save()`` was given something it cannot store: not bytes, a file or a directory, a
+    folder holding a FIFO, a device, or a link that leads nowhere outside it or loops, or a
+    folder with more members or bytes than a load accepts (``FLYTE_CHECKPOINT_MAX_*``)."""
 
 
 class UnknownSchemeError(CheckpointError, ValueError):

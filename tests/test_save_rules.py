@@ -27,12 +27,14 @@ from hypothesis import strategies as st
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import (
+    CheckpointError,
     PathTooLongError,
     SourceChangedError,
     StoreError,
     UnsupportedDataError,
 )
 from flyte_checkpoint.format.pipeline import ParallelGzipWriter
+from flyte_checkpoint.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
 from flyte_checkpoint.storage.blobstore import BlobWriter
 from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
 
@@ -512,3 +514,73 @@ def test_the_destination_is_left_out_however_the_folder_is_named(tmp_path):
     finally:
         os.chdir(cwd)
     assert sorted(members(folder / "ckpt")) == ["a.txt"]
+
+
+# -- the limits a load applies -------------------------------------------------------------------
+
+
+def _folder_of(root: Path, files: int) -> Path:
+    """``files`` files, half of them in a sub-folder, and a link: ``files + 2`` members."""
+    (root / "sub").mkdir(parents=True)
+    for i in range(files):
+        (root / ("sub" if i % 2 else ".") / f"f{i:03}").write_bytes(b"x" * (i * 37 % 700))
+    (root / "last").symlink_to("f000")
+    return root
+
+
+def _load_outcome(obj: str) -> str:
+    """``"restored"``, or the class name of the error a load raises."""
+    try:
+        with fc.Checkpoint(obj + ".next", obj) as cp:
+            assert cp.load_sync() is not None
+        return "restored"
+    except CheckpointError as exc:
+        return type(exc).__name__
+
+
+def test_a_folder_with_more_members_than_a_load_accepts_is_refused_by_the_save(tmp_path, monkeypatch):
+    """Issue 14's rule, a save never stores what a load refuses, for FLYTE_CHECKPOINT_MAX_MEMBERS:
+    the save counts members as the load does (files, folders, links; not PAX headers)."""
+    tree = _folder_of(tmp_path / "tree", 40)
+    obj = str(tmp_path / "obj")
+    save(obj, b"previous")
+    monkeypatch.setenv(MAX_MEMBERS_ENV, "41")
+    with pytest.raises(UnsupportedDataError) as info:
+        save(obj, tree)
+    message = str(info.value)
+    assert MAX_MEMBERS_ENV in message and "41" in message and str(tree) in message
+    assert "previous checkpoint is unchanged" in message
+    assert load_bytes(obj) == b"previous"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".fcp-tmp-")] == []
+    monkeypatch.setenv(MAX_MEMBERS_ENV, "42")  # exactly its members: saved, and loads
+    save(obj, tree)
+    assert len(members(Path(obj))) == 42
+    assert _load_outcome(obj) == "restored"
+
+
+def test_a_save_refuses_exactly_the_byte_limits_a_load_refuses(tmp_path, monkeypatch):
+    """FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES at every value around the tree's size (headers, PAX
+    headers for long names, data, padding): the save succeeds exactly when a load of the same
+    tree under that limit restores it, and what it saved loads."""
+    tree = _folder_of(tmp_path / "tree", 6)
+    (tree / ("n" * 150)).write_bytes(b"long name: a PAX header before it")
+    unlimited = str(tmp_path / "unlimited")
+    save(unlimited, tree)
+    with tarfile.open(unlimited) as tf:
+        last = tf.getmembers()[-1]
+        needed = last.offset_data + last.size  # where the load checks the last member
+    outcomes = {}
+    for limit in range(needed - 600, needed + 2):
+        monkeypatch.setenv(MAX_UNPACKED_ENV, str(limit))
+        obj = str(tmp_path / f"obj{limit}")
+        try:
+            save(obj, tree)
+        except UnsupportedDataError as exc:
+            assert MAX_UNPACKED_ENV in str(exc) and f"{limit:,}" in str(exc)
+            saved = False
+        else:
+            saved = True
+            assert _load_outcome(obj) == "restored"
+        outcomes[limit] = (saved, _load_outcome(unlimited))
+    assert all(saved == (load == "restored") for saved, load in outcomes.values()), outcomes
+    assert outcomes[needed] == (True, "restored") and outcomes[needed - 1] == (False, "UnsafeArchiveError")

@@ -90,23 +90,33 @@ _READ_FLAGS = (
 _FOLLOW_READ_FLAGS = _READ_FLAGS & ~getattr(os, "O_NOFOLLOW", 0)  # the content of a link out of the tree
 
 
-def pack_directory(src: str | os.PathLike[str], out: BinaryIO, *, leave_out: LeaveOut | None = None) -> int:
+def pack_directory(
+    src: str | os.PathLike[str],
+    out: BinaryIO,
+    *,
+    leave_out: LeaveOut | None = None,
+    limits: LoadLimits | None = None,
+) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
     Every member is one that :func:`unpack` restores: a symbolic link that resolves inside
     the tree is stored as a relative link (as written when that already resolves through
     the tree's own folders); one that leaves the tree is stored as what it points at, a
-    file's or a folder's content (as ``tar -h`` does).
+    file's or a folder's content (as ``tar -h`` does). Nor does the tarball go over the
+    ``limits`` of a load (default :meth:`LoadLimits.from_env`: those a load here applies).
 
     Raises:
         UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
-            outside the tree, or a loop of links.
+            outside the tree, or a loop of links; or it has more members, or its tar stream
+            more bytes, than ``limits`` let a load restore (the message names the variable).
+        ValueError: a limit's environment variable holds something other than a number.
         SourceChangedError: a file changed while it was read, or was removed before.
         PathTooLongError: a path in the tree is longer than the system allows.
     """
     root = os.fspath(src)
+    limits = limits or LoadLimits.from_env()
     try:
-        return _Packer(root, out, leave_out).run()
+        return _Packer(root, out, leave_out, limits).run()
     except OSError as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -124,16 +134,45 @@ class _Packer:
     """One walk of a tree, writing its members. ``via`` (the link that led there) marks a
     walk through a folder outside the tree, where every link is stored as its content."""
 
-    def __init__(self, root: str, out: BinaryIO, leave_out: LeaveOut | None) -> None:
+    def __init__(self, root: str, out: BinaryIO, leave_out: LeaveOut | None, limits: LoadLimits) -> None:
         self.root = root
         self.root_real = os.path.realpath(root)
         self._inside_prefix = self.root_real.rstrip("/") + "/"
-        self.write = out.write
+        self._out = out.write
         self.owners = _Owners()
         self.leave_out = leave_out
+        self.limits = limits
         self.hard_links: dict[tuple[int, int], str] = {}
         self.open_dirs: set[tuple[int, int]] = set()  # folders being walked: meeting one again is a loop
         self.total = 0
+        self.members = 0
+        self.offset = 0  # bytes of tar stream written, as a load's reader counts them
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.offset += len(data)
+        self._out(data)
+
+    def header(self, arcname: str, *, size: int, typeflag: bytes, linkname: str = "", **meta) -> None:
+        """Write one member's header, once sure a load would accept the member (the same counts
+        as :meth:`_Extractor._count`): refused here, the save commits nothing."""
+        block = ts.header(arcname, size=size, typeflag=typeflag, linkname=linkname, **meta)
+        self.members += 1
+        limits = self.limits
+        if self.members > limits.max_members:
+            raise UnsupportedDataError(
+                f"{self.root} holds more than {limits.max_members:,} members (files, folders and links;"
+                f" at {_shown(arcname)}), more than a load accepts ({MAX_MEMBERS_ENV}): nothing was"
+                f" stored and the previous checkpoint is unchanged. Save a folder with fewer entries, or"
+                f" raise {MAX_MEMBERS_ENV} here and wherever the checkpoint is loaded"
+            )
+        if limits.max_bytes is not None and self.offset + len(block) + size > limits.max_bytes:
+            raise UnsupportedDataError(
+                f"{self.root} unpacks to more than {limits.max_bytes:,} bytes (file data, and 512 bytes"
+                f" for each header; at {_shown(arcname)}), more than a load accepts ({MAX_UNPACKED_ENV}):"
+                f" nothing was stored and the previous checkpoint is unchanged. Save less, or raise"
+                f" {MAX_UNPACKED_ENV} here and wherever the checkpoint is loaded"
+            )
+        self.write(block)
 
     def run(self) -> int:
         self.add_entries(self.root, "", os.stat(self.root), None)
@@ -172,7 +211,7 @@ class _Packer:
         st = self.stat(path, via)
         mode = st.st_mode
         if stat.S_ISDIR(mode):
-            self.write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **self.meta(st)))
+            self.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **self.meta(st))
             self.add_entries(path, arcname, st, via)
         elif stat.S_ISLNK(mode):
             self.add_link(path, arcname, st)
@@ -210,15 +249,12 @@ class _Packer:
                 return False
             key = (st.st_dev, st.st_ino)
             if st.st_nlink > 1 and key in self.hard_links:
-                self.write(
-                    ts.header(
-                        arcname, size=0, typeflag=ts.LNKTYPE, linkname=self.hard_links[key], **self.meta(st)
-                    )
-                )
+                linkname = self.hard_links[key]
+                self.header(arcname, size=0, typeflag=ts.LNKTYPE, linkname=linkname, **self.meta(st))
                 return True
             if st.st_nlink > 1:
                 self.hard_links[key] = arcname
-            self.write(ts.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **self.meta(st)))
+            self.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **self.meta(st))
             _copy_fd(fd, path, st.st_size, self.write)
             check_unchanged(fd, st, path)
             self.total += st.st_size
@@ -230,7 +266,7 @@ class _Packer:
         target = os.readlink(path)
         linkname = target if self.follows_tree(arcname, target) else self.resolve(path, arcname, target)
         if linkname is not None:
-            self.write(ts.header(arcname, size=0, typeflag=ts.SYMTYPE, linkname=linkname, **self.meta(st)))
+            self.header(arcname, size=0, typeflag=ts.SYMTYPE, linkname=linkname, **self.meta(st))
 
     def follows_tree(self, arcname: str, target: str) -> bool:
         """True when the relative ``target`` reaches its last name through real folders of the
@@ -282,7 +318,7 @@ class _Packer:
                 " not hold it"
             )
         if stat.S_ISDIR(st.st_mode):
-            self.write(ts.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **self.meta(st)))
+            self.header(arcname + "/", size=0, typeflag=ts.DIRTYPE, **self.meta(st))
             self.add_entries(path, arcname, st, path)
         elif not (stat.S_ISREG(st.st_mode) and self.add_file(path, arcname, path)):
             raise UnsupportedDataError(
