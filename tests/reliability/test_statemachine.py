@@ -1,0 +1,836 @@
+"""The checkpoint contract as a whole, as a hypothesis rule-based state machine.
+
+Random sequences of what a task does to a checkpoint, on the file and memory backends and on
+S3 (moto's server on 127.0.0.1): it grows and changes a real tree (files with odd, long and
+unicode names, empty folders, sparse and empty files, contents that look like tar or gzip,
+links inside and outside the tree, dangling ones), saves it, saves bytes and files (that may
+look like tarballs too), overwrites, changes a file while it is being saved (at a set point:
+right after its bytes went into the tar, or after the first read of a file saved alone),
+damages the stored object (cut, a flipped bit, a zeroed range) and saves under the load limits.
+
+After every step a fresh ``Checkpoint`` whose source is the destination loads it, and what
+it gives is checked against the model, the last committed save:
+
+- a folder comes back as what reading the folder showed when it was saved: every path (links
+  followed, loops cut), its kind, its bytes (hash), the modes we promise (files: their
+  permission bits with owner read/write; folders: with owner rwx), holes in large sparse
+  files; each link that resolved inside the tree is a link resolving to the same place;
+- bytes and files come back whole as ``payload``, unless Python's ``tarfile`` takes them for
+  a tarball: then a tree or a typed error (a tarball of known members: exactly its tree);
+- a damaged object: a typed error from ``flyte_checkpoint.errors``, or, where the damage left
+  a valid object of another kind, what the bytes are (a payload, or the same tree); never a
+  part of the tree;
+- a save that raised left the stored object byte for byte as it was;
+- after each sequence: no thread, temporary file, open multipart upload or workspace left.
+
+CI runs a fixed budget (``FCP_STATE_EXAMPLES`` sequences of up to ``FCP_STATE_STEPS`` steps per
+backend); RELIABILITY.md gives the command that runs it longer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import io
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+import flyte_checkpoint as fc
+from flyte_checkpoint.errors import CheckpointError, SourceChangedError, UnsupportedDataError
+from flyte_checkpoint.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
+from flyte_checkpoint.pipeline import ParallelGzipWriter
+from flyte_checkpoint.registry import get_registry, store_for
+from flyte_checkpoint.retry import RetryPolicy
+from flyte_checkpoint.sources import SourceFile
+from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
+from tests.test_load_properties import OBJECTS, _gz, _may_be_tarball
+
+#: CI's budget, per backend; raise both to run it longer (see RELIABILITY.md).
+LONG_RUN = os.environ.get("FCP_STATE_EXAMPLES")
+EXAMPLES = int(LONG_RUN or "12")
+STEPS = int(os.environ.get("FCP_STATE_STEPS", "30"))
+BACKEND_NAMES = ("file", "memory", "s3")
+#: Loads of damaged objects fail fast: a retry would only read the same bytes again.
+ONE_TRY = RetryPolicy(attempts=1)
+LONG_AGO = (1_000_000_000, 1_000_000_000)  # an mtime in 2001: any write now changes it
+BIG = 1024 * 1024  # files this large are made sparse; their holes must survive a load
+WORKSPACES = "flyte-checkpoint-ws-*"
+#: What the runs did, per backend (printed at the end, ``-s`` shows it).
+TALLY: Counter[str] = Counter()
+
+
+def event(what: str) -> None:
+    TALLY[what] += 1
+
+
+# -- strategies --------------------------------------------------------------------------------
+
+ODD_NAMES = [
+    "-rf", "--", "-", "--help", " ", " lead", "trail ", "a b", "new\nline", "tab\t", "back\\slash",
+    "*", "?", "[x]", "$HOME", "'q'", '"dq"', "é", "e\u0301", "日本語", "😀", ".hidden", "...",
+    "payload", "workspace", ".fcp-tmp-x", "\x7f", "\x01", "@", "#", "a:b", "%41", "ckpt.tar.gz",
+]  # fmt: skip
+NAME_CHARS = st.characters(blacklist_categories=("Cs",), blacklist_characters="/\0")
+NAMES = st.one_of(
+    st.sampled_from(["a", "b", "c", "d", "f", "x.bin"]),
+    st.sampled_from(ODD_NAMES),
+    st.text(NAME_CHARS, min_size=1, max_size=12),
+    # around the 100 bytes of a ustar name field, in one- and two-byte characters
+    st.integers(97, 103).map(lambda n: "n" * n),
+    st.integers(48, 52).map(lambda n: "é" * n + "z"),
+    # around NAME_MAX (255 bytes)
+    st.integers(250, 255).map(lambda n: "L" * n),
+    st.just("é" * 127 + "z"),
+).filter(lambda s: s not in (".", "..") and len(s.encode()) <= 255)
+
+
+def _tar(members: list[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+TAR_MEMBERS = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "é", "n" * 120]), st.binary(max_size=600)), max_size=3
+)
+CONTENTS = st.one_of(
+    st.just(b""),
+    st.binary(max_size=3000),
+    st.builds(lambda n, tail: bytes(512 * n) + tail, st.integers(1, 4), st.binary(max_size=40)),
+    st.builds(_tar, TAR_MEMBERS),
+    st.builds(lambda m: _gz(_tar(m)), TAR_MEMBERS),
+    st.builds(lambda b: b"\x1f\x8b" + b, st.binary(max_size=200)),
+    st.builds(lambda b: _gz(b), st.binary(max_size=500)),
+    OBJECTS,
+)
+#: Data islands in a sparse file: (offset, bytes).
+ISLANDS = st.lists(st.tuples(st.integers(0, 6 * BIG), st.binary(min_size=1, max_size=300)), max_size=4)
+FILE_MODES = st.sampled_from([0o644, 0o600, 0o755, 0o700, 0o444, 0o640, 0o777, 0o604, 0o4755])
+DIR_MODES = st.sampled_from([0o755, 0o700, 0o750, 0o555, 0o777, 0o1777])
+LINK_KINDS = st.sampled_from(
+    ["rel", "rel", "abs", "abs", "dangling", "out_file", "out_dir", "out_missing", "holder", "root", "self"]
+)
+
+
+@st.composite
+def known_tarballs(draw) -> tuple[bytes, dict[str, tuple]]:
+    """A tarball (gzip'd or not, PAX or GNU) of files and folders, and the view its load gives."""
+    files = draw(
+        st.dictionaries(
+            st.sampled_from(
+                ["a", "é", "-rf", "sp ace", "n" * 99, "m" * 101, "d/b", "d/e/f", "d/" + "x" * 120]
+            ),
+            st.tuples(st.binary(max_size=900), st.sampled_from([0o644, 0o755, 0o600, 0o400])),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    dir_mode = draw(st.sampled_from([0o755, 0o700, 0o555]))
+    buf = io.BytesIO()
+    view: dict[str, tuple] = {}
+    fmt = draw(st.sampled_from([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT]))
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name in sorted(files):
+            parts = name.split("/")
+            for i in range(1, len(parts)):
+                folder = "/".join(parts[:i])
+                if folder not in view:
+                    info = tarfile.TarInfo(folder)
+                    info.type, info.mode = tarfile.DIRTYPE, dir_mode
+                    tf.addfile(info)
+                    view[folder] = ("dir", dir_mode & 0o777 | 0o700)
+            data, mode = files[name]
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tf.addfile(info, io.BytesIO(data))
+            view[name] = ("file", _sha(data), mode & 0o777 | 0o600)
+    blob = buf.getvalue()
+    return (_gz(blob) if draw(st.booleans()) else blob), view
+
+
+# -- what reading a tree shows ------------------------------------------------------------------
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_hash(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(BIG):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _inside(real: str, root: str) -> bool:
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
+@dataclass
+class View:
+    """What reading a tree shows: ``entries`` maps each path (links followed, loops cut) to
+    ``("file", sha256, mode[, holes])``, ``("dir", mode)`` or ``("nothing",)``; ``lands`` maps
+    each link that resolves inside the tree to where it lands; ``escapes`` lists links that
+    resolve outside it."""
+
+    entries: dict[str, tuple] = field(default_factory=dict)
+    lands: dict[str, str] = field(default_factory=dict)
+    escapes: list[str] = field(default_factory=list)
+
+
+def view(root: str | os.PathLike[str]) -> View:
+    """Read ``root`` as a task that resumes would, with the modes a load promises."""
+    out = View()
+    root_real = os.path.realpath(root)
+
+    def walk(folder: str, rel: str, open_dirs: frozenset[str]) -> None:
+        for name in sorted(os.listdir(folder)):
+            path, key = os.path.join(folder, name), rel + name
+            if os.path.islink(path):
+                real = os.path.realpath(path)
+                if _inside(real, root_real):
+                    out.lands[key] = os.path.relpath(real, root_real)
+                else:
+                    out.escapes.append(key)
+            try:
+                st_ = os.stat(path)
+            except OSError as exc:
+                assert exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP), exc
+                out.entries[key] = ("nothing",)
+                continue
+            if stat.S_ISDIR(st_.st_mode):
+                out.entries[key] = ("dir", st_.st_mode & 0o777 | 0o700)
+                real = os.path.realpath(path)
+                if real not in open_dirs:  # a folder met again through a link is a loop: cut it
+                    walk(path, key + "/", open_dirs | {real})
+            elif stat.S_ISREG(st_.st_mode):
+                entry: tuple = ("file", _file_hash(path), st_.st_mode & 0o777 | 0o600)
+                if st_.st_size >= BIG:  # made sparse: it must stay so
+                    entry += (st_.st_blocks * 512 < st_.st_size // 2,)
+                out.entries[key] = entry
+            else:
+                out.entries[key] = ("special",)
+
+    walk(str(root), "", frozenset({root_real}))
+    return out
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Stored:
+    """What the destination must load as.
+
+    ``kind``: ``"tree"`` (``tree``: the view its load must show; ``"tarball"`` for a tarball of
+    known members, the same), ``"payload"`` (``payload_hash``: the bytes that must come back whole),
+    ``"tarlike"`` (bytes ``tarfile`` takes for a tarball: a tree or a typed error),
+    ``"damaged"`` (``before``: what it was). ``blob``: the object's bytes.
+    """
+
+    kind: str
+    blob: bytes
+    tree: View | None = None
+    payload_hash: str | None = None
+    before: Stored | None = None
+    how: str = ""
+
+
+def _damage(blob: bytes, how: str, at: int, length: int, bit: int) -> bytes:
+    at %= len(blob)
+    if how == "cut":
+        return blob[:at]
+    if how == "flip":
+        b = bytearray(blob)
+        b[at] ^= 1 << bit
+        return bytes(b)
+    if how == "zero":
+        return blob[:at] + bytes(min(length, len(blob) - at)) + blob[at + length :]
+    return blob + bytes(length)  # "zeros after"
+
+
+@contextlib.contextmanager
+def _after(cls: type, name: str, action: Callable[[object, tuple, object], None]) -> Iterator[None]:
+    """``cls.name`` calls ``action(self, args, result)`` after each call, while in the block."""
+    original = getattr(cls, name)
+
+    def wrapper(self, *args):
+        result = original(self, *args)
+        action(self, args, result)
+        return result
+
+    setattr(cls, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(cls, name, original)
+
+
+def _change(path: str, how: str) -> None:
+    size = os.path.getsize(path)
+    if how == "truncated":
+        os.truncate(path, size // 2)
+    elif how == "rewritten in place":
+        with open(path, "r+b") as f:
+            data = f.read()
+            f.seek(0)
+            f.write(bytes(b ^ 0xFF for b in data))
+    else:
+        with open(path, "ab") as f:
+            f.write(b"more")
+
+
+class Contract(RuleBasedStateMachine):
+    """One task's checkpoint: a live tree, a destination, and the model of what it holds.
+
+    ``where`` (a class attribute set per backend) makes destination URIs; ``base`` is a folder
+    for the trees.
+    """
+
+    where: Callable[[], str]
+    base: Path
+    backend: str
+    pool_backend: object  # the running server's Backend (S3), or None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sandbox = Path(tempfile.mkdtemp(dir=self.base))
+        self.root = self.sandbox / "tree"
+        self.root.mkdir()
+        outside = self.sandbox / "outside"
+        (outside / "dir" / "sub").mkdir(parents=True)
+        (outside / "file").write_bytes(b"outside the tree")
+        (outside / "dir" / "a").write_bytes(b"a, in a folder outside")
+        (outside / "dir" / "sub" / "b").write_bytes(b"")
+        self.outside = outside
+        self.files = self.sandbox / "files"  # files saved on their own
+        self.files.mkdir()
+        self.dest = self.where()
+        self.stored: Stored | None = None
+        self.saver = fc.Checkpoint(self.dest)
+        TALLY["sequences"] += 1
+
+    # -- the live tree ---------------------------------------------------------------------
+
+    def folders(self) -> list[Path]:
+        out = [self.root]
+        for dirpath, dirnames, _ in os.walk(self.root):
+            out += [Path(dirpath, d) for d in sorted(dirnames) if not Path(dirpath, d).is_symlink()]
+        return [p for p in out if len(p.relative_to(self.root).parts) < 4]
+
+    def entries(self, *, files_only: bool = False) -> list[Path]:
+        out = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            for name in sorted(dirnames + filenames):
+                p = Path(dirpath, name)
+                if not files_only or (p.is_file() and not p.is_symlink()):
+                    out.append(p)
+        return out
+
+    def new_path(self, data: st.DataObject) -> Path | None:
+        parent = data.draw(st.sampled_from(self.folders()), label="parent")
+        path = parent / data.draw(NAMES, label="name")
+        if os.path.lexists(path) or len(os.fsencode(str(path))) > 3000:
+            return None
+        return path
+
+    @rule(data=st.data(), content=CONTENTS, mode=FILE_MODES)
+    def add_file(self, data, content, mode):
+        path = self.new_path(data)
+        if path is not None:
+            path.write_bytes(content)
+            os.chmod(path, mode)
+
+    @rule(data=st.data(), size=st.integers(BIG, 6 * BIG), islands=ISLANDS)
+    def add_sparse_file(self, data, size, islands):
+        path = self.new_path(data)
+        if path is None or sum(1 for p in self.entries(files_only=True) if p.stat().st_size >= BIG) >= 2:
+            return
+        with open(path, "wb") as f:
+            f.truncate(size)
+            for offset, chunk in islands:
+                f.seek(min(offset, size - len(chunk)))
+                f.write(chunk)
+
+    @rule(data=st.data(), mode=DIR_MODES)
+    def add_folder(self, data, mode):
+        path = self.new_path(data)
+        if path is not None:
+            path.mkdir()
+            os.chmod(path, mode)
+
+    @rule(data=st.data(), kind=LINK_KINDS)
+    def add_link(self, data, kind):
+        path = self.new_path(data)
+        if path is None or sum(1 for p in self.entries() if p.is_symlink()) >= 6:
+            return
+        here = path.parent
+        target: str
+        if kind in ("rel", "abs"):
+            entries = self.entries()
+            if not entries:
+                return
+            to = data.draw(st.sampled_from(entries), label="to")
+            target = os.path.relpath(to, here) if kind == "rel" else str(to)
+        else:
+            target = {
+                "dangling": os.path.relpath(self.root / "missing", here),
+                "out_file": str(self.outside / "file"),
+                "out_dir": str(self.outside / "dir"),
+                "out_missing": str(self.outside / "missing"),
+                "holder": str(self.sandbox),
+                "root": os.path.relpath(self.root, here),
+                "self": path.name,
+            }[kind]
+        path.symlink_to(target)
+
+    @rule(data=st.data())
+    def remove(self, data):
+        entries = self.entries()
+        if entries:
+            path = data.draw(st.sampled_from(entries), label="removed")
+            if path.is_symlink() or not path.is_dir():
+                path.unlink()
+            else:
+                shutil.rmtree(path)
+
+    @rule(data=st.data(), content=CONTENTS)
+    def rewrite(self, data, content):
+        files = self.entries(files_only=True)
+        if files:
+            path = data.draw(st.sampled_from(files), label="rewritten")
+            path.write_bytes(content)
+
+    # -- saves -----------------------------------------------------------------------------
+
+    def expected_for_tree(self) -> tuple[View, list[str], list[str]]:
+        """The tree's view, the links a save must refuse and those it may refuse (loops)."""
+        seen = view(self.root)
+        must, may = [], []
+        for key in seen.escapes:
+            path = self.root / key
+            try:
+                real = os.path.realpath(path, strict=True)
+            except OSError as exc:
+                (may if exc.errno == errno.ELOOP else must).append(key)
+                continue
+            if os.path.isdir(real) and _inside(str(self.root), real):
+                must.append(key)  # a folder holding the tree: its content would hold it again
+        for key, entry in seen.entries.items():
+            if entry == ("nothing",) and key in seen.lands:
+                try:
+                    os.stat(self.root / key)
+                except OSError as exc:
+                    if exc.errno == errno.ELOOP:
+                        may.append(key)
+        return seen, must, may
+
+    def committed(self, stored: Stored) -> None:
+        """The save returned: the object is there, and it is what the model says."""
+        blob = store_for(self.dest).read_bytes(self.dest)
+        event(f"saved: {stored.kind}")
+        if stored.tree is not None:
+            TALLY["entries in saved trees"] += len(stored.tree.entries)
+        stored.blob = blob
+        self.stored = stored
+
+    def failed(self, exc: BaseException) -> None:
+        """The save raised: the object must be byte for byte what it was, nothing left behind."""
+        event(f"save refused: {type(exc).__name__}")
+        assert isinstance(exc, CheckpointError), f"an untyped error: {exc!r}"
+        size = store_for(self.dest).stat(self.dest)
+        if self.stored is None:
+            assert size is None, f"a failed save left a {size}-byte object where there was none"
+        else:
+            assert store_for(self.dest).read_bytes(self.dest) == self.stored.blob, "a failed save changed it"
+        self.check_nothing_left()
+
+    def check_nothing_left(self) -> None:
+        if self.backend == "file":
+            folder = os.path.dirname(self.dest)
+            names = os.listdir(folder) if os.path.isdir(folder) else []
+            leftovers = [p for p in names if p.startswith(".fcp-tmp-")]
+            assert leftovers == [], f"temporary files left beside the object: {leftovers}"
+        if self.backend == "s3":
+            assert s3_open_uploads(self.pool_backend, self.dest) == []
+
+    @rule()
+    def save_folder(self):
+        seen, must, may = self.expected_for_tree()
+        try:
+            self.saver.save_sync(self.root)
+        except UnsupportedDataError as exc:
+            assert must or may, f"a tree with no bad link was refused: {exc}"
+            named = [k for k in must + may if str(self.root / k) in str(exc)]
+            assert named, f"the refusal names none of the links {must + may}: {exc}"
+            self.failed(exc)
+            return
+        assert not must, f"the links {must} cannot be stored, yet the save returned"
+        self.committed(Stored("tree", b"", tree=seen))
+
+    @rule(blob=st.one_of(CONTENTS, st.binary(min_size=1, max_size=64)))
+    def save_bytes(self, blob):
+        self.saver.save_sync(blob)
+        self.committed(self.bytes_model(blob))
+
+    @staticmethod
+    def bytes_model(blob: bytes) -> Stored:
+        if _may_be_tarball(blob):
+            return Stored("tarlike", blob)
+        return Stored("payload", blob, payload_hash=_sha(blob))
+
+    @rule(tarball=known_tarballs())
+    def save_a_tarball_of_known_members(self, tarball):
+        """Bytes that are a tarball (as Flyte or GNU tar write it) load as their tree."""
+        blob, entries = tarball
+        self.saver.save_sync(blob)
+        self.committed(Stored("tarball", blob, tree=View(entries)))
+
+    @rule(data=st.data())
+    def save_a_file(self, data):
+        files = self.entries(files_only=True)
+        if files and data.draw(st.booleans(), label="from the tree"):
+            path = data.draw(st.sampled_from(files), label="file")
+        else:
+            path = self.files / uuid.uuid4().hex
+            path.write_bytes(data.draw(CONTENTS, label="content"))
+        blob = path.read_bytes()
+        progress = (lambda done, total: None) if data.draw(st.booleans(), label="progress") else None
+        with fc.Checkpoint(self.dest, progress=progress) as cp:
+            cp.save_sync(path)
+        self.committed(self.bytes_model(blob))
+
+    @rule(data=st.data(), how=st.sampled_from(["truncated", "rewritten in place", "appended to"]))
+    def change_a_file_while_its_folder_is_saved(self, data, how):
+        """Right after a file's bytes went into the tar, before it is checked: the save fails,
+        naming it, and nothing is committed."""
+        files = [p for p in self.entries(files_only=True) if p.stat().st_size < BIG]
+        if not files:
+            return
+        path = data.draw(st.sampled_from(files), label="changed")
+        content = uuid.uuid4().bytes * data.draw(st.integers(1, 40), label="size")  # unique in the tar
+        path.write_bytes(content)
+        os.utime(path, LONG_AGO)
+        _, must, may = self.expected_for_tree()
+        if must or may:
+            return  # refused for its links: not this rule's point
+        fired: list[bool] = []
+
+        def change(_writer, args, _result) -> None:
+            if not fired and bytes(args[0]) == content:
+                fired.append(True)
+                _change(str(path), how)
+
+        with _after(ParallelGzipWriter, "write", change), pytest.raises(SourceChangedError) as info:
+            self.saver.save_sync(self.root)
+        assert fired and str(path) in str(info.value), info.value
+        self.failed(info.value)
+
+    @rule(data=st.data(), how=st.sampled_from(["truncated", "rewritten in place", "appended to"]))
+    def change_a_file_while_it_is_saved(self, data, how):
+        """After the first bytes of a file saved alone were read: the save fails, naming it."""
+        path = self.files / uuid.uuid4().hex
+        path.write_bytes(data.draw(st.binary(min_size=1, max_size=300_000), label="content"))
+        os.utime(path, LONG_AGO)
+        fired: list[bool] = []
+
+        def change(_source, _args, result) -> None:
+            if not fired and result:
+                fired.append(True)
+                _change(str(path), how)
+
+        progress = (lambda done, total: None) if data.draw(st.booleans(), label="progress") else None
+        with contextlib.ExitStack() as stack:
+            for name in ("read", "readinto", "pread"):
+                stack.enter_context(_after(SourceFile, name, change))
+            with pytest.raises(SourceChangedError) as info, fc.Checkpoint(self.dest, progress=progress) as cp:
+                cp.save_sync(path)
+        assert fired and str(path) in str(info.value), info.value
+        self.failed(info.value)
+
+    @rule(data=st.data(), variable=st.sampled_from([MAX_MEMBERS_ENV, MAX_UNPACKED_ENV]))
+    def save_under_a_load_limit(self, data, variable):
+        """A save applies the limits a load in the same environment applies: it refuses
+        exactly what that load would refuse, and what it stores loads."""
+        seen, must, may = self.expected_for_tree()
+        if must or may:
+            return
+        scratch = self.where()
+        fc.Checkpoint(scratch).save_sync(self.root)  # the same tree, stored without a limit
+        try:
+            with tarfile.open(fileobj=io.BytesIO(store_for(scratch).read_bytes(scratch))) as tf:
+                members = tf.getmembers()
+            if variable == MAX_MEMBERS_ENV:
+                limit = data.draw(st.integers(max(0, len(members) - 2), len(members) + 1), label="members")
+            else:
+                needed = max((m.offset_data + m.size for m in members), default=0)
+                limit = data.draw(st.integers(max(0, needed - 1100), needed + 1), label="bytes")
+            with _env(variable, str(limit)):
+                try:
+                    self.saver.save_sync(self.root)
+                except UnsupportedDataError as exc:
+                    assert variable in str(exc), exc
+                    self.failed(exc)
+                    saved = False
+                else:
+                    self.committed(Stored("tree", b"", tree=seen))
+                    saved = True
+                loads = self.try_load(scratch)
+            event(f"under {variable}: {'saved' if saved else 'refused'}")
+            assert saved == (loads is not None), f"{variable}={limit}: saved {saved}, a load gives {loads}"
+        finally:
+            store_for(scratch).delete(scratch)
+
+    def try_load(self, uri: str) -> View | None:
+        """The view of what a load of ``uri`` restores; None when it refuses (over a limit)."""
+        from flyte_checkpoint.errors import UnsafeArchiveError
+
+        with fc.Checkpoint(self.where(), uri, retry=ONE_TRY) as cp:
+            try:
+                path = cp.load_sync()
+            except UnsafeArchiveError:
+                return None
+            assert path is not None
+            return view(path)
+
+    # -- damage ----------------------------------------------------------------------------
+
+    @precondition(lambda self: self.stored is not None and len(self.stored.blob) > 0)
+    @rule(
+        how=st.sampled_from(["cut", "flip", "zero", "zeros after"]),
+        at=st.integers(0, 2**31),
+        length=st.integers(1, 5000),
+        bit=st.integers(0, 7),
+    )
+    def damage_the_object(self, how, at, length, bit):
+        assert self.stored is not None
+        blob = _damage(self.stored.blob, how, at, length, bit)
+        store_for(self.dest).write_bytes(self.dest, blob)
+        event(f"damaged: {how}")
+        before = self.stored.before if self.stored.kind == "damaged" else self.stored
+        if blob == self.stored.blob:
+            event("damage that changed no byte")
+        self.stored = Stored(
+            "damaged",
+            blob,
+            before=before,
+            how=f"{how} at {at % len(self.stored.blob)}/{len(self.stored.blob)}",
+        )
+
+    @rule()
+    def new_saver(self):
+        """A new ``Checkpoint`` for the same destination (a new attempt of the task)."""
+        self.saver.close()
+        self.saver = fc.Checkpoint(self.dest)
+
+    # -- the check after every step --------------------------------------------------------
+
+    @invariant()
+    def a_load_gives_what_the_last_committed_save_stored(self):
+        TALLY["steps (each followed by a load)"] += 1
+        cp = fc.Checkpoint(self.where(), self.dest, retry=ONE_TRY)
+        try:
+            try:
+                path = cp.load_sync()
+            except CheckpointError as exc:
+                self.check_error(exc)
+                return
+            except Exception as exc:
+                raise AssertionError(f"a load raised an error of no type of ours: {exc!r}") from exc
+            again = cp.load_sync()
+            assert again == path, "a second load() gave another result"
+            self.check_loaded(cp, path)
+        finally:
+            root = cp.path.parent if cp._root else None
+            cp.close()
+            assert root is None or not root.exists(), f"close() left the workspace {root}"
+
+    def check_error(self, exc: CheckpointError) -> None:
+        s = self.stored
+        event(f"load raised {type(exc).__name__} ({s.kind if s else 'nothing'})")
+        assert s is not None and s.kind in ("damaged", "tarlike"), (
+            f"a load of a whole {s and s.kind} raised {exc!r}"
+        )
+        if s.kind == "damaged":
+            assert _may_be_tarball(s.blob), (
+                f"bytes that are no tarball (damaged {s.before.kind}) raised {exc!r}"
+            )
+
+    def check_loaded(self, cp: fc.Checkpoint, path: Path | None) -> None:
+        s = self.stored
+        if path is None:
+            assert s is None or len(s.blob) == 0, f"a {s.kind} checkpoint loaded as none"
+            return
+        assert s is not None, f"nothing was saved, yet a load gave {path}"
+        is_payload = path == cp.path / "payload" and path.is_file() and not path.is_symlink()
+        if not is_payload:
+            assert path == cp.path, path
+        kind = s.kind
+        if kind == "payload":
+            assert is_payload, f"a payload loaded as a tree: {sorted(view(path).entries)[:5]}"
+            assert _file_hash(str(path)) == s.payload_hash, "the payload came back changed"
+        elif kind in ("tree", "tarball"):
+            assert not is_payload, f"a {kind} loaded as a payload"
+            self.check_tree(path, s.tree)
+        elif kind == "tarlike":
+            self.check_tarlike(path, is_payload, s.blob)
+        else:  # damaged: what the bytes are, or what they were
+            before = s.before
+            assert before is not None
+            if is_payload:
+                assert _file_hash(str(path)) == _sha(s.blob), "a damaged object loaded as other bytes"
+                event(f"damaged {before.kind}: loads as the payload it now is")
+            elif before.kind in ("tree", "tarball"):
+                self.check_tree(path, before.tree)  # damage in bytes no reader looks at
+                event(f"damaged {before.kind}: the same tree ({s.how})")
+            else:
+                self.check_tarlike(path, False, s.blob)
+            if not _may_be_tarball(s.blob):
+                assert is_payload, "bytes that are no tarball loaded as a tree"
+
+    def check_tree(self, path: Path, expected: View | None) -> None:
+        assert expected is not None
+        got = view(path)
+        missing = sorted(set(expected.entries) - set(got.entries))
+        extra = sorted(set(got.entries) - set(expected.entries))
+        assert not missing and not extra, f"missing {missing[:5]}, extra {extra[:5]}"
+        differ = {
+            k: (expected.entries[k], got.entries[k])
+            for k in expected.entries
+            if expected.entries[k] != got.entries[k]
+        }
+        assert not differ, f"entries differ (expected, got): {dict(list(differ.items())[:5])}"
+        assert got.escapes == [], f"restored links that leave the tree: {got.escapes}"
+        moved = {k: (v, got.lands.get(k)) for k, v in expected.lands.items() if got.lands.get(k) != v}
+        assert not moved, f"links landing elsewhere (expected, got): {moved}"
+        for key, where in expected.lands.items():
+            assert os.path.islink(path / key), f"{key} (landing on {where}) is no longer a link"
+
+    def check_tarlike(self, path: Path, is_payload: bool, blob: bytes) -> None:
+        """Bytes ``tarfile`` takes for a tarball: as a tree, each file it reads must be there."""
+        if is_payload:
+            assert _file_hash(str(path)) == _sha(blob), "tar-like bytes came back changed"
+            event("tar-like bytes: a payload")
+            return
+        event("tar-like bytes: a tree")
+        got = view(path)
+        try:
+            with tarfile.open(fileobj=io.BytesIO(blob)) as tf:
+                files = {m.name.strip("/"): tf.extractfile(m).read() for m in tf.getmembers() if m.isreg()}
+        except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
+            raise AssertionError(f"a tree from bytes tarfile cannot read whole: {exc!r}") from None
+        for name, data in files.items():
+            if name in got.entries and got.entries[name][0] == "file":
+                assert got.entries[name][1] == _sha(data), f"{name} differs from tarfile's reading"
+
+    def teardown(self) -> None:
+        self.saver.close()
+        try:
+            self.check_nothing_left()
+        finally:
+            store_for(self.dest).delete(self.dest)
+            shutil.rmtree(self.sandbox, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = saved
+
+
+def _join_new_threads(known: set[threading.Thread]) -> list[threading.Thread]:
+    """Close the registry's stores, join every thread started since ``known`` (a hang guard of
+    60 s each), and return those still alive."""
+    get_registry().close()
+    for t in threading.enumerate():
+        if t not in known and t is not threading.current_thread():
+            t.join(timeout=60)
+    return [t for t in threading.enumerate() if t not in known and t.is_alive()]
+
+
+@pytest.mark.parametrize("name", BACKEND_NAMES)
+def test_the_checkpoint_contract_holds_through_any_sequence_of_steps(
+    name,
+    backend_pool,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """See the module docstring. Runs ``FCP_STATE_EXAMPLES`` sequences of up to
+    ``FCP_STATE_STEPS`` steps on ``name``'s backend."""
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))  # workspaces: only ours in it
+    for var in (MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, "FLYTE_CHECKPOINT_DISK_RESERVE"):
+        monkeypatch.delenv(var, raising=False)
+    base = tmp_path / "trees"
+    base.mkdir()
+    with contextlib.ExitStack() as stack:
+        pool_backend = None
+        if name == "memory":
+
+            def where() -> str:
+                return f"memory://fcp-state/{uuid.uuid4().hex}/ckpt"
+        else:
+            pool_backend = backend_pool.get(name)
+            stack.enter_context(pool_backend.activated())
+            where = pool_backend.fresh
+        known = set(threading.enumerate())
+        machine = type(
+            f"Contract_{name}",
+            (Contract,),
+            {"where": staticmethod(where), "base": base, "backend": name, "pool_backend": pool_backend},
+        )
+
+        class Checked(machine):  # type: ignore[misc, valid-type]
+            def teardown(self) -> None:
+                super().teardown()
+                left = _join_new_threads(known)
+                assert left == [], f"threads left running: {left}"
+                ws = sorted(p.name for p in private_tmp.glob(WORKSPACES))
+                assert ws == [], f"workspaces left: {ws}"
+
+        TALLY.clear()
+        run_state_machine_as_test(
+            Checked,
+            settings=settings(
+                max_examples=EXAMPLES,
+                stateful_step_count=STEPS,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                derandomize=LONG_RUN is None,  # CI: the same sequences every run; longer runs: new ones
+            ),
+        )
+    print(f"\nstate machine on {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(TALLY.items())))
