@@ -250,6 +250,36 @@ def test_the_tar_stream_ends_with_its_marker_and_nothing_else(tmp_path, tar, mat
     assert_fails_clean(cp)
 
 
+def _metadata_of_a_long_name(fmt: int) -> bytes:
+    """The metadata member (PAX header, or GNU long name) written before a member named with
+    120 characters, with its data block, but not the member it describes."""
+    info = tarfile.TarInfo("n" * 120)
+    raw = tar_bytes([(info, b"")], gz=False) if fmt == tarfile.PAX_FORMAT else _gnu_tar(info)
+    return raw[:1024]
+
+
+def _gnu_tar(info: tarfile.TarInfo) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        tf.addfile(info, io.BytesIO(b""))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT], ids=["pax", "gnu-long-name"])
+@pytest.mark.parametrize("gz", [True, False], ids=["gz", "plain"])
+def test_metadata_that_describes_no_member_is_damage(tmp_path, fmt, gz):
+    """Found by the state machine: a tar whose member after its PAX header (or GNU long name)
+    was zeroed, up to the end, loaded as an empty folder. The metadata names a member that is
+    not there: the object is damaged (Python's tarfile refuses it too)."""
+    tar = _metadata_of_a_long_name(fmt) + END + bytes(2048)
+    assert tar[156:157] in (b"x", b"L")
+    blob = gzip.compress(tar) if gz else tar
+    cp = fc.Checkpoint(str(tmp_path / "next"), store(tmp_path, blob))
+    with pytest.raises(CorruptCheckpointError, match="describes no member"):
+        cp.load_sync()
+    assert_fails_clean(cp)
+
+
 def test_record_padding_after_the_marker_is_fine(tmp_path):
     _cp, path = load(tmp_path, store(tmp_path, gzip.compress(member("a", b"A") + END + bytes(8704))))
     assert (path / "a").read_bytes() == b"A"

@@ -455,13 +455,15 @@ def read_members(reader: ExactReader) -> Iterator[TarMember]:
     for the next one, and :meth:`ExactReader.finish`\ es the stream after the last.
 
     Raises:
-        CorruptCheckpointError: a damaged header or metadata, a stream that ends early or
-            whose end-of-archive marker (two zero blocks) is missing or cut.
+        CorruptCheckpointError: a damaged header or metadata, metadata that describes no
+            member, a stream that ends early or whose end-of-archive marker (two zero blocks)
+            is missing or cut.
         UnsafeArchiveError: a metadata member too large to be names.
     """
     pax: dict[str, str] = {}
     long_name: str | None = None
     long_link: str | None = None
+    described: int | None = None  # where metadata for the next member began, until it comes
     while True:
         block = reader.read(ts.BLOCK)
         if block == ts.ZERO_BLOCK:
@@ -470,6 +472,11 @@ def read_members(reader: ExactReader) -> Iterator[TarMember]:
                     f"a zero block inside the tarball (at byte {reader.offset - 2 * ts.BLOCK}) where a"
                     " header or the end-of-archive marker should be: the object is damaged; save the"
                     " checkpoint again"
+                )
+            if described is not None:  # the member it was written for was wiped, or cut off
+                raise CorruptCheckpointError(
+                    f"the tar metadata at byte {described} describes no member: the tarball ends"
+                    " after it, so the object is damaged; save the checkpoint again"
                 )
             return
         try:
@@ -480,6 +487,8 @@ def read_members(reader: ExactReader) -> Iterator[TarMember]:
                 " corrupt; save the checkpoint again"
             ) from None
         if h.typeflag in (ts.PAX_HEADER, ts.PAX_GLOBAL, ts.GNU_LONGNAME, ts.GNU_LONGLINK):
+            if h.typeflag != ts.PAX_GLOBAL and described is None:
+                described = reader.offset - ts.BLOCK
             if h.size > _MAX_META:
                 raise UnsafeArchiveError(f"a {h.size}-byte tar metadata member; refusing to read it")
             data = reader.read(h.size + ts.padding(h.size))[: h.size]
@@ -499,7 +508,7 @@ def read_members(reader: ExactReader) -> Iterator[TarMember]:
             size=_pax_size(pax["size"]) if "size" in pax else h.size,
             header=h,
         )
-        pax, long_name, long_link = {}, None, None
+        pax, long_name, long_link, described = {}, None, None, None
 
 
 def _safe_name(name: str, what: str = "member") -> str:
