@@ -41,6 +41,7 @@ import tarfile
 import tempfile
 import threading
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -284,7 +285,53 @@ class Stored:
     how: str = ""
 
 
+DAMAGE = [
+    "cut", "flip", "zero", "zeros after",
+    "drop a member", "repeat a member", "zero a member", "cut after a member", "swap two members",
+]  # fmt: skip
+
+
+def _members(blob: bytes) -> list[tuple[int, int]]:
+    """Where each whole gzip member of ``blob`` begins and ends (a save writes one per 4 MiB of tar)."""
+    spans, pos = [], 0
+    while blob[pos : pos + 2] == GZIP_MAGIC:
+        d = zlib.decompressobj(31)
+        try:
+            d.decompress(blob[pos:])
+        except zlib.error:
+            break
+        if not d.eof:
+            break
+        end = len(blob) - len(d.unused_data)
+        spans.append((pos, end))
+        pos = end
+    return spans
+
+
 def _damage(blob: bytes, how: str, at: int, length: int, bit: int) -> bytes:
+    if how.endswith("member"):  # whole gzip members: each one's checksum still holds
+        spans = _members(blob)
+        if len(spans) < 2:
+            how = "cut"
+        else:
+            i, j = at % len(spans), (at // len(spans)) % len(spans)
+            (a, b), (c, d) = spans[i], spans[j]
+            if how == "drop a member":
+                return blob[:a] + blob[b:]
+            if how == "repeat a member":
+                return blob[:b] + blob[a:b] + blob[b:]
+            if how == "zero a member":
+                return blob[:a] + bytes(b - a) + blob[b:]
+            if how == "cut after a member":
+                return blob[:b]
+            first, second = sorted([(a, b), (c, d)])  # "swap two members"
+            return (
+                blob[: first[0]]
+                + blob[second[0] : second[1]]
+                + blob[first[1] : second[0]]
+                + blob[first[0] : first[1]]
+                + blob[second[1] :]
+            )
     at %= len(blob)
     if how == "cut":
         return blob[:at]
@@ -661,7 +708,7 @@ class Contract(RuleBasedStateMachine):
 
     @precondition(lambda self: self.stored is not None and len(self.stored.blob) > 0)
     @rule(
-        how=st.sampled_from(["cut", "flip", "zero", "zeros after"]),
+        how=st.sampled_from(DAMAGE),
         at=st.integers(0, 2**31),
         length=st.integers(1, 5000),
         bit=st.integers(0, 7),
