@@ -318,8 +318,10 @@ class Checkpoint(BaseCheckpoint):
                 counter = _Counter(progress, tree_size(src)) if progress else None
                 with store_for(dest).open_write(dest) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
-                    with ParallelGzipWriter(writer, on_block=counter) as gz:  # type: ignore[arg-type]
-                        pack_directory(src, gz, leave_out=leave_out)  # type: ignore[arg-type]
+                    with ParallelGzipWriter(writer) as gz:  # type: ignore[arg-type]
+                        pack_directory(src, gz, leave_out=leave_out, on_data=counter)  # type: ignore[arg-type]
+                    if counter is not None:
+                        counter.finish()
                     return writer.bytes_written
 
             return put_tree
@@ -420,7 +422,15 @@ class _Counter:
 
     def __call__(self, n: int) -> None:
         self.done += n
+        if self._total is not None and self.done > self._total:  # more than foreseen (links' content)
+            self._total = self.done
         self._progress(self.done, self._total)
+
+    def finish(self) -> None:
+        """Report the end: all that was done is the total (less than foreseen, if files were left out)."""
+        if self._total != self.done:
+            self._total = self.done
+            self._progress(self.done, self._total)
 
 
 def log_transfer(verb: str, uri: str, size: int, seconds: float) -> None:

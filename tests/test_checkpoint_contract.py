@@ -497,3 +497,25 @@ def test_progress_callback_reports_save_and_load(dest, tmp_path):
     files: list[tuple[int, int | None]] = []
     fc.Checkpoint(dest, progress=lambda d, t: files.append((d, t))).save_sync(src / "a.bin")
     assert files[-1] == (9 * 1024 * 1024, 9 * 1024 * 1024)
+
+
+def test_a_folder_saves_progress_never_passes_its_total_and_ends_at_it(dest, tmp_path):
+    """Progress counted the tar stream (512 bytes a header) against a total of file data: 300
+    empty files reported 150 KiB done of 0, and a bar stood at 100% from the first file on.
+    Now: file data read, against a total that counts each hard-linked file once, and grows
+    by the content of links that leave the folder."""
+    src = tmp_path / "many"
+    src.mkdir()
+    for i in range(300):
+        (src / f"empty{i:03}").touch()
+    (src / "data.bin").write_bytes(os.urandom(5 * 1024 * 1024))
+    os.link(src / "data.bin", src / "same.bin")
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"o" * 5000)
+    (src / "out").symlink_to(outside)
+    calls: list[tuple[int, int | None]] = []
+    fc.Checkpoint(dest, progress=lambda d, t: calls.append((d, t))).save_sync(src)
+    assert calls[0] == (0, 5 * 1024 * 1024)
+    assert all(t is not None and 0 <= d <= t for d, t in calls), [c for c in calls if c[0] > (c[1] or 0)][:3]
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and len(calls) >= 3
+    assert calls[-1] == (5 * 1024 * 1024 + 5000, 5 * 1024 * 1024 + 5000)

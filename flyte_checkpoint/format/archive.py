@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, BinaryIO
 
@@ -96,6 +96,7 @@ def pack_directory(
     *,
     leave_out: LeaveOut | None = None,
     limits: LoadLimits | None = None,
+    on_data: Callable[[int], None] | None = None,
 ) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
@@ -104,6 +105,7 @@ def pack_directory(
     the tree's own folders); one that leaves the tree is stored as what it points at, a
     file's or a folder's content (as ``tar -h`` does). Nor does the tarball go over the
     ``limits`` of a load (default :meth:`LoadLimits.from_env`: those a load here applies).
+    ``on_data`` (if given) is called with the size of each piece of file data as it is read.
 
     Raises:
         UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
@@ -116,7 +118,7 @@ def pack_directory(
     root = os.fspath(src)
     limits = limits or LoadLimits.from_env()
     try:
-        return _Packer(root, out, leave_out, limits).run()
+        return _Packer(root, out, leave_out, limits, on_data).run()
     except OSError as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -134,8 +136,16 @@ class _Packer:
     """One walk of a tree, writing its members. ``via`` (the link that led there) marks a
     walk through a folder outside the tree, where every link is stored as its content."""
 
-    def __init__(self, root: str, out: BinaryIO, leave_out: LeaveOut | None, limits: LoadLimits) -> None:
+    def __init__(
+        self,
+        root: str,
+        out: BinaryIO,
+        leave_out: LeaveOut | None,
+        limits: LoadLimits,
+        on_data: Callable[[int], None] | None = None,
+    ) -> None:
         self.root = root
+        self.on_data = on_data
         self.root_real = os.path.realpath(root)
         self._inside_prefix = self.root_real.rstrip("/") + "/"
         self._out = out.write
@@ -255,7 +265,7 @@ class _Packer:
             if st.st_nlink > 1:
                 self.hard_links[key] = arcname
             self.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **self.meta(st))
-            _copy_fd(fd, path, st.st_size, self.write)
+            _copy_fd(fd, path, st.st_size, self.write, self.on_data)
             check_unchanged(fd, st, path)
             self.total += st.st_size
             return True
@@ -336,7 +346,7 @@ def _sorted_entries(path: str) -> list[os.DirEntry[str]]:
         return sorted(it, key=lambda e: e.name)
 
 
-def _copy_fd(fd: int, path: str, size: int, write) -> None:
+def _copy_fd(fd: int, path: str, size: int, write, on_data: Callable[[int], None] | None = None) -> None:
     """Write exactly ``size`` bytes of the open file, then its padding; a file that is
     shorter or longer than ``size`` by now is an error (it changed while being saved)."""
     left = size
@@ -349,6 +359,8 @@ def _copy_fd(fd: int, path: str, size: int, write) -> None:
         if chunk:
             write(chunk)
             left -= len(chunk)
+            if on_data is not None:
+                on_data(len(chunk))
         if len(chunk) < want:
             break
     if left:
@@ -911,8 +923,10 @@ def _pax_size(value: str) -> int:
 
 
 def tree_size(path: str | os.PathLike[str]) -> int:
-    """Bytes of regular-file data under ``path`` (the total for progress reports)."""
+    """Bytes of regular-file data under ``path``, each hard-linked file once: what a save
+    reads, but for the content of links that leave the tree (the total for progress reports)."""
     total = 0
+    linked: set[tuple[int, int]] = set()
     for dirpath, _dirs, names in os.walk(path):
         for name in names:
             try:
@@ -920,6 +934,10 @@ def tree_size(path: str | os.PathLike[str]) -> int:
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
+                if st.st_nlink > 1:
+                    if (st.st_dev, st.st_ino) in linked:
+                        continue
+                    linked.add((st.st_dev, st.st_ino))
                 total += st.st_size
     return total
 
