@@ -505,23 +505,25 @@ class Contract(RuleBasedStateMachine):
 
     # -- saves -----------------------------------------------------------------------------
 
-    def expected_for_tree(self) -> tuple[View, list[str], list[str]]:
-        """The tree's view, the links a save must refuse and those it may refuse (loops)."""
-        seen = view(self.root)
+    def expected_for_tree(self, root: Path | None = None) -> tuple[View, list[str], list[str]]:
+        """The view of ``root`` (default: the tree), the links a save must refuse and those it
+        may refuse (loops)."""
+        root = root or self.root
+        seen = view(root)
         must, may = [], []
         for key in seen.escapes:
-            path = self.root / key
+            path = root / key
             try:
                 real = os.path.realpath(path, strict=True)
             except OSError as exc:
                 (may if exc.errno == errno.ELOOP else must).append(key)
                 continue
-            if os.path.isdir(real) and _inside(str(self.root), real):
+            if os.path.isdir(real) and _inside(str(root), real):
                 must.append(key)  # a folder holding the tree: its content would hold it again
         for key, entry in seen.entries.items():
             if entry == ("nothing",) and key in seen.lands:
                 try:
-                    os.stat(self.root / key)
+                    os.stat(root / key)
                 except OSError as exc:
                     if exc.errno == errno.ELOOP:
                         may.append(key)
@@ -556,19 +558,56 @@ class Contract(RuleBasedStateMachine):
         if self.backend == "s3":
             assert s3_open_uploads(self.pool_backend, self.dest) == []
 
-    @rule(use_async=st.booleans())
-    def save_folder(self, use_async):
-        seen, must, may = self.expected_for_tree()
+    @rule(use_async=st.booleans(), with_progress=st.booleans())
+    def save_folder(self, use_async, with_progress):
+        self.save_tree(self.root, use_async, with_progress)
+
+    def save_tree(self, root: Path, use_async: bool, with_progress: bool) -> None:
+        """Save the folder ``root`` (the tree, or a workspace) and update the model."""
+        seen, must, may = self.expected_for_tree(root)
+        calls: list[tuple[int, int | None]] = []
+        saver = (
+            fc.Checkpoint(self.dest, progress=lambda d, t: calls.append((d, t))) if with_progress else None
+        )
         try:
-            _save(self.saver, self.root, use_async)
+            _save(saver or self.saver, root, use_async)
         except UnsupportedDataError as exc:
             assert must or may, f"a tree with no bad link was refused: {exc}"
-            named = [k for k in must + may if str(self.root / k) in str(exc)]
+            named = [k for k in must + may if str(root / k) in str(exc)]
             assert named, f"the refusal names none of the links {must + may}: {exc}"
             self.failed(exc)
             return
+        finally:
+            if saver is not None:
+                saver.close()
+                done = [d for d, _ in calls]
+                assert done == sorted(done), f"progress went back: {calls}"
+                assert all(t is not None and d <= t for d, t in calls), f"progress past its total: {calls}"
         assert not must, f"the links {must} cannot be stored, yet the save returned"
+        if calls:
+            assert calls[-1][0] == calls[-1][1], f"a save's progress ended at {calls[-1]}"
         self.committed(Stored("tree", b"", tree=seen))
+
+    @rule(data=st.data(), content=CONTENTS)
+    def resume_change_and_save_the_workspace(self, data, content):
+        """What a task does: load its checkpoint, change what was restored, save that folder."""
+        with fc.Checkpoint(self.dest, self.dest, retry=ONE_TRY) as cp:
+            try:
+                path = cp.load_sync()
+            except CheckpointError:
+                return  # damaged: checked after every step
+            if path is None:
+                return
+            if path.name == "payload":
+                path.write_bytes(content)
+                _save(cp, path, data.draw(st.booleans(), label="async"))
+                self.committed(self.bytes_model(content))
+                return
+            folders = [path] + [p for p in path.rglob("*") if p.is_dir() and not p.is_symlink()]
+            new = data.draw(st.sampled_from(folders), label="in") / data.draw(NAMES, label="name")
+            if not os.path.lexists(new):
+                new.write_bytes(content)
+            self.save_tree(path, data.draw(st.booleans(), label="async"), False)
 
     @rule(blob=st.one_of(CONTENTS, st.binary(min_size=1, max_size=64)), use_async=st.booleans())
     def save_bytes(self, blob, use_async):
@@ -748,16 +787,39 @@ class Contract(RuleBasedStateMachine):
                     path = cp.load_sync()
             except CheckpointError as exc:
                 self.check_error(exc)
+                self.inspect_agrees(exc)
                 return
             except Exception as exc:
                 raise AssertionError(f"a load raised an error of no type of ours: {exc!r}") from exc
             again = cp.load_sync()
             assert again == path, "a second load() gave another result"
             self.check_loaded(cp, path)
+            self.inspect_agrees(None if path is None else "payload" if path.name == "payload" else "tarball")
         finally:
             root = cp.path.parent if cp._root else None
             cp.close()
             assert root is None or not root.exists(), f"close() left the workspace {root}"
+
+    def inspect_agrees(self, loaded: str | CheckpointError | None) -> None:
+        """``inspect`` (the command line's, which does not extract) tells what the load did:
+        empty, a payload, a tarball with no member a load refuses, or damage."""
+        from flyte_checkpoint.errors import CorruptCheckpointError, NotFoundError
+        from flyte_checkpoint.inspection import inspect_uri
+
+        try:
+            seen = inspect_uri(self.dest)
+        except NotFoundError:
+            assert loaded is None, f"inspect found no object; the load gave {loaded!r}"
+            return
+        except CorruptCheckpointError as exc:
+            assert isinstance(loaded, CorruptCheckpointError), f"inspect: {exc}; the load gave {loaded!r}"
+            return
+        if isinstance(loaded, CorruptCheckpointError):
+            raise AssertionError(f"the load found damage ({loaded}); inspect saw a whole {seen.kind}")
+        if isinstance(loaded, CheckpointError):
+            return  # a refusal of the load's own (a limit, a link), which inspect may not see
+        assert seen.kind == (loaded or "empty"), f"inspect says {seen.kind}; the load gave {loaded}"
+        assert seen.refused == [], f"inspect says a load refuses {seen.refused}; it restored them"
 
     def check_error(self, exc: CheckpointError) -> None:
         s = self.stored
