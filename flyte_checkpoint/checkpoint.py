@@ -111,6 +111,7 @@ class Checkpoint(BaseCheckpoint):
         self._lock = lock()
         self._load_lock = lock()  # one download at a time: a second load() reuses the first's
         self._root: str | None = None
+        self._owner = 0  # the process that made ``_root``
         self._finalizer: Callable[[], object] | None = None
         self._loaded: tuple[Path | None] | None = None
         self._loading: Scope | None = None  # the download in flight, which close() cancels
@@ -148,7 +149,7 @@ class Checkpoint(BaseCheckpoint):
                 except BaseException:
                     remove.detach()  # never remove a folder this did not make
                     raise
-                self._root, self._finalizer = root, remove
+                self._root, self._owner, self._finalizer = root, os.getpid(), remove
             workspace = Path(self._root, "workspace")
             workspace.mkdir(exist_ok=True)
             return workspace
@@ -200,6 +201,10 @@ class Checkpoint(BaseCheckpoint):
             try:
                 with self._lock.get():
                     self._loading = scope
+                    if self._root is not None and self._owner != os.getpid():
+                        # A forked child restores into a workspace of its own: the download
+                        # replaces the workspace's content, which is the parent's.
+                        self._root = self._finalizer = None
                 scope.check()
                 started = time.monotonic()
                 with using(scope):

@@ -224,3 +224,48 @@ def test_a_forked_child_never_removes_the_parents_workspace(tmp_path: Path):
     lines = done.stdout.splitlines()
     assert lines == ["exit kept", "drop kept", "close kept", "parent-close removed"], lines
     assert not list(tmp_path.glob("flyte-checkpoint-ws-*"))
+
+
+#: A parent makes a workspace (its ``Checkpoint`` has loaded nothing yet) and puts a file in it;
+#: a forked child loads with its copy of that ``Checkpoint``, checks what it got and exits.
+CHILD_LOAD_SCRIPT = r"""
+import os, sys
+import flyte_checkpoint as fc
+
+src, tree = sys.argv[1], sys.argv[2]
+fc.Checkpoint(src).save_sync(tree)
+cp = fc.Checkpoint(sys.argv[3], src)
+workspace = cp.path
+(workspace / "weights.bin").write_bytes(b"parent's state")
+pid = os.fork()
+if pid == 0:
+    path = cp.load_sync()
+    ok = path is not None and (path / "a.txt").read_bytes() == b"restored"
+    print(f"child-loaded {'ok' if ok else path}", flush=True)
+    cp.close()  # removes what this process made, and only that
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+weights = workspace / "weights.bin"
+kept = weights.exists() and weights.read_bytes() == b"parent's state"
+print("parent's file", "kept" if kept else "removed", flush=True)
+others = [p for p in workspace.parent.parent.glob("flyte-checkpoint-ws-*") if p != workspace.parent]
+print("other workspaces", len(others), flush=True)
+cp.close()
+"""
+
+
+def test_a_forked_child_that_loads_leaves_the_parents_workspace_as_it_was(tmp_path: Path):
+    """Proves (found by the state machine): a child that loads with its copy of a ``Checkpoint``
+    whose workspace the parent made restores into a workspace of its own; the parent's (and
+    the file the parent put in it) stays as it was."""
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "a.txt").write_bytes(b"restored")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = run_script(CHILD_LOAD_SCRIPT, env, str(tmp_path / "src"), str(tmp_path / "tree"), str(tmp_path / "d"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "child-loaded ok",
+        "parent's file kept",
+        "other workspaces 0",
+    ], done.stdout
