@@ -262,7 +262,8 @@ def test_a_forked_child_that_loads_leaves_the_parents_workspace_as_it_was(tmp_pa
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "a.txt").write_bytes(b"restored")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = run_script(CHILD_LOAD_SCRIPT, env, str(tmp_path / "src"), str(tmp_path / "tree"), str(tmp_path / "d"))
+    args = [str(tmp_path / name) for name in ("src", "tree", "d")]
+    done = run_script(CHILD_LOAD_SCRIPT, env, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "child-loaded ok",

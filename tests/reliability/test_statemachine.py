@@ -70,13 +70,13 @@ from hypothesis.stateful import (
 
 import flyte_checkpoint as fc
 from flyte_checkpoint import saveorder
-from flyte_checkpoint.compression import GZIP_MAGIC
 from flyte_checkpoint.errors import CheckpointError, SourceChangedError, UnsupportedDataError
+from flyte_checkpoint.format.compression import GZIP_MAGIC
+from flyte_checkpoint.format.pipeline import ParallelGzipWriter
 from flyte_checkpoint.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
-from flyte_checkpoint.pipeline import ParallelGzipWriter
-from flyte_checkpoint.registry import get_registry, store_for
 from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.sources import SourceFile
+from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.uri import scheme_of
 from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
 from tests.reliability.gates import HANG, Gate
@@ -1142,7 +1142,7 @@ class Contract(RuleBasedStateMachine):
         """``inspect`` (the command line's, which does not extract) tells what the load did:
         empty, a payload, a tarball with no member a load refuses, or damage."""
         from flyte_checkpoint.errors import CorruptCheckpointError, NotFoundError
-        from flyte_checkpoint.inspection import inspect_uri
+        from flyte_checkpoint.format.inspection import inspect_uri
 
         try:
             seen = inspect_uri(self.dest)
