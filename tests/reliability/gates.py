@@ -14,8 +14,12 @@ speed; :data:`HANG` is only a guard that turns a hang into a failure.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+from typing import Any
+
+import pytest
 
 #: Seconds a gate waits to be released, and tests wait for a gate, before failing.
 HANG = float(os.environ.get("FCP_HANG", "120"))
@@ -51,3 +55,22 @@ class Gate:
 
     def wait_reached(self) -> None:
         assert self.reached.wait(HANG), f"no transfer reached the gate within {HANG}s"
+
+
+async def cancel_then_close(
+    load: asyncio.Task[Any], checkpoint: Any, gate: Gate, watchdog: threading.Timer
+) -> bool:
+    """Cancel ``load`` (held at ``gate``), call ``checkpoint.close()`` in the event loop, then
+    release the gate; whether ``close()`` returned while the download was still held.
+
+    ``watchdog`` (started here, a timer that releases the gate) only turns a ``close()`` that
+    waits for the download into a failure instead of a hang.
+    """
+    load.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await load
+    watchdog.start()
+    checkpoint.close()  # in the event loop: it must not wait for the held download
+    returned_first = not gate.release.is_set()
+    gate.release.set()
+    return returned_first

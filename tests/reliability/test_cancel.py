@@ -21,7 +21,7 @@ from flyte_checkpoint import saveorder
 from flyte_checkpoint.uri import scheme_of
 from tests.reliability import backends
 from tests.reliability.backends import Backend, s3_open_uploads
-from tests.reliability.gates import HANG, Gate
+from tests.reliability.gates import HANG, Gate, cancel_then_close
 from tests.reliability.trees import make_tree, snapshot
 from tests.spystore import spying
 
@@ -135,13 +135,7 @@ def test_close_after_a_cancelled_load_returns_while_the_download_is_held(backend
             roots.append(cp.path.parent)
             load = asyncio.create_task(cp.load())
             await asyncio.to_thread(gate.wait_reached)  # the first chunk is restoring
-            load.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await load
-            watchdog.start()
-            cp.close()  # in the event loop: it must not wait for the held download
-            closed_before_release.append(not gate.release.is_set())
-            gate.release.set()
+            closed_before_release.append(await cancel_then_close(load, cp, gate, watchdog))
 
     try:
         asyncio.run(main())  # returns once the worker threads have ended

@@ -79,15 +79,15 @@ from flyte_checkpoint.sources import SourceFile
 from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.uri import scheme_of
 from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
-from tests.reliability.gates import HANG, Gate
+from tests.reliability.gates import HANG, Gate, cancel_then_close
 from tests.reliability.test_interrupts import InterruptHook, assert_nothing_left, settle
 from tests.spystore import spying
 from tests.test_load_properties import OBJECTS, _gz, _may_be_tarball
 
 #: CI's budget, per backend; raise both to run it longer (see RELIABILITY.md).
 LONG_RUN = os.environ.get("FCP_STATE_EXAMPLES")
-EXAMPLES = int(LONG_RUN or "5")
-STEPS = int(os.environ.get("FCP_STATE_STEPS", "25"))
+EXAMPLES = int(LONG_RUN or "4")
+STEPS = int(os.environ.get("FCP_STATE_STEPS", "20"))
 BACKEND_NAMES = ("file", "memory", "s3")
 #: Loads of damaged objects fail fast: a retry would only read the same bytes again.
 ONE_TRY = RetryPolicy(attempts=1)
@@ -882,13 +882,7 @@ class Contract(RuleBasedStateMachine):
                 with contextlib.suppress(CheckpointError):
                     await load
                 return
-            load.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await load
-            watchdog.start()
-            cp.close()  # in the event loop: it must not wait for the held download
-            closed_before_release.append(not gate.release.is_set())
-            gate.release.set()
+            closed_before_release.append(await cancel_then_close(load, cp, gate, watchdog))
 
         with spying(scheme_of(self.dest), gate.hook) as spy:
             cp = fc.Checkpoint(self.where(), spy.uri_for(self.dest), retry=ONE_TRY)
