@@ -54,8 +54,8 @@ def sdk_objects(store):
     if backend == "gcs":
         return [store.client.session, store.client.storage, store.pool.executor]
     if backend == "azure":
-        from flyte_checkpoint_azure.locations import parse
-        return [store._clients.service(parse(dest), dest)]
+        from flyte_checkpoint_azure.uris import parse
+        return [store.clients.service(parse(dest)), store.pool.executor]
     return []
 
 
