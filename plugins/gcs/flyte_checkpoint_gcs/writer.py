@@ -1,21 +1,21 @@
 """Writes: one request for a small object, a resumable upload in ``part_size`` chunks otherwise.
 
-A resumable session takes its chunks strictly in order, so they cannot be sent in parallel:
-one chunk is on the wire (on the store's pool) while the caller fills the next, so a writer
-holds at most three chunks. The object appears only when the final request is accepted, and
-that request carries the whole object's checksum, so the server refuses damaged bytes; an abort
-cancels the session, so nothing appears and nothing is left.
+:class:`GCSWriter` is the kit's :class:`~flyte_checkpoint.storage.kit.PartWriter` with
+``ordered=True``: a resumable session takes its chunks strictly in order, so one chunk is on the
+wire (from the store's pool) while the caller fills the next, and the object's last bytes go up
+with the final request. The object appears only when that request is accepted, and it carries
+the whole object's checksum, so the server refuses damaged bytes; an abort cancels the session,
+so nothing appears and nothing is left.
 """
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
+import sys
 from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.errors import CheckpointError, TransientError
-from flyte_checkpoint.storage.blobstore import BlobWriter
-from flyte_checkpoint.storage.kit import Location, scrub
+from flyte_checkpoint.storage.kit import Location, PartWriter, scrub
 from flyte_checkpoint.uri import redact
 
 from . import errors, integrity
@@ -26,141 +26,174 @@ if TYPE_CHECKING:
 log = logging.getLogger("flyte_checkpoint.gcs")
 
 CONTENT_TYPE = "application/octet-stream"
+#: A resumable session numbers no chunks and takes any count of them: the chunk size never grows.
+UNBOUNDED = sys.maxsize
 
 
-class _Feed:
-    """The part of the upload stream the server has not yet acknowledged.
+class _Unacknowledged:
+    """The bytes of the upload the server has not acknowledged yet, in absolute offsets: the
+    stream ``ResumableUpload`` reads its chunks from (``tell``/``read``/``seek``).
 
-    It is the ``stream`` ``ResumableUpload`` reads chunks from (``tell``/``read``/``seek`` in
-    absolute offsets); bytes before the server's acknowledged offset are dropped.
+    GCS may persist only part of a chunk (a 308 whose ``Range`` ends before the chunk did):
+    :meth:`acknowledge` then keeps the rest, which goes out again at the front of the next
+    chunk. A part is kept without a copy; only such a rest is copied, once, with the next part.
     """
 
     def __init__(self) -> None:
-        self._data = bytearray()
-        self._base = 0
+        self._view = memoryview(b"")
+        self._base = 0  # the offset of the window's first byte
         self._pos = 0
 
-    def append(self, chunk: bytearray) -> None:
-        if not self._data:
-            self._data = chunk  # taken over: no copy in the common case
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._view:
+            self._view = memoryview(data).cast("B")
         else:
-            self._data += chunk
+            joined = bytearray(self._view)
+            joined += data
+            self._view = memoryview(joined)
 
     def available(self) -> int:
-        return self._base + len(self._data) - self._pos
+        """Bytes from the current position to the end of the window."""
+        return self._base + len(self._view) - self._pos
 
     def tell(self) -> int:
         return self._pos
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int = -1) -> memoryview | bytes:
+        """A view of the next ``n`` bytes (no copy: they stay as they are until acknowledged);
+        ``b""`` at the end, so an empty final request goes with ``Content-Length: 0``."""
         start = self._pos - self._base
-        end = len(self._data) if n is None or n < 0 else min(len(self._data), start + n)
-        with memoryview(self._data) as view:
-            out = bytes(view[start:end])  # one copy (slicing the bytearray would make two)
-        self._pos += len(out)
-        return out
+        end = len(self._view) if n is None or n < 0 else min(len(self._view), start + n)
+        self._pos = self._base + end
+        return self._view[start:end] if end > start else b""
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        if whence != 0 or not self._base <= offset <= self._base + len(self._data):
+        if whence != 0 or not self._base <= offset <= self._base + len(self._view):
             raise ValueError(f"cannot seek to {offset} outside the unacknowledged window")
         self._pos = offset
         return offset
 
     def acknowledge(self, offset: int) -> None:
-        """The server holds every byte before ``offset``: drop them, resume from there."""
+        """The server holds every byte before ``offset``: drop them; the next chunk starts there."""
         drop = offset - self._base
         if drop > 0:
-            del self._data[:drop]
+            self._view = self._view[drop:]
             self._base = offset
         self.seek(offset)
 
 
-class GCSWriter(BlobWriter):
-    """A write of one object (see the module docstring)."""
+class GCSWriter(PartWriter):
+    """A write of one object (see the module docstring).
+
+    The running checksum is updated as each part is sent (in order: the parts of a resumable
+    session go one at a time), so a file sent with ``upload_file`` gets it too.
+    """
 
     def __init__(self, store: GCSStore, loc: Location, uri: str) -> None:
-        super().__init__(uri)
-        self._store, self._loc = store, loc
+        config = store.config
+        super().__init__(
+            uri,
+            part_size=config.part_size,
+            max_concurrency=1,
+            pool=store.pool,
+            double_every=UNBOUNDED,
+            max_parts=UNBOUNDED,
+            max_part_size=config.part_size,
+            ordered=True,
+        )
+        self._loc = loc
         self._client = store.client
-        self._config = store.config
-        self._chunk_size = store.config.part_size
-        self._buf = bytearray()
-        self._algorithm = store.config.checksum
+        self._config = config
+        self._algorithm = config.checksum
         self._digest = integrity.digest(self._algorithm)
-        self._pending: Future[Any] | None = None
         self._upload: Any = None  # google.resumable_media.requests.ResumableUpload
         self._headers: dict[str, str] = {}
-        self._feed = _Feed()
+        self._window = _Unacknowledged()
 
-    # -- BlobWriter ---------------------------------------------------------------
+    # -- PartWriter's hooks ------------------------------------------------------------
 
-    def _write(self, data: bytes | bytearray | memoryview) -> None:
+    def _put_whole(self, data: bytes | bytearray) -> None:
+        from google.resumable_media.requests import MultipartUpload
+
         try:
+            self._checksum(data)
+            upload = MultipartUpload(self._client.upload_url(self._loc.bucket, "multipart"))
+            upload._retry_strategy = self._client.upload_retry()
+            meta = {"name": self._loc.key}
+            if self._digest is not None:  # the server refuses damaged bytes itself
+                meta.update(integrity.metadata(self._algorithm, self._digest.value()))
+            response = upload.transmit(
+                self._client.session, bytes(data), meta, CONTENT_TYPE, timeout=self._config.timeout
+            )
+            self._verify(dict(response.json()))
+        except Exception as exc:
+            raise self._mapped(exc)
+
+    def _start(self) -> None:
+        from google.resumable_media.requests import ResumableUpload
+
+        upload = ResumableUpload(
+            self._client.upload_url(self._loc.bucket, "resumable"), self.part_size, headers=self._headers
+        )
+        upload._retry_strategy = self._client.upload_retry()
+        self._upload = upload
+        try:
+            upload.initiate(
+                self._client.session,
+                self._window,
+                {"name": self._loc.key},
+                CONTENT_TYPE,
+                stream_final=False,
+                timeout=self._config.timeout,
+            )
+        except Exception as exc:
+            raise self._mapped(exc)
+
+    def _send_part(self, number: int, data: bytes | bytearray) -> None:
+        try:
+            self._checksum(data)
+            self._window.add(data)
+            self._transmit(final=False)
+        except Exception as exc:
+            raise self._mapped(exc)
+
+    def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        try:
+            if tail is not None:
+                self._checksum(tail)
+                self._window.add(tail)
             if self._digest is not None:
-                self._digest.update(data)
-            view = memoryview(data)
-            while view:
-                room = self._chunk_size - len(self._buf)
-                self._buf += view[:room]  # a copy: the caller may reuse its buffer
-                view = view[room:]
-                if len(self._buf) >= self._chunk_size:
-                    chunk, self._buf = self._buf, bytearray()
-                    self._ship(chunk, final=False)
-        except Exception as exc:
-            raise self._mapped(exc)
-
-    def _commit(self) -> None:
-        try:
-            if self._upload is None and self._pending is None:
-                result = self._single_request(bytes(self._buf))
-            else:
-                self._ship(self._buf, final=True)
-                assert self._pending is not None
-                result, self._pending = self._pending.result(), None
-            self._buf = bytearray()
-            self._verify(result)
-        except Exception as exc:
-            raise self._mapped(exc)
-
-    def _abort(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.cancel()
-            try:
-                pending.result()
-            except BaseException:  # the abort is what matters now
-                pass
-        self._buf = bytearray()
-        self._feed = _Feed()
-        upload = self._upload
-        if upload is not None and upload.resumable_url and not upload.finished:
-            self._cancel_session(upload.resumable_url)
-
-    # -- sending --------------------------------------------------------------------
-
-    def _ship(self, chunk: bytearray, final: bool) -> None:
-        """Hand ``chunk`` to the pool once the previous one is on the server."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()  # the previous chunk's failure is raised here, in the caller's thread
-        self._pending = self._store.pool.submit(self._send, chunk, final)
-
-    def _send(self, chunk: bytearray, final: bool) -> dict[str, Any] | None:
-        """In the pool: append ``chunk`` and send every whole chunk (and, if final, the rest)."""
-        session = self._client.session
-        if self._upload is None:
-            self._initiate(session)
-        upload = self._upload
-        self._feed.append(chunk)
-        response = None
-        while not upload.finished:
-            left = self._feed.available()
-            if left < self._chunk_size and not final:
-                break
-            if left < self._chunk_size and self._digest is not None:
-                # This request carries the last bytes and the total: the server checks the
-                # whole object before it makes the object visible.
+                # The final request carries the whole object's checksum: the server checks it
+                # before the object becomes visible.
                 self._headers.update(integrity.hash_header(self._algorithm, self._digest.value()))
+            self._verify(self._transmit(final=True))
+        except Exception as exc:
+            raise self._mapped(exc)
+
+    def _cancel(self) -> None:
+        """Best effort: GCS answers 499 to a cancelled session (the emulator does not implement it)."""
+        upload = self._upload
+        self._window = _Unacknowledged()
+        if upload is None or not upload.resumable_url or upload.finished:
+            return
+        try:
+            self._client.session.delete(upload.resumable_url, timeout=self._config.timeout)
+        except Exception as exc:
+            log.debug(
+                "cancelling the upload session of %s failed (it expires by itself): %s",
+                redact(self.uri),
+                scrub(str(exc)),
+            )
+
+    # -- the resumable session ---------------------------------------------------------
+
+    def _transmit(self, *, final: bool) -> dict[str, Any] | None:
+        """Send every whole chunk of the window (and, if ``final``, the rest, ending the upload);
+        after each answer resume from the offset the server acknowledged, so bytes it did not
+        persist are sent again. Returns the server's description of the object when final."""
+        upload, session = self._upload, self._client.session
+        response = None
+        while not upload.finished and (final or self._window.available() >= self.part_size):
             try:
                 response = upload.transmit_next_chunk(session, timeout=self._config.timeout)
             except Exception as exc:
@@ -171,48 +204,12 @@ class GCSWriter(BlobWriter):
                         " save is retried"
                     ) from None
                 raise
-            self._feed.acknowledge(upload.bytes_uploaded)
-        return response.json() if final and response is not None else None
+            self._window.acknowledge(upload.bytes_uploaded)
+        return dict(response.json()) if final and response is not None else None
 
-    def _initiate(self, session: Any) -> None:
-        from google.resumable_media.requests import ResumableUpload
-
-        upload = ResumableUpload(
-            self._client.upload_url(self._loc.bucket, "resumable"), self._chunk_size, headers=self._headers
-        )
-        upload._retry_strategy = self._client.upload_retry()
-        try:
-            upload.initiate(
-                session,
-                self._feed,
-                {"name": self._loc.key},
-                CONTENT_TYPE,
-                stream_final=False,
-                timeout=self._config.timeout,
-            )
-        except Exception as exc:
-            if errors.status_of(exc) == 404:
-                raise errors.missing_bucket(self._loc.bucket, self.uri) from None
-            raise
-        self._upload = upload
-
-    def _single_request(self, data: bytes) -> dict[str, Any]:
-        from google.resumable_media.requests import MultipartUpload
-
-        upload = MultipartUpload(self._client.upload_url(self._loc.bucket, "multipart"))
-        upload._retry_strategy = self._client.upload_retry()
-        meta = {"name": self._loc.key}
-        if self._digest is not None:  # the server refuses damaged bytes itself
-            meta.update(integrity.metadata(self._algorithm, self._digest.value()))
-        try:
-            response = upload.transmit(
-                self._client.session, data, meta, CONTENT_TYPE, timeout=self._config.timeout
-            )
-        except Exception as exc:
-            if errors.status_of(exc) == 404:
-                raise errors.missing_bucket(self._loc.bucket, self.uri) from None
-            raise
-        return dict(response.json())
+    def _checksum(self, data: bytes | bytearray | memoryview) -> None:
+        if self._digest is not None:
+            self._digest.update(data)
 
     def _verify(self, result: dict[str, Any] | None) -> None:
         """Check the server's description of the stored object against what was written; a
@@ -245,16 +242,8 @@ class GCSWriter(BlobWriter):
         except Exception as exc:  # the error that follows matters more
             log.warning("could not remove the damaged object %s: %s", redact(self.uri), scrub(str(exc)))
 
-    def _cancel_session(self, session_url: str) -> None:
-        """Best effort: GCS answers 499 to a cancelled session (the emulator does not implement it)."""
-        try:
-            self._client.session.delete(session_url, timeout=self._config.timeout)
-        except Exception as exc:
-            log.debug(
-                "cancelling the upload session of %s failed (it expires by itself): %s",
-                redact(self.uri),
-                scrub(str(exc)),
-            )
-
     def _mapped(self, exc: Exception) -> CheckpointError:
+        """The project's error for ``exc``; a 404 when starting an upload means the bucket is missing."""
+        if errors.status_of(exc) == 404 and (self._upload is None or not self._upload.resumable_url):
+            return errors.missing_bucket(self._loc.bucket, self.uri)
         return errors.map_error(exc, self.uri, "write", config=self._config)

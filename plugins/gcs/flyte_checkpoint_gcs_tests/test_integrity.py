@@ -104,7 +104,8 @@ def test_md5_and_none_are_sent_as_set(gcs_emulator: GcsEmulator, gcs_root: str) 
 
 
 def _flip_a_byte(call: Call, data: object) -> object:
-    if isinstance(data, bytes) and call.method == "PUT" and len(data) > 10:
+    if isinstance(data, (bytes, memoryview)) and call.method == "PUT" and len(data) > 10:
+        data = bytes(data)
         return data[:5] + bytes([data[5] ^ 0xFF]) + data[6:]
     return data
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from requests.structures import CaseInsensitiveDict
 from flyte_checkpoint_gcs.store import GCSStore
 
 from flyte_checkpoint.errors import TransientError
@@ -123,33 +124,54 @@ def test_upload_file_round_trip_and_overwrite(store: GCSStore, gcs_root: str, tm
     assert store.read_bytes(uri) == data
 
 
-def test_feed_resends_from_the_offset_the_server_acknowledged() -> None:
-    # What the writer does when GCS persists only part of a chunk (308 with a shorter
-    # Range); the emulator never does that, so the window is checked on its own.
-    from flyte_checkpoint_gcs.writer import _Feed
+def test_a_chunk_persisted_in_part_is_resent_from_where_the_server_stopped(
+    gcs_emulator: GcsEmulator, gcs_root: str
+) -> None:
+    """GCS may keep only part of a chunk (a multiple of 256KiB) and say so with a 308 whose Range
+    ends early. The session below delivers only the first half of the second chunk (the emulator
+    then answers exactly that); the writer sends the rest again from the acknowledged offset,
+    ahead of the next chunk's bytes."""
+    part, kept = 2 * CHUNK, CHUNK
 
-    feed = _Feed()
-    feed.append(bytearray(b"0123456789"))
-    assert feed.read(10) == b"0123456789"
-    feed.acknowledge(6)  # the server kept 6 of the 10 bytes
-    assert feed.tell() == 6 and feed.available() == 4
-    feed.append(bytearray(b"abcdef"))
-    assert feed.read(8) == b"6789abcd"
-    feed.acknowledge(14)
-    assert feed.read() == b"ef"
-    with pytest.raises(ValueError, match="outside the unacknowledged window"):
-        feed.seek(3)
+    class Halving(RecordingSession):
+        cut = False
+
+        def request(self, method, url, data=None, headers=None, **kwargs):  # type: ignore[no-untyped-def]
+            sent = CaseInsensitiveDict(headers or {}).get("Content-Range")
+            if not self.cut and sent == f"bytes {part}-{2 * part - 1}/*":
+                self.cut = True
+                data = bytes(data)[:kept]
+                headers = {**headers, "Content-Range": f"bytes {part}-{part + kept - 1}/*"}
+            return super().request(method, url, data=data, headers=headers, **kwargs)
+
+    session = Halving()
+    store = make_store(gcs_emulator.endpoint, session=session, part_size=part)
+    uri = join(gcs_root, "resent")
+    data = os.urandom(4 * part + 11)
+    store.write_bytes(uri, data)
+    ranges = [p.headers["Content-Range"] for p in session.chunk_puts()]
+    assert ranges == [
+        f"bytes 0-{part - 1}/*",
+        f"bytes {part}-{part + kept - 1}/*",  # what reached the server of the second chunk
+        f"bytes {part + kept}-{2 * part + kept - 1}/*",  # its rest, resent first, then the third's
+        f"bytes {2 * part + kept}-{3 * part + kept - 1}/*",
+        f"bytes {3 * part + kept}-{len(data) - 1}/{len(data)}",
+    ], ranges
+    assert store.read_bytes(uri) == data
+    store.close()
 
 
 def test_chunks_go_from_the_stores_pool_one_at_a_time(gcs_emulator: GcsEmulator, gcs_root: str) -> None:
-    """max_concurrency is 1: every chunk leaves from a pool thread, and never two at once."""
+    """max_concurrency is 1: never two requests at once; every chunk but the last leaves from a
+    pool thread while the caller fills the next, and the last one (the commit) from the thread
+    that closes the writer."""
     lock = threading.Lock()
     state = {"now": 0, "most": 0}
-    names: set[str] = set()
+    names: list[str] = []
 
     def watch(call: Call, data: object) -> object:
         if "Content-Range" in call.headers:
-            names.add(threading.current_thread().name)
+            names.append(threading.current_thread().name)
         return data
 
     class Counting(RecordingSession):
@@ -166,7 +188,9 @@ def test_chunks_go_from_the_stores_pool_one_at_a_time(gcs_emulator: GcsEmulator,
     store = make_store(gcs_emulator.endpoint, session=Counting(fault=watch))
     store.write_bytes(join(gcs_root, "serial"), os.urandom(5 * CHUNK + 1))
     assert state["most"] == 1
-    assert names and all(n.startswith("flyte-checkpoint-gcs-") for n in names), names
+    assert len(names) == 6, names
+    assert all(n.startswith("flyte-checkpoint-gcs-") for n in names[:-1]), names
+    assert names[-1] == threading.current_thread().name, names
     store.close()
 
 
