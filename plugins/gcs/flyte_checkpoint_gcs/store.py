@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from flyte_checkpoint.errors import CheckpointPermissionError, ConfigurationError, NotFoundError
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
 from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file
 from flyte_checkpoint.uri import redact
 
@@ -33,6 +33,7 @@ class GCSStore(BlobStore):
 
     supports_ranges = True
     supports_list = True
+    supports_list_details = True
 
     def __init__(self, config: GCSConfig | None = None, **settings: Any) -> None:
         if config is not None and settings:
@@ -77,22 +78,29 @@ class GCSStore(BlobStore):
             self._check_bucket(loc, uri)
 
     def list(self, prefix: str) -> Iterator[str]:
+        return (info.uri for info in self.list_details(prefix))
+
+    def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Sizes and modification times (``updated``) from the listing itself, no request per
+        object; ``recursive=False`` lists one level with GCS's ``/`` delimiter, its prefixes as
+        folders. The listing is complete (every page) before the first entry is yielded."""
         loc = parse(prefix, want_key=False)
         try:
-            blobs = self.client.storage.list_blobs(
+            pages = self.client.storage.list_blobs(
                 loc.bucket,
                 prefix=loc.key or None,
-                fields="items(name),nextPageToken",
+                delimiter=None if recursive else "/",
+                fields="items(name,size,updated),prefixes,nextPageToken",
                 timeout=self.config.timeout,
                 retry=self.client.retry(),
             )
-            names = sorted(blob.name for blob in blobs)
+            found = [ObjectInfo(loc.uri(b.name), int(b.size or 0), b.updated) for b in pages]
+            found += [ObjectInfo(loc.uri(name), None, None, is_folder=True) for name in pages.prefixes]
         except Exception as exc:
             if errors.status_of(exc) == 404:
                 raise errors.missing_bucket(loc.bucket, prefix) from None
             raise self._mapped(exc, prefix, "list")
-        for name in names:
-            yield loc.uri(name)
+        yield from sorted(found, key=lambda info: info.uri)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         loc = parse(uri)

@@ -12,7 +12,7 @@ from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import get_registry
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
 
-from .helpers import BUCKET, CHUNK, make_store
+from .helpers import BUCKET, CHUNK, RecordingSession, make_store
 from .server import GcsEmulator
 
 #: Crosses 20 upload chunks and 14 read ranges with the small sizes of ``STORE_ENV``.
@@ -50,3 +50,27 @@ class TestGcsAliasSerialConformance(BlobStoreSuite):
     @pytest.fixture
     def store_root(self, gcs_emulator: GcsEmulator) -> str:
         return f"gcs://{BUCKET}/{uuid.uuid4().hex}"
+
+
+def test_list_details_comes_from_the_listing_alone(gcs_emulator: GcsEmulator) -> None:
+    """Native: sizes and modification times come with the listing, one request per listing
+    (counted at the session) and none per object, recursive or one level with folders."""
+    session = RecordingSession()
+    store = make_store(gcs_emulator.endpoint, session=session)
+    root = f"gs://{BUCKET}/{uuid.uuid4().hex}"
+    for name, data in {"a/1": b"1", "a/2/x": b"22", "b": b"333"}.items():
+        store.write_bytes(f"{root}/{name}", data)
+    session.calls.clear()
+    every = list(store.list_details(root + "/"))
+    assert [(i.uri, i.size, i.is_folder) for i in every] == [
+        (f"{root}/a/1", 1, False),
+        (f"{root}/a/2/x", 2, False),
+        (f"{root}/b", 3, False),
+    ]
+    assert all(i.modified is not None and i.modified.tzinfo is not None for i in every)
+    top = [(i.uri, i.size, i.is_folder) for i in store.list_details(root + "/", recursive=False)]
+    assert top == [(f"{root}/a/", None, True), (f"{root}/b", 3, False)]
+    listings = session.find("GET", f"/b/{BUCKET}/o?")
+    assert len(session.calls) == len(listings) == 2, [c.url for c in session.calls]
+    assert "delimiter" not in listings[0].url and "delimiter=%2F" in listings[1].url
+    store.close()
