@@ -18,6 +18,7 @@ def register_stores(register: Callable[[StoreSpec], None]) -> None:
             name="gcs",
             schemes=SCHEMES,
             factory="flyte_checkpoint_gcs.store:make_store",
+            config="flyte_checkpoint_gcs.config:GCSConfig",
             description="Google Cloud Storage via google-cloud-storage; resumable uploads, "
             "parallel ranged reads, CRC32C checked",
         )

@@ -94,3 +94,26 @@ def test_readme_settings_table_is_the_configs() -> None:
     start = text.index("| setting | default | environment, first set wins | meaning |")
     table = text[start:].split("\n\n", 1)[0].strip()
     assert table == markdown_table(GCSConfig.settings_table())
+
+
+def test_configure_store_reaches_the_gcs_store_per_process_and_per_prefix() -> None:
+    """``configure_store`` knows GCSConfig (StoreSpec.config): a prefix gets its own settings,
+    the other buckets the per-process ones, and a bad value is refused at the call."""
+    from flyte_checkpoint.storage.registry import Registry
+
+    reg = Registry()  # the installed plugins, through their entry points
+    try:
+        reg.configure("gcs", {"read_timeout": "7s", "anonymous": True})
+        reg.configure("gs://special/", {"read_timeout": "9s"})
+        special = reg.store_for("gs://special/k")
+        other = reg.store_for("gcs://other/k")
+        assert isinstance(special, GCSStore) and isinstance(other, GCSStore)
+        assert special is not other
+        assert special.config.read_timeout == 9 and other.config.read_timeout == 7
+        assert special.config.anonymous and special.config.sources["read_timeout"] != "default"
+        with pytest.raises(ConfigurationError, match=r"configure_store\('gcs', part_size='8 megs'\) is not a size"):
+            reg.configure("gcs", {"part_size": "8 megs"})
+        with pytest.raises(ConfigurationError, match="max_concurrency"):
+            reg.configure("gs://special/", {"max_concurrency": 4})
+    finally:
+        reg.close()
