@@ -111,7 +111,8 @@ def test_configure_store_reaches_the_gcs_store_per_process_and_per_prefix() -> N
         assert special is not other
         assert special.config.read_timeout == 9 and other.config.read_timeout == 7
         assert special.config.anonymous and special.config.sources["read_timeout"] != "default"
-        with pytest.raises(ConfigurationError, match=r"configure_store\('gcs', part_size='8 megs'\) is not a size"):
+        refused = r"configure_store\('gcs', part_size='8 megs'\) is not a size"
+        with pytest.raises(ConfigurationError, match=refused):
             reg.configure("gcs", {"part_size": "8 megs"})
         with pytest.raises(ConfigurationError, match="max_concurrency"):
             reg.configure("gs://special/", {"max_concurrency": 4})

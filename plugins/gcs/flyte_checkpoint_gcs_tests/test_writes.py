@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from requests.structures import CaseInsensitiveDict
 from flyte_checkpoint_gcs.store import GCSStore
+from requests.structures import CaseInsensitiveDict
 
 from flyte_checkpoint.errors import TransientError
 from flyte_checkpoint.uri import join
