@@ -162,10 +162,6 @@ class GCSWriter(PartWriter):
             if tail is not None:
                 self._checksum(tail)
                 self._window.add(tail)
-            if self._digest is not None:
-                # The final request carries the whole object's checksum: the server checks it
-                # before the object becomes visible.
-                self._headers.update(integrity.hash_header(self._algorithm, self._digest.value()))
             self._verify(self._transmit(final=True))
         except Exception as exc:
             raise self._mapped(exc)
@@ -194,6 +190,10 @@ class GCSWriter(PartWriter):
         upload, session = self._upload, self._client.session
         response = None
         while not upload.finished and (final or self._window.available() >= self.part_size):
+            if final and self._digest is not None and self._window.available() < self.part_size:
+                # The last request carries the whole object's checksum: the server checks it
+                # before the object becomes visible.
+                self._headers.update(integrity.hash_header(self._algorithm, self._digest.value()))
             try:
                 response = upload.transmit_next_chunk(session, timeout=self._config.timeout)
             except Exception as exc:

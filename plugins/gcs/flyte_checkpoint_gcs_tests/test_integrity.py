@@ -77,11 +77,12 @@ def test_verify_checksums_false_reads_without_checking(gcs_emulator: GcsEmulator
     assert store.read_bytes(uri) == data
 
 
+@pytest.mark.parametrize("size", [3 * CHUNK + 1000, 3 * CHUNK], ids=["short-last-chunk", "exact-chunks"])
 def test_multi_chunk_upload_sends_the_whole_objects_crc32c_on_its_final_request(
-    store: GCSStore, session: RecordingSession, gcs_root: str
+    store: GCSStore, session: RecordingSession, gcs_root: str, size: int
 ) -> None:
     uri = join(gcs_root, "multi")
-    data = os.urandom(3 * CHUNK + 1000)
+    data = os.urandom(size)
     store.write_bytes(uri, data)
     puts = session.chunk_puts()
     assert puts[-1].headers["X-Goog-Hash"] == f"crc32c={crc(data)}"
