@@ -4,7 +4,7 @@ Reusable by any test suite::
 
     with GcsEmulator() as emu:
         emu.create_bucket("b")
-        store = GcsStore(endpoint=emu.endpoint, anonymous=True)
+        store = GCSStore(endpoint_url=emu.endpoint, anonymous=True)
 """
 
 from __future__ import annotations
