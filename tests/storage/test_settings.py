@@ -328,6 +328,11 @@ def test_secrets_are_returned_and_hidden_from_repr():
     assert DemoConfig.resolve(env={}).secrets() == () and "token=None" in repr(DemoConfig.resolve(env={}))
 
 
+def test_repr_hides_the_password_of_an_endpoint_url():
+    config = DemoConfig.resolve(env={}, endpoint_url="http://user:pw-secret@minio:9000")
+    assert "pw-secret" not in repr(config) and "minio:9000" in repr(config)
+
+
 def test_object_settings_are_arguments_only():
     session = object()
     config = DemoConfig.resolve(env={"FLYTE_CHECKPOINT_DEMO_SESSION": "x"}, session=session)

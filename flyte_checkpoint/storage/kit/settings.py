@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from urllib.parse import urlsplit
 
 from ...errors import ConfigurationError
+from ...uri import redact
 from .redaction import REDACTED
 
 if TYPE_CHECKING:
@@ -347,12 +348,16 @@ class StoreConfig:
         return tuple(v for v in found if isinstance(v, str) and v)
 
     def __repr__(self) -> str:
-        specs = self._settings()
-        shown = ", ".join(
-            f"{n}={REDACTED if spec.secret and getattr(self, n) is not None else repr(getattr(self, n))}"
-            for n, spec in specs.items()
-        )
+        shown = ", ".join(f"{n}={self._shown(n, spec)}" for n, spec in self._settings().items())
         return f"{type(self).__name__}({shown})"
+
+    def _shown(self, name: str, spec: Setting) -> str:
+        value = getattr(self, name)
+        if spec.secret and value is not None:
+            return REDACTED
+        if spec.kind is URL and isinstance(value, str):
+            return repr(redact(value))  # an endpoint URL may carry user:password
+        return repr(value)
 
     @classmethod
     def _cloud_rules(cls, values: dict[str, Any], env: Mapping[str, str], sources: dict[str, str]) -> None:
