@@ -162,7 +162,7 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
             AWS_ACCESS_KEY_ID="testing",
             AWS_SECRET_ACCESS_KEY="testing",
             AWS_DEFAULT_REGION="us-east-1",
-            FLYTE_CHECKPOINT_S3_RANGE_SIZE=str(8 * 2**30),
+            FLYTE_CHECKPOINT_S3_READ_RANGE_SIZE=str(8 * 2**30),
         )
         import boto3
 

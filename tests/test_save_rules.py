@@ -371,7 +371,7 @@ def test_a_file_that_changes_during_its_save_fails_it_and_the_previous_checkpoin
     # after the first piece reached the store (a writer, or S3's parts read by upload_file):
     _then(monkeypatch, BlobWriter, "write", change)
     if on_backend.name == "s3":
-        from flyte_checkpoint_s3.upload import MultipartUpload
+        from flyte_checkpoint_s3.writer import MultipartUpload
 
         _then(monkeypatch, MultipartUpload, "submit", change)
     progress = (lambda done, total: None) if with_progress else None

@@ -50,7 +50,7 @@ def sdk_objects(store):
     # The objects that must be rebuilt in a child: the SDK client and the pools that hold threads.
     store = getattr(store, "inner", store)
     if backend == "s3":
-        return [store.client, store.executor]
+        return [store.client, store.pool.executor]
     if backend == "gcs":
         return [store.client.session, store.client.storage, store.pool.executor]
     if backend == "azure":

@@ -16,7 +16,7 @@ accepts and then never answers. What must hold:
 - a connection that stalls fails by the plugin's read timeout, instead of hanging;
 - each plugin's SDK retries of one request are what its settings say.
 
-SDK-level retries are turned off (``max_attempts=1`` / ``request_attempts=1`` / ``retries=0``)
+SDK-level retries are turned off (``request_attempts=1`` / ``request_attempts=1`` / ``retries=0``)
 so that every retry counted here is the core's, except in the tests of those settings; the
 servers' objects are checked directly, without the proxy.
 
@@ -149,10 +149,10 @@ def _s3() -> Iterator[Server]:
                 "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
                 "FLYTE_CHECKPOINT_S3_CONNECT_TIMEOUT": str(timeout),
                 "FLYTE_CHECKPOINT_S3_READ_TIMEOUT": str(timeout),
-                "FLYTE_CHECKPOINT_S3_MAX_ATTEMPTS": "1",
+                "FLYTE_CHECKPOINT_S3_REQUEST_ATTEMPTS": "1",
                 "FLYTE_CHECKPOINT_S3_PART_SIZE": "256KiB",
-                "FLYTE_CHECKPOINT_S3_RANGE_SIZE": "512KiB",
-                "FLYTE_CHECKPOINT_S3_UPLOAD_CONCURRENCY": "2",
+                "FLYTE_CHECKPOINT_S3_READ_RANGE_SIZE": "512KiB",
+                "FLYTE_CHECKPOINT_S3_MAX_CONCURRENCY": "2",
                 "FLYTE_CHECKPOINT_S3_READ_CONCURRENCY": "2",
             }
 
@@ -755,7 +755,7 @@ def _moto_auth(endpoint: str, count: str) -> None:
 #: Each plugin's setting for its SDK's retries of one request: the variable, a value, and how
 #: many requests one always-failing request then makes.
 SDK_RETRY_SETTINGS = {
-    "s3": ("FLYTE_CHECKPOINT_S3_MAX_ATTEMPTS", "3", 3),  # tries in all
+    "s3": ("FLYTE_CHECKPOINT_S3_REQUEST_ATTEMPTS", "3", 3),  # tries in all
     "azure": ("FLYTE_CHECKPOINT_AZURE_REQUEST_ATTEMPTS", "3", 3),  # tries in all
     "gcs": ("FLYTE_CHECKPOINT_GCS_REQUEST_ATTEMPTS", "3", 3),  # tries in all
 }
@@ -765,7 +765,7 @@ CUT_ANSWER = Fault.reset("down", after=1)
 
 def test_sdk_retry_setting_is_the_number_of_requests_sent(rig: Rig):
     """The plugin's SDK retry setting is what reaches the server: a metadata request whose
-    answer is always cut is sent exactly N times, counted at the proxy (S3 MAX_ATTEMPTS=3: 3;
+    answer is always cut is sent exactly N times, counted at the proxy (S3 REQUEST_ATTEMPTS=3: 3;
     Azure REQUEST_ATTEMPTS=3: 3; GCS REQUEST_ATTEMPTS=3: 3), then the store raises TransientError."""
     name, value, expected = SDK_RETRY_SETTINGS[rig.server.name]
     uri = f"{rig.root}/ckpt"

@@ -1,263 +1,160 @@
-"""The S3 store's settings: constructor arguments, then environment variables, then defaults.
+"""The S3 store's settings: the shared ones of every cloud, and S3's own (no boto3 imported here).
 
-Nothing here imports boto3. Precedence, highest first (the README has the full table):
+Every setting is read, highest first, from arguments (``configure_store`` or ``S3Store(...)``),
+``FLYTE_CHECKPOINT_S3_<NAME>``, then the AWS and Flyte variables listed in its row of the
+README's table, then S3's rules below, then its default. S3's rules, where a list of variables
+cannot say it:
 
-- endpoint: ``endpoint_url=`` > ``FLYTE_AWS_ENDPOINT`` > ``AWS_ENDPOINT_URL_S3`` >
-  ``AWS_ENDPOINT_URL`` > the profile's ``endpoint_url`` (read by botocore) > AWS;
-- credentials: ``access_key_id=``/``secret_access_key=`` > ``profile=`` >
-  ``FLYTE_AWS_ACCESS_KEY_ID``/``FLYTE_AWS_SECRET_ACCESS_KEY`` > boto3's default chain
-  (``AWS_ACCESS_KEY_ID``..., ``AWS_PROFILE``, config files, container/instance roles);
-- addressing style: ``addressing_style=`` > ``FLYTE_AWS_S3_ADDRESSING_STYLE`` > the profile's
-  ``s3.addressing_style`` > botocore's ``auto``;
-- tuning knobs: constructor argument > ``FLYTE_CHECKPOINT_S3_<NAME>`` > default.
+- ``AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true`` skips ``AWS_ENDPOINT_URL_S3`` and
+  ``AWS_ENDPOINT_URL``, as botocore does;
+- a ``profile`` given as an argument wins over keys found in ``FLYTE_AWS_*`` variables (keys
+  given as arguments win over a profile);
+- the region is ``AWS_REGION`` before ``AWS_DEFAULT_REGION`` (Flyte, the AWS CLI v2 and the
+  other AWS SDKs read ``AWS_REGION``; boto3 reads only ``AWS_DEFAULT_REGION``), then the
+  profile's, then ``us-east-1``; the client gets it as ``region_name``.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from flyte_checkpoint.errors import ConfigurationError
+from flyte_checkpoint.storage.kit import CHOICE, SIZE, TEXT, URL, CloudConfig, GiB, MiB, setting
 from flyte_checkpoint.uri import redact
 
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
-#: Prefix of the environment variables of the tuning knobs.
-ENV_PREFIX = "FLYTE_CHECKPOINT_S3_"
-
-CHECKSUM_CHOICES = ("CRC32", "CRC32C", "CRC64NVME", "NONE")
-CHECKSUM_TYPES = ("FULL_OBJECT", "COMPOSITE")
-ADDRESSING_STYLES = ("auto", "path", "virtual")
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": KiB, "m": MiB, "g": GiB}
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
+#: botocore's switch that turns the ``AWS_ENDPOINT_URL*`` variables off.
+IGNORE_ENDPOINTS = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
+_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+_KEYS = ("access_key_id", "secret_access_key", "session_token")
 
 
-def parse_size(text: str | int, what: str) -> int:
-    """Bytes from ``8388608``, ``8MiB``, ``8M`` or ``512KiB`` (binary units).
+@dataclass(frozen=True, repr=False)
+class S3Config(CloudConfig):
+    """Resolved settings of one :class:`~flyte_checkpoint_s3.store.S3Store` (see the module docstring)."""
 
-    Raises:
-        ValueError: the text is not a size; the message names ``what``.
-    """
-    if isinstance(text, int):
-        return text
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise ValueError(f"{what}={text!r} is not a size: give bytes or a number with KiB, MiB or GiB")
-    unit = (m.group(2) or "").lower()[:1]
-    return int(m.group(1)) * _UNITS[unit]
+    BACKEND: ClassVar[str] = "s3"
 
-
-@dataclass(frozen=True)
-class S3Config:
-    """Resolved settings of one :class:`~flyte_checkpoint_s3.store.S3Store`.
-
-    Secrets are kept out of ``repr``; :attr:`sources` says where the endpoint and the
-    credentials came from (names of variables or arguments, never values).
-    """
-
-    endpoint_url: str | None = None
-    access_key_id: str | None = field(default=None, repr=False)
-    secret_access_key: str | None = field(default=None, repr=False)
-    session_token: str | None = field(default=None, repr=False)
-    profile: str | None = None
-    region: str | None = None
-    addressing_style: str | None = None
-    #: Size of each multipart part (the first 1000; then it doubles every 1000 parts).
-    part_size: int = 8 * MiB
-    #: Parts of one upload in flight at once (memory <= part_size x (this + 1)).
-    upload_concurrency: int = 8
-    #: Size of each ranged GET of a large object; objects up to this size are one GET.
-    range_size: int = 8 * MiB
-    #: Ranges of one read fetched ahead at once (memory <= range_size x (this + 1)).
-    read_concurrency: int = 8
-    #: Flexible checksum asked of S3 on upload: CRC32, CRC32C, CRC64NVME (those two need
-    #: awscrt) or NONE.
-    checksum: str = "CRC32"
-    #: How a multipart upload's checksum is stored: FULL_OBJECT (the whole object's CRC,
-    #: which reads verify) or COMPOSITE (a checksum of the parts' checksums, as boto3's
-    #: ``upload_file`` stores; S3 checks each part, reads cannot verify the whole).
-    checksum_type: str = "FULL_OBJECT"
-    #: Verify full-object checksums on download where the algorithm is computable here.
-    verify_checksums: bool = True
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    #: botocore's own tries per request ("standard" mode); the core retries whole operations.
-    max_attempts: int = 3
-    max_pool_connections: int | None = None
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.part_size < 1 or self.range_size < 1:
-            raise ValueError("part_size and range_size must be positive byte counts")
-        if self.upload_concurrency < 1 or self.read_concurrency < 1:
-            raise ValueError("upload_concurrency and read_concurrency must be at least 1")
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1 (1 means botocore does not retry)")
-        if self.connect_timeout <= 0 or self.read_timeout <= 0:
-            raise ValueError("connect_timeout and read_timeout must be positive seconds")
-        checksum = self.checksum.upper()
-        if checksum not in CHECKSUM_CHOICES:
-            raise ValueError(f"checksum={self.checksum!r}: choose one of {', '.join(CHECKSUM_CHOICES)}")
-        object.__setattr__(self, "checksum", checksum)
-        checksum_type = self.checksum_type.upper()
-        if checksum_type not in CHECKSUM_TYPES:
-            raise ValueError(
-                f"checksum_type={self.checksum_type!r}: choose one of {', '.join(CHECKSUM_TYPES)}"
-            )
-        if checksum == "CRC64NVME" and checksum_type == "COMPOSITE":
-            raise ValueError(
-                "checksum=CRC64NVME is stored as FULL_OBJECT only: set checksum_type=FULL_OBJECT"
-            )
-        object.__setattr__(self, "checksum_type", checksum_type)
-        if self.addressing_style is not None:
-            style = self.addressing_style.lower()
-            if style not in ADDRESSING_STYLES:
-                raise ValueError(
-                    f"addressing_style={self.addressing_style!r}:"
-                    f" choose one of {', '.join(ADDRESSING_STYLES)}"
-                )
-            object.__setattr__(self, "addressing_style", style)
-        if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ValueError("give both access_key_id and secret_access_key, or neither")
-
-    def __repr__(self) -> str:
-        shown = []
-        for f in fields(self):
-            if f.repr and f.name != "sources":
-                value = getattr(self, f.name)
-                if f.name == "endpoint_url" and value:
-                    value = redact(value)
-                shown.append(f"{f.name}={value!r}")
-        return f"S3Config({', '.join(shown)})"
-
-    @property
-    def pool_connections(self) -> int:
-        """HTTP connections kept per client: enough for one upload and one read at full width."""
-        if self.max_pool_connections is not None:
-            return self.max_pool_connections
-        return 2 * (self.upload_concurrency + self.read_concurrency)
-
-    @property
-    def secrets(self) -> tuple[str, ...]:
-        """Values that must never appear in a message (used to scrub SDK error text)."""
-        return tuple(s for s in (self.access_key_id, self.secret_access_key, self.session_token) if s)
-
-    def describe_endpoint(self) -> str:
-        """The endpoint for messages, with where it was set, e.g. ``http://h:9000 (FLYTE_AWS_ENDPOINT)``."""
-        if not self.endpoint_url:
-            return "the AWS S3 endpoint of the region"
-        return f"{redact(self.endpoint_url)} (from {self.sources.get('endpoint', 'endpoint_url')})"
+    endpoint_url: str | None = setting(
+        URL,
+        None,
+        doc="The S3 endpoint, for MinIO, Ceph or an emulator; default: AWS's for the region"
+        " (or the profile's `endpoint_url`). `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true` skips"
+        " the two `AWS_ENDPOINT_URL*` variables.",
+        env=("FLYTE_AWS_ENDPOINT", *_ENDPOINT_VARIABLES),
+    )
+    part_size: int = setting(
+        SIZE,
+        8 * MiB,
+        doc="Bytes of each part of a multipart upload (the first 1,000; then it doubles every 1,000)."
+        " AWS needs at least 5MiB except for the last part.",
+        minimum=1,
+        maximum=5 * GiB,
+        why="S3 parts are at most 5GiB.",
+    )
+    checksum: str = setting(
+        CHOICE,
+        "CRC32",
+        doc="The full-object checksum sent with each write and stored with the object; NONE sends none."
+        " CRC32C and CRC64NVME need awscrt (`pip install 'flyte-checkpoint-s3[crt]'`).",
+        choices=("CRC32", "CRC32C", "CRC64NVME", "NONE"),
+    )
+    access_key_id: str | None = setting(
+        TEXT,
+        None,
+        doc="AWS access key id; with `secret_access_key`.",
+        env=("FLYTE_AWS_ACCESS_KEY_ID",),
+        secret=True,
+    )
+    addressing_style: str | None = setting(
+        CHOICE,
+        None,
+        doc="`path` for S3-compatible servers that need it, `virtual`, or `auto`; default: the profile's,"
+        " else botocore's `auto`.",
+        env=("FLYTE_AWS_S3_ADDRESSING_STYLE",),
+        choices=("auto", "path", "virtual"),
+    )
+    checksum_type: str = setting(
+        CHOICE,
+        "FULL_OBJECT",
+        doc="How a multipart upload's checksum is stored: FULL_OBJECT (the whole object's, which reads"
+        " verify) or COMPOSITE (a checksum of the parts' checksums, as boto3's `upload_file` stores;"
+        " reads cannot verify it). CRC64NVME is FULL_OBJECT only.",
+        choices=("FULL_OBJECT", "COMPOSITE"),
+    )
+    profile: str | None = setting(
+        TEXT, None, doc="A profile of the AWS config files (botocore reads `AWS_PROFILE` itself)."
+    )
+    region: str | None = setting(
+        TEXT,
+        None,
+        doc="The AWS region; default: the profile's, else us-east-1.",
+        env=("AWS_REGION", "AWS_DEFAULT_REGION"),
+    )
+    secret_access_key: str | None = setting(
+        TEXT,
+        None,
+        doc="AWS secret access key; with `access_key_id`.",
+        env=("FLYTE_AWS_SECRET_ACCESS_KEY",),
+        secret=True,
+    )
+    session_token: str | None = setting(TEXT, None, doc="AWS session token of temporary keys.", secret=True)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> S3Config:
-        """Resolve the settings from keyword arguments, ``env`` (default ``os.environ``) and defaults.
+    def resolve(
+        cls, *, env: Mapping[str, str] | None = None, origin: str = "argument", **settings: Any
+    ) -> Self:
+        """The configuration (see :meth:`StoreConfig.resolve`), with S3's rules of the module docstring.
 
         Raises:
-            ValueError: an argument or variable has an invalid value (the message names it),
-                or an unknown keyword argument is given.
+            ConfigurationError: a bad value (naming where it came from), half of a key pair, or
+                CRC64NVME with COMPOSITE.
         """
-        env = os.environ if env is None else env
-        known = {f.name for f in fields(cls)} - {"sources"}
-        unknown = set(overrides) - known
-        if unknown:
-            raise ValueError(f"unknown S3 store setting(s): {', '.join(sorted(unknown))}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        sources: dict[str, str] = {}
-        values: dict[str, Any] = {}
+        environ = os.environ if env is None else env
+        if environ.get(IGNORE_ENDPOINTS, "").strip().lower() in ("1", "true", "yes", "on"):
+            environ = {k: v for k, v in environ.items() if k not in _ENDPOINT_VARIABLES}
+        return super().resolve(env=environ, origin=origin, **settings)
 
-        values["endpoint_url"], sources["endpoint"] = _endpoint(given, env)
-        values.update(_credentials(given, env, sources))
-        for name in ("profile", "region", "session_token"):
-            if name in given:
-                values[name] = given[name]
-        values["addressing_style"] = (
-            given.get("addressing_style") or env.get("FLYTE_AWS_S3_ADDRESSING_STYLE") or None
-        )
+    @classmethod
+    def _cloud_rules(cls, values: dict[str, Any], env: Mapping[str, str], sources: dict[str, str]) -> None:
+        profile_given = "profile" in values and not _is_variable(sources.get("profile", ""))
+        keys_from_variables = any(_is_variable(sources.get(k, "")) for k in _KEYS if k in values)
+        if profile_given and keys_from_variables:
+            for name in _KEYS:
+                if name in values and _is_variable(sources[name]):
+                    del values[name], sources[name]
 
-        defaults = cls()
-        for f in fields(cls):
-            if f.name in values or f.name == "sources" or f.name in _CONNECTION_FIELDS:
-                continue
-            if f.name in given:
-                values[f.name] = given[f.name]
-                continue
-            var = ENV_PREFIX + f.name.upper()
-            raw = env.get(var, "").strip()
-            if raw:
-                values[f.name] = _parse_knob(f.name, raw, var, getattr(defaults, f.name))
-        return replace(defaults, **values, sources={k: v for k, v in sources.items() if v})
-
-
-_CONNECTION_FIELDS = {
-    "endpoint_url",
-    "access_key_id",
-    "secret_access_key",
-    "session_token",
-    "profile",
-    "region",
-    "addressing_style",
-}
-
-
-def _endpoint(given: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str | None, str]:
-    if given.get("endpoint_url"):
-        return given["endpoint_url"], "endpoint_url argument"
-    names = ["FLYTE_AWS_ENDPOINT"]
-    if env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() not in _TRUE:
-        names += ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
-    for name in names:
-        value = env.get(name, "").strip()
-        if value:
-            return value, name
-    return None, ""
-
-
-def _credentials(given: Mapping[str, Any], env: Mapping[str, str], sources: dict[str, str]) -> dict[str, Any]:
-    if given.get("access_key_id") or given.get("secret_access_key"):
-        sources["credentials"] = "access_key_id/secret_access_key arguments"
-        return {
-            "access_key_id": given.get("access_key_id"),
-            "secret_access_key": given.get("secret_access_key"),
-        }
-    if given.get("profile"):
-        sources["credentials"] = "profile argument"
-        return {}
-    key = env.get("FLYTE_AWS_ACCESS_KEY_ID", "").strip()
-    secret = env.get("FLYTE_AWS_SECRET_ACCESS_KEY", "").strip()
-    if key or secret:
-        if not (key and secret):
-            missing = "FLYTE_AWS_SECRET_ACCESS_KEY" if key else "FLYTE_AWS_ACCESS_KEY_ID"
-            raise ValueError(
-                f"{missing} is not set but its partner is: set both FLYTE_AWS_* keys, or neither"
+    def _check(self) -> None:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            given, missing = (
+                ("access_key_id", "secret_access_key")
+                if self.access_key_id is not None
+                else ("secret_access_key", "access_key_id")
             )
-        sources["credentials"] = "FLYTE_AWS_ACCESS_KEY_ID/FLYTE_AWS_SECRET_ACCESS_KEY"
-        return {"access_key_id": key, "secret_access_key": secret}
-    sources["credentials"] = "boto3 default chain"
-    return {}
+            raise ConfigurationError(
+                f"{given} is set ({self.sources[given]}) but {missing} is not: give both"
+                f" ({self.variable(missing)} or the {missing}= argument), or neither"
+            )
+        if self.checksum == "CRC64NVME" and self.checksum_type == "COMPOSITE":
+            raise ConfigurationError(
+                "checksum=CRC64NVME is stored as FULL_OBJECT only: set checksum_type=FULL_OBJECT"
+                f" ({self.variable('checksum_type')}) or choose another checksum"
+            )
+
+    def describe_endpoint(self) -> str:
+        """The endpoint for messages, with where it was set: ``http://h:9000 (FLYTE_AWS_ENDPOINT)``."""
+        if not self.endpoint_url:
+            return "the AWS S3 endpoint of the region"
+        return f"{redact(self.endpoint_url)} (from {self.sources.get('endpoint_url', 'argument')})"
 
 
-def _parse_knob(name: str, raw: str, var: str, default: Any) -> Any:
-    if isinstance(default, bool):
-        low = raw.lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        raise ValueError(f"{var}={raw!r} is not a boolean: use 1/0, true/false, yes/no")
-    if name.endswith("_size"):
-        return parse_size(raw, var)
-    try:
-        if isinstance(default, float):
-            return float(raw)
-        if isinstance(default, int) or default is None:
-            return int(raw)
-    except ValueError:
-        raise ValueError(f"{var}={raw!r} is not a number") from None
-    return raw
+def _is_variable(source: str) -> bool:
+    return bool(source) and source.isupper()
+
+
+__all__ = ["S3Config"]

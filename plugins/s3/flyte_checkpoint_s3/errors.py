@@ -159,7 +159,9 @@ def _map_client_error(exc: BaseException, uri: str, action: str, config: S3Confi
     code = str(error.get("Code") or "")
     message = str(error.get("Message") or "").strip()
     status = int((response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
-    named = code if code and code != str(status) else ""  # a HEAD's answer has no body: its "code" is the status
+    named = (
+        code if code and code != str(status) else ""
+    )  # a HEAD's answer has no body: its "code" is the status
     detail = f"{named}: {message}" if named and message else named or message
     where = redact(uri)
 
@@ -184,10 +186,10 @@ def _map_client_error(exc: BaseException, uri: str, action: str, config: S3Confi
         )
     if code in PERMISSION_CODES or status in (401, 403):
         if status in (401, 403):
-            return from_status(
-                status, uri=uri, action=action, detail=detail, permission_hint=PERMISSION_HINT
-            )
-        return CheckpointPermissionError(f"permission denied to {action} {where} ({detail}): {PERMISSION_HINT}")
+            return from_status(status, uri=uri, action=action, detail=detail, permission_hint=PERMISSION_HINT)
+        return CheckpointPermissionError(
+            f"permission denied to {action} {where} ({detail}): {PERMISSION_HINT}"
+        )
     if code in TRANSIENT_CODES and status not in TRANSIENT_STATUS:  # sent with a 400
         return TransientError(f"S3 could not {action} {where} for now ({detail}); the operation is retried")
     return from_status(status, uri=uri, action=action, detail=detail, permission_hint=PERMISSION_HINT)

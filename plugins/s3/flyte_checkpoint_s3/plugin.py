@@ -7,7 +7,7 @@ from collections.abc import Callable
 from flyte_checkpoint.storage.hookspecs import hookimpl
 from flyte_checkpoint.storage.registry import StoreSpec
 
-SCHEMES = ("s3", "s3a")
+from .uris import SCHEMES
 
 
 @hookimpl

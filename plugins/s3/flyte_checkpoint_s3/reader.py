@@ -18,44 +18,37 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.errors import CorruptCheckpointError, TransientError
+from flyte_checkpoint.storage.kit import Location
 from flyte_checkpoint.uri import redact
 
-from . import checksums
-from .checksums import Crc
+from . import integrity
+from .integrity import Crc
 
 if TYPE_CHECKING:
     from .store import S3Store
 
 log = logging.getLogger("flyte_checkpoint.s3")
 
-#: Checksum fields of a GetObject answer, strongest first.
-_CHECKSUM_FIELDS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
 
-
-def expected_checksum(response: dict[str, Any]) -> tuple[str, str] | None:
-    """The (algorithm, base64 value) of a full-object checksum in a GET answer, else ``None``."""
-    if str(response.get("ChecksumType") or "").upper() == "COMPOSITE":
-        return None
-    for name in _CHECKSUM_FIELDS:
-        value = response.get(f"Checksum{name}")
-        if value and "-" not in value:  # "<value>-<parts>" is a composite checksum
-            return name, value
-    return None
+def open_reader(store: S3Store, loc: Location, uri: str) -> S3Reader:
+    """A stream of the object at ``loc``: its first GET now (raising the project's errors, a
+    :class:`~flyte_checkpoint.errors.NotFoundError` for an absent object), the rest as it is read."""
+    resp = store.call(lambda c: c.get_object(Bucket=loc.bucket, Key=loc.key), uri, "read")
+    return S3Reader(store, uri, loc, resp)
 
 
 class S3Reader(io.RawIOBase):
     """A readable, non-seekable binary stream of one S3 object (see the module docstring)."""
 
-    def __init__(self, store: S3Store, uri: str, bucket: str, key: str, response: dict[str, Any]) -> None:
+    def __init__(self, store: S3Store, uri: str, loc: Location, response: dict[str, Any]) -> None:
         super().__init__()
         self._store = store
         self._uri = uri
-        self._bucket = bucket
-        self._key = key
+        self._loc = loc
         self._size = int(response["ContentLength"])
         self._etag = response.get("ETag")
         self._body = response["Body"]
-        self._range_size = store.config.range_size
+        self._range_size = store.config.read_range_size
         self._window = store.config.read_concurrency
         self._pos = 0
         # Bytes taken from the first GET's body; the rest comes in ranges.
@@ -68,9 +61,9 @@ class S3Reader(io.RawIOBase):
         self._crc_value = 0
         self._expected: tuple[str, str] | None = None
         if store.config.verify_checksums:
-            self._expected = expected_checksum(response)
+            self._expected = integrity.expected_checksum(response)
             if self._expected is not None:
-                self._crc = checksums.find(self._expected[0])
+                self._crc = integrity.find(self._expected[0])
                 if self._crc is None:
                     log.debug(
                         "%s: %s checksum not computable here (install awscrt); not verified",
@@ -154,7 +147,7 @@ class S3Reader(io.RawIOBase):
         try:
             data = self._body.read(n)
         except Exception as exc:
-            raise self._store.map(exc, self._uri, "read", self._bucket) from exc
+            raise self._store.map(exc, self._uri, "read")
         if not data:
             raise TransientError(
                 f"the connection ended after {self._pos} of {self._size} bytes of {redact(self._uri)};"
@@ -181,8 +174,8 @@ class S3Reader(io.RawIOBase):
         while len(self._pending) < limit and self._next_offset < self._size:
             start = self._next_offset
             end = min(start + self._range_size, self._size)
-            future = self._store.executor.submit(
-                self._store.fetch_range, self._uri, self._bucket, self._key, start, end - start, self._etag
+            future = self._store.pool.submit(
+                self._store.fetch_range, self._uri, self._loc, start, end - start, self._etag
             )
             self._pending.append((start, end, future))
             self._next_offset = end

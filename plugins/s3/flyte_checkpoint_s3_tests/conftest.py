@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, SMALL
+from .helpers import ACCESS_KEY, BUCKET, ENDPOINT_VARS, SECRET_KEY, SMALL
 from .server import ServerStartError, moto_available, moto_s3_server
 
 try:  # the repository's root conftest (loaded when pytest runs from the repository)
@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - running from inside plugins/s3
 _FOREIGN_ENV = (
     "AWS_PROFILE",
     "AWS_DEFAULT_PROFILE",
+    "AWS_REGION",
     "AWS_SESSION_TOKEN",
     "AWS_SECURITY_TOKEN",
     "AWS_ENDPOINT_URL",
@@ -110,3 +111,11 @@ def make_s3_store(s3_env: dict[str, str]) -> Iterator[Any]:
     yield make
     for store in stores:
         store.close()
+
+
+@pytest.fixture
+def bare_env(s3_env: dict[str, str], raw_s3: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """No endpoint and no credentials in the environment; returns the server's endpoint."""
+    for name in (*ENDPOINT_VARS, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    return s3_env["AWS_ENDPOINT_URL_S3"]

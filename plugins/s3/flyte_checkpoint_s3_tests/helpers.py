@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Any
 
 BUCKET = "fcp-tests"
+#: The variables that can name the endpoint, first set wins.
+ENDPOINT_VARS = ("FLYTE_AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 #: Credentials for the test server; the tests check that they never show up in messages.
 ACCESS_KEY = "AKIATESTKEY0000SECRET"
 SECRET_KEY = "test/Secret+Key/0123456789abcdefghijklmnop"
 #: Small sizes so that a few MiB cross many part and range boundaries.
 SMALL = {
     "part_size": 256 * 1024,
-    "range_size": 256 * 1024,
-    "upload_concurrency": 3,
+    "read_range_size": 256 * 1024,
+    "max_concurrency": 3,
     "read_concurrency": 3,
 }
 
@@ -36,3 +39,10 @@ def key_of(uri: str) -> str:
 def multipart_uploads(raw_s3: Any, uri: str) -> list[dict[str, Any]]:
     """The unfinished multipart uploads under ``uri``'s key in the test bucket."""
     return raw_s3.list_multipart_uploads(Bucket=BUCKET, Prefix=key_of(uri)).get("Uploads", [])
+
+
+def round_trip(store: Any) -> None:
+    """Write a small object through ``store`` and read it back (fails on any difference)."""
+    uri = f"s3://{BUCKET}/{uuid.uuid4().hex}/cfg"
+    store.write_bytes(uri, b"configured")
+    assert store.read_bytes(uri) == b"configured"

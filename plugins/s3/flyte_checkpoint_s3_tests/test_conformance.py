@@ -40,7 +40,7 @@ class TestS3ConformanceDirect(BlobStoreSuite):
 
     @pytest.fixture
     def store(self, make_s3_store: Any, raw_s3: Any) -> S3Store:
-        return make_s3_store(upload_concurrency=1, range_size=64 * 1024 * 1024, read_concurrency=1)
+        return make_s3_store(max_concurrency=1, read_range_size=64 * 1024 * 1024, read_concurrency=1)
 
     @pytest.fixture
     def store_root(self) -> str:

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flyte_checkpoint_s3 import checksums
-from flyte_checkpoint_s3.checksums import Crc
+from flyte_checkpoint_s3 import integrity
+from flyte_checkpoint_s3.integrity import Crc
 from flyte_checkpoint_s3.store import S3Store
 
-from flyte_checkpoint.errors import CorruptCheckpointError
+from flyte_checkpoint.errors import ConfigurationError, CorruptCheckpointError
 
 from .helpers import BUCKET, data, key_of
 
@@ -106,9 +106,9 @@ def corrupt_uri(raw_s3: Any, s3_root: str) -> str:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("range_size", [PART, 64 * 1024 * 1024], ids=["ranged", "single-get"])
-def test_checksum_mismatch_is_corrupt(make_s3_store: Any, corrupt_uri: str, range_size: int) -> None:
-    store = make_s3_store(range_size=range_size)
+@pytest.mark.parametrize("read_range_size", [PART, 64 * 1024 * 1024], ids=["ranged", "single-get"])
+def test_checksum_mismatch_is_corrupt(make_s3_store: Any, corrupt_uri: str, read_range_size: int) -> None:
+    store = make_s3_store(read_range_size=read_range_size)
     with pytest.raises(
         CorruptCheckpointError, match=r"is damaged: S3 stores the CRC32 checksum .* Load it again"
     ):
@@ -118,7 +118,7 @@ def test_checksum_mismatch_is_corrupt(make_s3_store: Any, corrupt_uri: str, rang
 @pytest.mark.integration
 def test_corrupt_download_leaves_no_file(make_s3_store: Any, corrupt_uri: str, tmp_path: Path) -> None:
     with pytest.raises(CorruptCheckpointError):
-        make_s3_store(range_size=PART).download_file(corrupt_uri, tmp_path / "out")
+        make_s3_store(read_range_size=PART).download_file(corrupt_uri, tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -148,7 +148,7 @@ def test_composite_checksums_of_other_tools_load(
     uri = f"{s3_root}/by-boto3"
     raw_s3.upload_file(str(src), BUCKET, key_of(uri), Config=cfg, ExtraArgs={"ChecksumAlgorithm": "CRC32"})
     assert _stored_checksum(raw_s3, uri)[1] == "COMPOSITE"
-    assert make_s3_store(range_size=PART).read_bytes(uri) == payload
+    assert make_s3_store(read_range_size=PART).read_bytes(uri) == payload
 
 
 # -- the arithmetic ---------------------------------------------------------------------
@@ -197,7 +197,7 @@ def test_combine_matches_the_crc_of_the_concatenation(name: str, width: int, pol
 
 
 def test_crc32_is_zlib_and_round_trips_base64() -> None:
-    crc = checksums.get("crc32")
+    crc = integrity.get("crc32")
     assert crc is not None and crc.param == "ChecksumCRC32"
     value = crc.compute(b"123456789")
     assert value == 0xCBF43926
@@ -213,5 +213,7 @@ def test_crc32c_needs_awscrt(s3_env: dict[str, str]) -> None:
     if HAS_CRT:
         assert S3Store(checksum="crc32c").crc.name == "CRC32C"
     else:
-        with pytest.raises(ValueError, match=r"needs awscrt: pip install 'flyte-checkpoint-s3\[crt\]'"):
+        with pytest.raises(
+            ConfigurationError, match=r"needs awscrt: pip install 'flyte-checkpoint-s3\[crt\]'"
+        ):
             S3Store(checksum="CRC32C")

@@ -18,7 +18,7 @@ RANGE = 64 * 1024
 
 @pytest.fixture
 def ranged(make_s3_store: Any) -> Any:
-    return make_s3_store(range_size=RANGE, read_concurrency=3)
+    return make_s3_store(read_range_size=RANGE, read_concurrency=3)
 
 
 @pytest.mark.parametrize("chunk", [1, 1000, RANGE - 1, RANGE, RANGE + 1, 5 * RANGE])
@@ -63,7 +63,7 @@ def test_close_early_stops_the_read(ranged: Any, s3_root: str) -> None:
 
 
 def test_object_replaced_during_a_ranged_read_is_transient(make_s3_store: Any, s3_root: str) -> None:
-    store = make_s3_store(range_size=RANGE, read_concurrency=1)
+    store = make_s3_store(read_range_size=RANGE, read_concurrency=1)
     uri = f"{s3_root}/moving"
     store.write_bytes(uri, data(6 * RANGE, seed=1))
     with store.open_read(uri) as r:
