@@ -21,7 +21,7 @@ from flyte_checkpoint.errors import (
     TransientError,
 )
 
-from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY
+from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, key_of
 from .server import free_port
 
 URI = "s3://bkt/run/ckpt"
@@ -152,3 +152,55 @@ def test_unreachable_endpoint_is_transient_and_names_it(make_s3_store: Any) -> N
     )
     with pytest.raises(TransientError, match=rf"the connection to http://127.0.0.1:{port} \(from argument\)"):
         store.stat(f"s3://{BUCKET}/k")
+
+
+@pytest.mark.integration
+def test_no_such_upload_from_the_server_is_transient(make_s3_store: Any, raw_s3: Any, s3_root: str) -> None:
+    """A concurrent commit or abort lost ours: the server's NoSuchUpload is retried, not a StoreError."""
+    store = make_s3_store()
+    uri = f"{s3_root}/lost"
+    upload_id = raw_s3.create_multipart_upload(Bucket=BUCKET, Key=key_of(uri))["UploadId"]
+    raw_s3.abort_multipart_upload(Bucket=BUCKET, Key=key_of(uri), UploadId=upload_id)
+    with pytest.raises(TransientError, match="completed or aborted by someone else"):
+        store.call(
+            lambda c: c.list_parts(Bucket=BUCKET, Key=key_of(uri), UploadId=upload_id),
+            uri,
+            "list the parts of",
+        )
+
+
+def _moto_auth(endpoint: str, count: str) -> None:
+    """Switch moto's authentication on ("0": from the next request) or off ("inf")."""
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth",
+        data=count.encode(),
+        method="POST",
+        headers={"Content-Type": "text/plain"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.status == 200
+
+
+@pytest.mark.integration
+def test_denied_head_is_a_permission_error_with_s3s_text_never_no_checkpoint(
+    s3_env: dict[str, str], make_s3_store: Any, s3_root: str
+) -> None:
+    """A HEAD answered 403 (no body, so no code) is denied access, with the ListBucket hint, and a
+    load raises instead of returning "no checkpoint"."""
+    store = make_s3_store(access_key_id="AKIAUNKNOWNKEY000000", secret_access_key=SECRET_KEY)
+    endpoint = s3_env["AWS_ENDPOINT_URL_S3"]
+    _moto_auth(endpoint, "0")
+    try:
+        with pytest.raises(CheckpointPermissionError, match=r"HTTP 403.*lack s3:ListBucket") as info:
+            store.stat(f"{s3_root}/absent")
+        assert "AKIAUNKNOWNKEY000000" not in str(info.value) and SECRET_KEY not in str(info.value)
+        # the registry's store, with the environment's keys, which moto now refuses too
+        with (
+            Checkpoint(f"{s3_root}/next", f"{s3_root}/absent") as cp,
+            pytest.raises(CheckpointPermissionError),
+        ):
+            cp.load_sync()
+    finally:
+        _moto_auth(endpoint, "inf")
