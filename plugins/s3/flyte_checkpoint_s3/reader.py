@@ -99,7 +99,7 @@ class S3Reader(io.RawIOBase):
         return bytes(self._take(size))
 
     def readall(self) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             data = self._take(max(self._size - self._pos, 1))
             if not data:

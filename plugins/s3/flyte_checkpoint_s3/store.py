@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
@@ -161,16 +162,21 @@ class S3Store(BlobStore):
                 self.put(uri, loc, data)
                 return
             upload = MultipartUpload(self, uri, loc)
+
+            def before_commit() -> None:  # a changed file or a cancelled save never commits
+                src.verify()
+                cancellation.check()
+
             upload.start()
             try:
                 offset, number = 0, 1
                 while offset < size:
                     cancellation.check()  # a cancelled save stops sending parts
                     n = min(part_size_for(number, self.config.part_size), size - offset)
-                    upload.submit(number, lambda off=offset, n=n: src.pread(n, off))
+                    upload.submit(number, functools.partial(src.pread, n, offset))
                     offset += n
                     number += 1
-                upload.complete(check=lambda: (src.verify(), cancellation.check()))  # and never commits
+                upload.complete(check=before_commit)
             except BaseException:
                 finish(upload.abort)
                 raise
