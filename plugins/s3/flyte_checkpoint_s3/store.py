@@ -18,7 +18,7 @@ from flyte_checkpoint.errors import (
 )
 from flyte_checkpoint.interrupts import finish
 from flyte_checkpoint.sources import open_source
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
 from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file
 
 from . import integrity
@@ -106,18 +106,27 @@ class S3Store(BlobStore):
             pass
 
     def list(self, prefix: str) -> Iterator[str]:
-        loc = parse(prefix, want_key=False)
+        for info in self.list_details(prefix):
+            yield info.uri
 
-        def keys(client: Any) -> list[str]:
-            found: list[str] = []
-            pages = client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=loc.key)
-            for page in pages:
-                found.extend(obj["Key"] for obj in page.get("Contents", ()))
+    def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
+        """Sizes and modification times from ``ListObjectsV2`` itself (no ``HEAD`` per object);
+        ``recursive=False`` lists with ``Delimiter="/"``, whose common prefixes are the folders."""
+        loc = parse(prefix, want_key=False)
+        args: dict[str, Any] = {"Bucket": loc.bucket, "Prefix": loc.key}
+        if not recursive:
+            args["Delimiter"] = "/"
+
+        def entries(client: Any) -> list[ObjectInfo]:
+            found: list[ObjectInfo] = []
+            for page in client.get_paginator("list_objects_v2").paginate(**args):
+                for obj in page.get("Contents", ()):
+                    found.append(ObjectInfo(loc.uri(obj["Key"]), int(obj["Size"]), obj.get("LastModified")))
+                for common in page.get("CommonPrefixes", ()):
+                    found.append(ObjectInfo(loc.uri(common["Prefix"]), None, is_folder=True))
             return found
 
-        found = self.call(keys, prefix, "list")
-        for key in sorted(found):
-            yield loc.uri(key)
+        yield from sorted(self.call(entries, prefix, "list"), key=lambda info: info.uri)
 
     # -- fast paths ---------------------------------------------------------------
 

@@ -107,3 +107,22 @@ def test_zero_byte_object_reads_empty(ranged: Any, s3_root: str) -> None:
     with ranged.open_read(uri) as r:
         assert r.read() == b""
         assert r.read(5) == b""
+
+
+def test_list_details_is_one_listing_with_sizes_times_and_folders(
+    make_s3_store: Any, s3_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sizes and times come from ListObjectsV2 itself: no HEAD per object; one level uses the delimiter."""
+    store = make_s3_store()
+    for name, size in (("a", 3), ("d/b", 5), ("d/e/c", 7)):
+        store.write_bytes(f"{s3_root}/{name}", b"x" * size)
+    monkeypatch.setattr(type(store), "stat", lambda *a: pytest.fail("list_details called stat"))
+    every = list(store.list_details(s3_root + "/"))
+    assert [(i.uri, i.size, i.is_folder) for i in every] == [
+        (f"{s3_root}/a", 3, False),
+        (f"{s3_root}/d/b", 5, False),
+        (f"{s3_root}/d/e/c", 7, False),
+    ]
+    assert all(i.modified is not None and i.modified.tzinfo is not None for i in every)
+    top = [(i.uri, i.size, i.is_folder) for i in store.list_details(s3_root + "/", recursive=False)]
+    assert top == [(f"{s3_root}/a", 3, False), (f"{s3_root}/d/", None, True)]
