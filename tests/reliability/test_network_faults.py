@@ -34,7 +34,6 @@ import logging
 import os
 import random
 import re
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -740,14 +739,9 @@ class _DenyingServer:
 
 
 def _moto_auth(endpoint: str, count: str) -> None:
-    req = urllib.request.Request(
-        f"{endpoint}/moto-api/reset-auth",
-        data=count.encode(),
-        method="POST",
-        headers={"Content-Type": "text/plain"},
-    )
-    with urllib.request.urlopen(req, timeout=HANG_GUARD) as resp:
-        assert resp.status == 200
+    from flyte_checkpoint_s3_tests.server import moto_auth
+
+    moto_auth(endpoint, count)
 
 
 # --------------------------------------------------------------------------- SDK retries

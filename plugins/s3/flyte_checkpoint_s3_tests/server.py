@@ -86,6 +86,20 @@ def moto_s3_server(
     raise ServerStartError(f"moto's S3 server did not start after {tries} tries; its output:\n{last_error}")
 
 
+def moto_auth(endpoint: str, count: str) -> None:
+    """Switch the server's authentication on (``"0"``: every request from now on needs known
+    credentials; ``"N"``: after N more requests) or off (``"inf"``)."""
+    req = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth",
+        data=count.encode(),
+        method="POST",
+        headers={"Content-Type": "text/plain"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        if resp.status != 200:
+            raise ServerStartError(f"moto did not accept reset-auth={count!r}: HTTP {resp.status}")
+
+
 def _wait_until_up(proc: subprocess.Popen[bytes], endpoint: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

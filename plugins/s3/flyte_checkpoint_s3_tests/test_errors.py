@@ -22,7 +22,7 @@ from flyte_checkpoint.errors import (
 )
 
 from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, key_of
-from .server import free_port
+from .server import free_port, moto_auth
 
 URI = "s3://bkt/run/ckpt"
 
@@ -169,20 +169,6 @@ def test_no_such_upload_from_the_server_is_transient(make_s3_store: Any, raw_s3:
         )
 
 
-def _moto_auth(endpoint: str, count: str) -> None:
-    """Switch moto's authentication on ("0": from the next request) or off ("inf")."""
-    import urllib.request
-
-    req = urllib.request.Request(
-        f"{endpoint}/moto-api/reset-auth",
-        data=count.encode(),
-        method="POST",
-        headers={"Content-Type": "text/plain"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        assert resp.status == 200
-
-
 @pytest.mark.integration
 def test_denied_head_is_a_permission_error_with_s3s_text_never_no_checkpoint(
     s3_env: dict[str, str], make_s3_store: Any, s3_root: str
@@ -191,7 +177,7 @@ def test_denied_head_is_a_permission_error_with_s3s_text_never_no_checkpoint(
     load raises instead of returning "no checkpoint"."""
     store = make_s3_store(access_key_id="AKIAUNKNOWNKEY000000", secret_access_key=SECRET_KEY)
     endpoint = s3_env["AWS_ENDPOINT_URL_S3"]
-    _moto_auth(endpoint, "0")
+    moto_auth(endpoint, "0")
     try:
         with pytest.raises(CheckpointPermissionError, match=r"HTTP 403.*lack s3:ListBucket") as info:
             store.stat(f"{s3_root}/absent")
@@ -203,4 +189,4 @@ def test_denied_head_is_a_permission_error_with_s3s_text_never_no_checkpoint(
         ):
             cp.load_sync()
     finally:
-        _moto_auth(endpoint, "inf")
+        moto_auth(endpoint, "inf")
