@@ -37,7 +37,7 @@ def test_a_prefix_may_name_only_the_bucket() -> None:
 @pytest.mark.parametrize(
     ("uri", "words"),
     [
-        ("gs://b/k", "is not a S3 URI: write s3://BUCKET/KEY (or s3a://BUCKET/KEY)"),
+        ("gs://b/k", "is not a URI of S3: write s3://BUCKET/KEY (or s3a://BUCKET/KEY)"),
         ("s3:///key", "names no bucket"),
         ("s3://bkt/", "names a bucket but no object"),
         ("s3://AKIA:SECRETVALUE@bkt/k", "carries credentials"),
