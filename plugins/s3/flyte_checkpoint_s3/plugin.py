@@ -18,6 +18,7 @@ def register_stores(register: Callable[[StoreSpec], None]) -> None:
             name="s3",
             schemes=SCHEMES,
             factory="flyte_checkpoint_s3.store:make_store",
+            config="flyte_checkpoint_s3.config:S3Config",
             description="Amazon S3 and S3-compatible stores (boto3); multipart, CRC32 checked",
         )
     )

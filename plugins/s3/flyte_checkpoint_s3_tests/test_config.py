@@ -192,3 +192,21 @@ def test_endpoint_from_each_variable(bare_env: str, monkeypatch: pytest.MonkeyPa
         round_trip(store)
     finally:
         store.close()
+
+
+@pytest.mark.integration
+def test_configure_store_per_prefix_reaches_the_store(s3_env: dict[str, str], raw_s3: Any) -> None:
+    """The two-endpoint case: settings for one bucket prefix, checked at the call, reach its store only."""
+    import flyte_checkpoint as fc
+    from flyte_checkpoint.storage.registry import store_for
+
+    with pytest.raises(ConfigurationError, match="part_size"):
+        fc.configure_store("s3://fcp-tests/", part_size="8 megs")
+    fc.configure_store("s3://fcp-tests/", part_size="128KiB", read_range_size="1MiB")
+    try:
+        store = store_for("s3://fcp-tests/k")
+        assert (store.config.part_size, store.config.read_range_size) == (128 * 1024, MiB)
+        assert store_for("s3://other-bucket/k").config.part_size == 256 * 1024  # the environment's
+        round_trip(store)
+    finally:
+        fc.configure_store("s3://fcp-tests/")
