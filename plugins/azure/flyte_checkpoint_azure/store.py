@@ -47,6 +47,11 @@ class AzureStore(BlobStore):
         self.pool = StorePool("azure", self.config.max_concurrency + self.config.read_concurrency)
 
     @property
+    def max_pooled_connections(self) -> int:
+        """The most HTTP connections the store keeps open between calls (its clients' pools)."""
+        return self.config.max_connections
+
+    @property
     def part_size(self) -> int:
         """Bytes a writer holds before it stages any (the conformance suite sizes its tests by it)."""
         return self.config.part_size
