@@ -67,13 +67,14 @@ def map_error(exc: BaseException, uri: str, action: str, *, config: AzureConfig)
     secrets = config.secrets()
     status, code = status_of(exc), error_code(exc)
     detail = _summary(exc, secrets)
-    transport = (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError)
-    if isinstance(exc, ClientAuthenticationError) and status is None:
-        err: CheckpointError = CheckpointPermissionError(
+    if isinstance(exc, ClientAuthenticationError) and status is None and _token_unreachable(exc):
+        err: CheckpointError = transport_failed(exc, uri=uri, action=action, endpoint=config.endpoint_url)
+    elif isinstance(exc, ClientAuthenticationError) and status is None:
+        err = CheckpointPermissionError(
             f"permission denied to {action} {redact(uri)}: no Azure AD token could be obtained"
             f" ({detail}): {PERMISSION_HINT}"
         )
-    elif isinstance(exc, transport) or (isinstance(exc, HttpResponseError) and status is None):
+    elif isinstance(exc, _TRANSPORT) or (isinstance(exc, HttpResponseError) and status is None):
         err = transport_failed(exc, uri=uri, action=action, endpoint=config.endpoint_url)
     elif not isinstance(exc, HttpResponseError) or status is None:
         kind = "Azure SDK error" if isinstance(exc, AzureError) else type(exc).__name__
@@ -106,6 +107,23 @@ def map_error(exc: BaseException, uri: str, action: str, *, config: AzureConfig)
         said = f"{code}: {detail}" if code else detail
         err = from_status(status, uri=uri, action=action, detail=said, permission_hint=PERMISSION_HINT)
     return chain(err, exc, secrets)
+
+
+_TRANSPORT = (ServiceRequestError, ServiceResponseError, ConnectionError, TimeoutError)
+
+
+def _token_unreachable(exc: ClientAuthenticationError) -> bool:
+    """Whether no token came because the identity endpoint could not be reached (azure-identity
+    raises ``ClientAuthenticationError`` with the transport error as its cause): a network fault,
+    retried like any other, not a permission that was refused."""
+    seen: BaseException | None = exc.__cause__ or exc.__context__
+    for _ in range(8):  # a short chain; guards against cycles
+        if seen is None:
+            return False
+        if isinstance(seen, _TRANSPORT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _summary(exc: BaseException, secrets: tuple[str, ...]) -> str:

@@ -77,6 +77,29 @@ def test_map_error(exc: BaseException, expected: type, words: str) -> None:
     assert URI in str(err) or (expected is NotFoundError and URI in str(err))
 
 
+def test_an_unreachable_identity_endpoint_is_transient_not_denied() -> None:
+    """azure-identity reports a token endpoint it cannot reach as ClientAuthenticationError with
+    the connection error as its cause: a network fault, retried, never "permission denied"."""
+    from azure.identity import ClientSecretCredential
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    credential = ClientSecretCredential(
+        "tenant",
+        "client",
+        "s3cret-value",
+        authority=f"https://127.0.0.1:{port}",
+        disable_instance_discovery=True,  # else it asks login.microsoftonline.com first
+    )
+    with pytest.raises(ClientAuthenticationError) as raised:
+        credential.get_token("https://storage.azure.com/.default")
+    err = map_error(raised.value, URI, "read", config=CONFIG)
+    assert type(err) is TransientError, err
+    assert "connection to" in str(err) and URI in str(err) and "retried" in str(err)
+    assert "s3cret-value" not in str(err)
+
+
 def test_exact_types_for_the_core() -> None:
     """A missing blob is exactly NotFoundError (loads as "no checkpoint"); a missing
     container is the subclass that load() raises."""
