@@ -83,6 +83,17 @@ class _Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------- helpers
 
 
+def _count(text: str) -> int:
+    """A whole number of 0 or more, for argparse (its error becomes the usage error's line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give 0 (all) or more")
+    return value
+
+
 def _size_text(n: int | None) -> str:
     if n is None:
         return "-"
@@ -656,7 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect", "describe a checkpoint without extracting it", cmd_inspect, show_inspect, moves=True
     )
     p.add_argument("uri", metavar="URI", help="the checkpoint object: a local path or a URI (s3://...)")
-    p.add_argument("--limit", type=int, default=10, help="top entries to show (0: all; default 10)")
+    p.add_argument("--limit", type=_count, default=10, help="top entries to show (0: all; default 10)")
     p.add_argument("--members", action="store_true", help="also list every member of a tarball")
     p = command(
         "pull",

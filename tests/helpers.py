@@ -1,8 +1,9 @@
-"""Builders of tar streams for tests, written by hand so hostile members can be made."""
+"""Test helpers: tar streams written by hand (so hostile members can be made) and tree snapshots."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import tarfile
@@ -57,4 +58,22 @@ def tree(root: Path) -> dict[str, object]:
                 out[rel] = ("dir",)
             else:
                 out[rel] = p.read_bytes()
+    return out
+
+
+#: Each entry under a tree: kind, and for files a SHA-256 of the bytes and the mode.
+Snapshot = dict[str, tuple[object, ...]]
+
+
+def snapshot(root: Path) -> Snapshot:
+    """Every entry under ``root``: kind, and for files a SHA-256 of the bytes and the mode."""
+    out: Snapshot = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            out[rel] = ("link", os.readlink(path))
+        elif path.is_dir():
+            out[rel] = ("dir",)
+        else:
+            out[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mode & 0o777)
     return out

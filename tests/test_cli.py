@@ -25,7 +25,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from conftest import require
-from tests.helpers import file_member, link_member, tar_bytes
+from tests.helpers import file_member, link_member, snapshot, tar_bytes
 from tests.uri_secrets import PIECES, SPECIAL, assert_absent, with_password
 
 SCRIPT = Path(sys.executable).with_name("flyte-checkpoint")
@@ -106,19 +106,6 @@ def make_tree(root: Path) -> Path:
     (root / "meta.json").write_text('{"epoch": 7}')
     (root / "latest").symlink_to("model.bin")
     return root
-
-
-def snapshot(root: Path) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            out[rel] = ("link", os.readlink(path))
-        elif path.is_dir():
-            out[rel] = ("dir",)
-        else:
-            out[rel] = ("file", path.read_bytes(), path.stat().st_mode & 0o777)
-    return out
 
 
 def loaded_by_library(uri: str, tmp_path: Path) -> tuple[Path | None, dict[str, object]]:
@@ -429,6 +416,11 @@ def test_usage_errors_exit_2_with_one_line():
     assert out.returncode == 2
     assert json.loads(out.stdout)["type"] == "UsageError"
     assert "the following arguments are required: DIR" in one_line_error(out)
+    out = cli("inspect", "anything", "--limit", "-1", ok=False)
+    assert out.returncode == 2
+    assert "argument --limit: -1 is negative: give 0 (all) or more" in one_line_error(out)
+    out = cli("inspect", "anything", "--limit", "ten", ok=False)
+    assert out.returncode == 2 and "argument --limit: 'ten' is not a whole number" in one_line_error(out)
 
 
 def test_verbose_logs_one_info_line_per_transfer_and_debug_logs_store_calls(tmp_path):

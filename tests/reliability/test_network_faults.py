@@ -55,6 +55,7 @@ from flyte_checkpoint.format.restore import restore
 from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import get_registry, store_for
+from tests.helpers import snapshot
 from tests.test_retry import Clock as PauseClock  # time for the retry module: only pauses advance it
 
 from .faultproxy import HANG_GUARD, Fault, FaultProxy
@@ -338,19 +339,6 @@ def make_tree(root: Path, seed: int) -> Path:
     (root / "meta.json").write_text(f'{{"seed": {seed}}}')
     (root / "last").symlink_to("model.bin")
     return root
-
-
-def snapshot(root: Path) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            out[rel] = ("link", os.readlink(path))
-        elif path.is_dir():
-            out[rel] = ("dir",)
-        else:
-            out[rel] = ("file", path.read_bytes())
-    return out
 
 
 def tarball_of(tree: Path, tmp: Path) -> bytes:

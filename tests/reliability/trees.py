@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import flyte_checkpoint as fc
-
-#: Each entry under a tree: kind, and for files a SHA-256 of the bytes and the mode.
-Snapshot = dict[str, tuple[object, ...]]
+from tests.helpers import Snapshot, snapshot
 
 
 def make_tree(root: Path, version: int) -> Snapshot:
@@ -30,20 +27,6 @@ def make_tree(root: Path, version: int) -> Snapshot:
     (root / "empty").write_bytes(b"")
     (root / "latest").symlink_to("model.bin")
     return snapshot(root)
-
-
-def snapshot(root: Path) -> Snapshot:
-    """Every entry under ``root``: kind, and for files a SHA-256 of the bytes and the mode."""
-    out: Snapshot = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            out[rel] = ("link", os.readlink(path))
-        elif path.is_dir():
-            out[rel] = ("dir",)
-        else:
-            out[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mode & 0o777)
-    return out
 
 
 def loaded(uri: str, scratch: Path) -> Snapshot | None:
