@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import NotFoundError, PathTooLongError, UnsupportedDataError
-from .forksafe import lock
+from .forksafe import PerProcess, lock
 from .logs import logger
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
 
 if TYPE_CHECKING:
+    from .background import Lane, SaveHandle
     from .cancellation import Scope
     from .saveorder import Turn
 
@@ -116,6 +117,8 @@ class Checkpoint(BaseCheckpoint):
         self._loaded: tuple[Path | None] | None = None
         self._loading: Scope | None = None  # the download in flight, which close() cancels
         self._stale: list[Callable[[], object]] = []  # workspaces it removes when it stops
+        # Background saves (flyte_checkpoint.background): a forked child gets an empty lane.
+        self._lane: PerProcess[Lane] = PerProcess(_new_lane)
 
     # -- properties ------------------------------------------------------------
 
@@ -259,6 +262,7 @@ class Checkpoint(BaseCheckpoint):
         from .cancellation import Scope
         from .saveorder import take
 
+        self._raise_unseen()
         self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}"))
 
     async def save(self, data: Data) -> None:
@@ -268,12 +272,16 @@ class Checkpoint(BaseCheckpoint):
         ``Checkpoint`` (see :mod:`flyte_checkpoint.saveorder`). Cancelling the awaiting task
         aborts the upload: nothing is committed unless the commit had already begun, and
         a later save starts only once this one has stopped.
+
+        Raises (before saving): the error of a background save that failed unseen (see
+        :meth:`save_background`).
         """
         import asyncio
 
         from .cancellation import Scope
         from .saveorder import take
 
+        self._raise_unseen()
         turn = take(self._dest)  # in the caller, so the order is that of the calls
         scope = Scope(f"save to {redact(self._dest)}")
         try:
@@ -283,15 +291,147 @@ class Checkpoint(BaseCheckpoint):
             raise
 
     def _save(self, data: Data, turn: Turn, scope: Scope) -> None:
+        with turn:
+            self._upload(self._prepare(data), turn, scope)
+
+    def _upload(self, action: Callable[[], int], turn: Turn, scope: Scope) -> None:
         from .cancellation import using
 
-        with turn:
-            action = self._prepare(data)
-            turn.wait(scope)
-            started = time.monotonic()
-            with using(scope):
-                size = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
+        turn.wait(scope)
+        started = time.monotonic()
+        with using(scope):
+            size = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
         log_transfer("saved", self._dest, size, time.monotonic() - started)
+
+    # -- background saves ------------------------------------------------------
+
+    def save_background(self, data: Data) -> SaveHandle:
+        """Start a save and return once ``data`` is safe from later changes, with its handle.
+
+        Bytes are kept as given (a ``bytearray`` or ``memoryview`` is copied); a file or
+        folder is first copied into a staging folder on its own filesystem, by reflink where
+        the filesystem has them (see :mod:`flyte_checkpoint.snapshot`), so the caller may
+        change it at once. The upload runs in this checkpoint's worker thread. At most one
+        upload runs and one waits: a newer save replaces the waiting one, whose handle then
+        reports ``superseded``. Saves commit in call order, with :meth:`save` and
+        :meth:`save_sync` ones too.
+
+        A failed save raises from its handle's ``result()``; if nobody called it, from this
+        checkpoint's next save, :meth:`wait` or :meth:`close`, once.
+
+        Raises:
+            the error of an earlier background save that failed unseen (nothing is started);
+            NotFoundError, UnsupportedDataError, SourceChangedError, OSError: from the snapshot.
+        """
+        from .background import Job, SaveHandle
+        from .cancellation import Scope
+        from .saveorder import take
+
+        self._raise_unseen()
+        what = f"save to {redact(self._dest)}"
+        turn = take(self._dest)  # now, so the order is that of the calls
+        staged = None
+        try:
+            scope = Scope(what)
+            if isinstance(data, (str, os.PathLike)):
+                from .snapshot import stage
+
+                src = local_path(os.fspath(data))
+                is_dir = _is_dir(src)
+                leave_out = None
+                if is_dir and is_local(self._dest):
+                    from .storage.stores.local import leave_out_for
+
+                    leave_out = leave_out_for(self._dest)
+                staged = stage(src, is_dir, self._local_root, leave_out)
+                data = staged.path
+            action = self._prepare(data)
+            handle = SaveHandle(what, scope)
+            job = Job(handle, turn, scope, lambda: self._upload(action, turn, scope), staged, self)
+        except BaseException:
+            turn.leave()
+            if staged is not None:
+                staged.remove()
+            raise
+        self._lane.get().submit(job)
+        return handle
+
+    async def save_background_async(self, data: Data) -> SaveHandle:
+        """:meth:`save_background`, its snapshot taken in a worker thread (the event loop goes on)."""
+        import asyncio
+
+        return await asyncio.to_thread(self.save_background, data)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for every background save started on this checkpoint to end.
+
+        Raises:
+            SaveTimeoutError: they have not ended within ``timeout`` seconds (they go on).
+            the error of a background save that failed unseen (once).
+        """
+        lane = self._lane.peek()
+        if lane is None:
+            return
+        if not lane.wait(timeout):
+            from .errors import SaveTimeoutError
+
+            raise SaveTimeoutError(
+                f"background saves to {redact(self._dest)} have not ended within {timeout:g}s; they go"
+                " on: wait again, or close()"
+            )
+        self._raise_unseen()
+
+    async def wait_async(self, timeout: float | None = None, *, cancel: bool = False) -> None:
+        """:meth:`wait` without blocking the event loop.
+
+        Cancelling the awaiting task leaves the saves running, unless ``cancel`` is true: then
+        they are cancelled too (each commits nothing unless its commit had begun).
+        """
+        from .background import wait_handles
+
+        lane = self._lane.peek()
+        if lane is None:
+            return
+        await wait_handles(lane.handles(), timeout, cancel=cancel)
+        self._raise_unseen()
+
+    def _raise_unseen(self) -> None:
+        lane = self._lane.peek()
+        error = lane.take_unseen() if lane is not None else None
+        if error is not None:
+            raise error
+
+    def _local_root(self) -> str:
+        """The local root (made if needed), where staging folders go when on the source's filesystem."""
+        self.path  # noqa: B018 - makes the root
+        root = self._root
+        assert root is not None
+        return root
+
+    def _stop_background(self) -> BaseException | None:
+        """Wait for the background saves (bounded), cancel what is left; the error to raise."""
+        lane = self._lane.peek()
+        if lane is None:
+            return None
+        from .background import CLOSE_TIMEOUT_ENV, close_timeout
+        from .errors import ConfigurationError, SaveTimeoutError
+
+        problem: BaseException | None = None
+        try:
+            timeout = close_timeout()
+        except ConfigurationError as exc:
+            from .background import DEFAULT_CLOSE_TIMEOUT
+
+            problem, timeout = exc, DEFAULT_CLOSE_TIMEOUT
+        if not lane.wait(timeout):
+            lane.cancel()
+            lane.take_unseen()  # the timeout is what the caller hears of
+            return SaveTimeoutError(
+                f"background saves to {redact(self._dest)} did not end within {timeout:g}s"
+                f" ({CLOSE_TIMEOUT_ENV}): they were cancelled and the previous checkpoint"
+                " was kept. Raise the variable, or wait() for them before closing"
+            )
+        return lane.take_unseen() or problem
 
     def _prepare(self, data: Data):
         """Check ``data`` now (so errors are not retried) and return the upload to run."""
@@ -354,11 +494,22 @@ class Checkpoint(BaseCheckpoint):
     # -- lifetime --------------------------------------------------------------
 
     def close(self) -> None:
-        """Remove the workspace. The checkpoint stays usable: a later use makes a new one.
+        """Wait for background saves, then remove the workspace. The checkpoint stays usable.
+
+        Background saves started are waited for, for at most ``FLYTE_CHECKPOINT_CLOSE_TIMEOUT``
+        seconds (default 300); what is left then is cancelled (the previous checkpoint stays)
+        and :class:`~flyte_checkpoint.errors.SaveTimeoutError` is raised once the workspace is
+        removed. A background save that failed unseen raises here too (once).
 
         A download in flight is cancelled and removes what it restored when it stops; this
         returns without waiting for it. In a forked child the parent's workspace is left alone.
         """
+        error = self._stop_background()
+        self._remove_workspace()
+        if error is not None:
+            raise error
+
+    def _remove_workspace(self) -> None:
         with self._lock.get():
             remove, loading = self._finalizer, self._loading
             self._root = self._finalizer = self._loaded = None
@@ -373,12 +524,25 @@ class Checkpoint(BaseCheckpoint):
     def __enter__(self) -> Checkpoint:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        # The block's own error goes on; a background save's is logged, not lost.
+        error = self._stop_background()
+        self._remove_workspace()
+        if error is not None:
+            logger().error("a background save failed while the block raised %r: %s", exc, error)
 
     def __repr__(self) -> str:
         src = redact(self._src) if self._src else None
         return f"Checkpoint(dest={redact(self._dest)!r}, src={src!r})"
+
+
+def _new_lane() -> Lane:
+    from .background import Lane
+
+    return Lane()
 
 
 def _is_dir(src: Path) -> bool:

@@ -70,6 +70,11 @@ class OperationCancelledError(CheckpointError, InterruptedError):
     """
 
 
+class SaveTimeoutError(CheckpointError, TimeoutError):
+    """Background saves did not end in time: ``wait(timeout)`` or a handle's ``result(timeout)``
+    (they go on), or ``close()`` after ``FLYTE_CHECKPOINT_CLOSE_TIMEOUT`` (they were cancelled)."""
+
+
 class CorruptCheckpointError(CheckpointError, ValueError):
     """The stored object is truncated or damaged (bad gzip checksum, broken tar stream)."""
 
@@ -133,6 +138,7 @@ __all__ = [
     "NotFoundError",
     "OperationCancelledError",
     "PathTooLongError",
+    "SaveTimeoutError",
     "SourceChangedError",
     "StoreError",
     "TransientError",
