@@ -25,6 +25,9 @@ writer it opens:
   to be sent) and ``s3:commit-answered`` (S3 has answered it; the store has not returned).
 
 The thread that reaches the point stops there; others go on until they wait for it.
+With :data:`WRITER_ENV` set to *n*, only the *n*-th writer opened (counted from 1) has
+points, so a child making many saves is stopped inside the one chosen (the ``s3:`` points,
+which are hooked on the client, are not counted per writer).
 
 In the parent, :func:`kill_at` starts the script, waits for the point (or for the end,
 when the point is never reached) and kills the child. Later crash tests (background,
@@ -48,6 +51,8 @@ from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 
 #: The environment variable naming the point a child stops at.
 ENV = "FCP_KILL_AT"
+#: The environment variable naming which writer (1 = the first opened) has the points.
+WRITER_ENV = "FCP_KILL_WRITER"
 ROOT = Path(__file__).resolve().parents[2]
 #: Seconds a child may take to reach its point or finish before the test fails (a guard only).
 HANG = float(os.environ.get("FCP_HANG", "120"))
@@ -133,8 +138,16 @@ class _PointWriter(BlobWriter):
 class _PointStore(BlobStore):
     def __init__(self, inner: BlobStore) -> None:
         self.inner = inner
+        self.only = int(os.environ.get(WRITER_ENV) or 0)  # 0: every writer
+        self.opened = 0
+        self.lock = threading.Lock()
 
     def open_write(self, uri: str) -> BlobWriter:
+        with self.lock:
+            self.opened += 1
+            chosen = self.only in (0, self.opened)
+        if not chosen:
+            return self.inner.open_write(uri)
         writer = _PointWriter(self.inner.open_write(uri))
         reach("open")
         return writer
