@@ -45,9 +45,14 @@ def load_example(name: str):
 # -- the examples -----------------------------------------------------------------------------
 
 
-def test_torch_train_linear_resumes_model_optimizer_and_epoch(tmp_path):
+@pytest.mark.parametrize("how", [[], ["--background"]], ids=["save_sync", "save_background"])
+def test_torch_train_linear_resumes_model_optimizer_and_epoch(how, tmp_path):
+    """Proves: the example resumes exactly, saving synchronously or in the background (where
+    each crash's attempt close waits for the upload in flight, so the next attempt resumes at
+    the epoch after the last one saved)."""
     need("torch", "torch==2.13.0")
-    out = run_example("torch_train_linear.py", tmp_path)
+    out = run_example("torch_train_linear.py", tmp_path, *how)
+    assert ("in the background" in out) == bool(how)
     assert re.findall(r"attempt (\d+): starting at epoch (\d+)", out) == [("0", "0"), ("1", "3"), ("2", "6")]
     assert "trained 8 epochs with 2 crashes" in out
     # The same training without crashes, here: identical weights, to the last bit.
@@ -247,6 +252,60 @@ def test_save_last_link_resolves_after_save_and_load(link_form, tmp_path):
         assert link.resolve() == (path / newest.name).resolve()
         assert link.read_bytes() == newest.read_bytes()
         assert fc.latest_checkpoint(path) == link
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_mirror_uploads_in_the_background_by_default_and_waits_at_fit_end(background, tmp_path):
+    """Proves (issue 17): by default the mirror's uploads run outside the training thread and
+    training goes on while one is held (the first upload waits until epoch 2 has started, which
+    would never happen if training waited for it); with ``background=False`` the training thread
+    uploads. Either way, when ``fit`` returns the last ``last.ckpt`` has been stored."""
+    need("lightning", "lightning")
+    import threading
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from flyte_checkpoint.integrations.lightning import CheckpointMirror
+    from tests.reliability.gates import HANG
+    from tests.spystore import spying
+
+    Tiny, loader = tiny_lightning()
+    epoch_two = threading.Event()
+    uploaders: list[threading.Thread] = []
+
+    def hook(op: str, uri: str) -> None:
+        if op != "open_write":
+            return
+        uploaders.append(threading.current_thread())
+        if background and len(uploaders) == 1:
+            assert epoch_two.wait(HANG), "training did not go on while the first upload was held"
+
+    class Epochs(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 2:
+                epoch_two.set()
+
+    obj = tmp_path / "obj"
+    with spying("file", hook) as spy:
+        mirror = CheckpointMirror(fc.Checkpoint(spy.uri_for(str(obj))), background=background)
+        trainer = pl.Trainer(
+            max_epochs=4,
+            accelerator="cpu",
+            devices=1,
+            default_root_dir=str(tmp_path),
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "ckpts"), save_last=True), mirror, Epochs()],
+        )
+        trainer.fit(Tiny(), loader())
+    main = threading.current_thread()
+    assert uploaders and all((t is not main) == background for t in uploaders)
+    with fc.Checkpoint(str(tmp_path / "unused"), str(obj)) as cp:
+        restored = cp.load_sync()
+        assert restored is not None
+        assert (restored / "last.ckpt").read_bytes() == (tmp_path / "ckpts" / "last.ckpt").read_bytes()
 
 
 def test_mirror_needs_a_checkpoint_and_one_folder(lit, tmp_path):

@@ -14,7 +14,8 @@
 
 :class:`CheckpointMirror` saves the folder of the trainer's ``ModelCheckpoint`` (``last.ckpt``,
 ``epoch=...ckpt``...) as this attempt's checkpoint (a directory checkpoint: one gzip tarball)
-each time ``ModelCheckpoint`` has written something new. :func:`resume_path` restores the
+each time ``ModelCheckpoint`` has written something new: in the background by default
+(``Checkpoint.save_background``: training goes on while it uploads; the end of training waits). :func:`resume_path` restores the
 previous attempt's checkpoint and returns its newest ``last.ckpt`` for ``ckpt_path``.
 
 Importing this module imports Lightning (``lightning.pytorch``, else ``pytorch_lightning``);
@@ -73,11 +74,16 @@ class CheckpointMirror(pl.Callback):
         carry_forward: when training starts from a restored directory checkpoint, save it at
             once as this attempt's checkpoint, so that an attempt that fails before its first
             save does not leave the next attempt with nothing to resume from.
+        background: upload with ``save_background`` (the folder is snapshotted, training goes
+            on; at most one upload runs and one waits, a newer one replacing the waiting one),
+            and wait for the uploads when training ends, raises, and at teardown. ``False``
+            saves synchronously (``save_sync``), as does a checkpoint without ``save_background``.
 
     ``ModelCheckpoint`` always runs after other callbacks in a hook, so the folder is
     mirrored at the next hook: the start of the next training batch or epoch, the end of
     training, and (as a last effort, errors logged) when training raises. Only the global
-    rank zero process saves.
+    rank zero process saves. A background upload's error is raised at the next save or at
+    the end of training (logged when training raised).
 
     Raises (when training starts):
         RuntimeError: no ``checkpoint`` and no task context; or no folder to mirror.
@@ -90,8 +96,10 @@ class CheckpointMirror(pl.Callback):
         dirpath: str | os.PathLike[str] | None = None,
         *,
         carry_forward: bool = True,
+        background: bool = True,
     ) -> None:
         super().__init__()
+        self.background = background
         self._given = checkpoint
         self._dirpath = Path(dirpath) if dirpath is not None else None
         self.carry_forward = carry_forward
@@ -120,12 +128,20 @@ class CheckpointMirror(pl.Callback):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self.mirror(trainer)
+        self.wait()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         try:
             self.mirror(trainer)
+            self.wait()
         except Exception as exc:  # never hide the training error behind ours
             log.error("could not mirror the Lightning checkpoint folder after an error: %s", exc)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        try:
+            self.wait()
+        except Exception as exc:  # the end of training already raised any error it could
+            log.error("a background save of the Lightning checkpoint folder failed: %s", exc)
 
     # -- the work --------------------------------------------------------------------------
 
@@ -138,10 +154,20 @@ class CheckpointMirror(pl.Callback):
         now = _snapshot(self.folder)
         if not now or now == self._seen:
             return False
-        self.checkpoint.save_sync(self.folder)
+        save_background = getattr(self.checkpoint, "save_background", None)
+        if self.background and save_background is not None:
+            save_background(self.folder)  # returns once the folder is snapshotted
+        else:
+            self.checkpoint.save_sync(self.folder)
         self._seen = now
         self.saves += 1
         return True
+
+    def wait(self) -> None:
+        """Wait for the background uploads started (their errors are raised here, once)."""
+        wait = getattr(self.checkpoint, "wait", None)
+        if self.background and wait is not None:
+            wait()
 
 
 def resume_path(checkpoint: BaseCheckpoint | None = None, glob_pattern: str = LAST_CKPT) -> str | None:
