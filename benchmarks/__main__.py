@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import in_flyte
+from . import background, in_flyte
 from .datasets import DATASETS
 
 ROOT = Path(__file__).resolve().parent
@@ -147,6 +147,47 @@ def local_suite(name: str, data: Path, work: Path, runs: int, approaches: list[s
     return rows
 
 
+def moto_bench(endpoint: str) -> tuple[dict[str, str], object]:
+    """The environment that points our store at moto's server, and a boto3 client with the
+    ``bench`` bucket made."""
+    # moto copies the whole object for every ranged GET, so there one GET is fastest; the
+    # plugin's defaults are for real S3 (ranges in parallel), so the range size is raised here.
+    env = dict(
+        os.environ,
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        FLYTE_CHECKPOINT_S3_READ_RANGE_SIZE=str(8 * 2**30),
+    )
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.create_bucket(Bucket="bench")
+    return env, client
+
+
+def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool) -> str:
+    """Background saves of the model data set (local, and S3 with ``s3``) and the loop."""
+    data = DATASETS["model"](cache, scale)
+    warm = warm_bytes(data)
+    rows = [("model", "file", background.suite("model", data, work, runs, measure, warm, None))]
+    if s3:
+        sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
+        from flyte_checkpoint_s3_tests.server import moto_s3_server
+
+        with moto_s3_server(min_part_size=None) as endpoint:
+            env, _ = moto_bench(endpoint)
+            rows.append(("model", "s3 (moto)", background.suite("model", data, work, runs, measure, warm, env)))
+    return background.fmt(rows, background.loop_suite(work, runs, measure))
+
+
 def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
     """On moto's S3 server: our directory save/load against boto3 on the same tarball."""
     sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
@@ -154,26 +195,7 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
 
     rows = []
     with moto_s3_server(min_part_size=None) as endpoint:
-        # moto copies the whole object for every ranged GET, so there one GET is fastest; the
-        # plugin's defaults are for real S3 (ranges in parallel), so the range size is raised here.
-        env = dict(
-            os.environ,
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing",
-            AWS_DEFAULT_REGION="us-east-1",
-            FLYTE_CHECKPOINT_S3_READ_RANGE_SIZE=str(8 * 2**30),
-        )
-        import boto3
-
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        client.create_bucket(Bucket="bench")
+        env, client = moto_bench(endpoint)
         # boto3 moves the very bytes our save writes: made once, kept as a local file
         tarball = work / f"{name}-ours.tgz"
         measure("ours_save", str(data), f"s3://bench/{name}/setup", env=env)
@@ -307,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only ours against flyte.ctx().checkpoint inside a Flyte task (Flyte's local mode)",
     )
+    p.add_argument(
+        "--background",
+        action="store_true",
+        help="also background saves: time blocked vs save_sync (model data), loop throughput",
+    )
+    p.add_argument("--background-only", action="store_true", help="only the background saves' figures")
     args = p.parse_args(argv)
 
     cache = Path(args.cache)
@@ -327,8 +355,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--in-flyte-only needs the flyte package (pip install flyte==2.12.1)")
     rows, s3_rows, flyte_rows, sizes = [], [], [], {}
     work = Path(tempfile.mkdtemp(prefix="fcp-bench-", dir=cache))
+    background_table = ""
     try:
-        for name in args.data or ["model", "jsonl", "small"]:
+        if args.background or args.background_only:
+            background_table = background_suites(cache, work, args.scale, args.runs, args.s3)
+        for name in [] if args.background_only else args.data or ["model", "jsonl", "small"]:
             data = DATASETS[name](cache, args.scale)
             sizes[name] = tree_bytes(data)
             print(
@@ -362,7 +393,10 @@ def main(argv: list[str] | None = None) -> int:
             " given that CRC; the composite columns store per-part CRC32s, as upload_file does by default.\n"
         )
         print(fmt_s3(s3_rows))
-    if args.in_flyte_only:
+    if background_table:
+        print("\n## Background saves (model data; ratios in this run)\n")
+        print(background_table)
+    if args.in_flyte_only or args.background_only:
         return 0
     bare, imported = import_cost(args.runs)
     print(
