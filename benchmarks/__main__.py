@@ -184,7 +184,9 @@ def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool
 
         with moto_s3_server(min_part_size=None) as endpoint:
             env, _ = moto_bench(endpoint)
-            rows.append(("model", "s3 (moto)", background.suite("model", data, work, runs, measure, warm, env)))
+            rows.append(
+                ("model", "s3 (moto)", background.suite("model", data, work, runs, measure, warm, env))
+            )
     return background.fmt(rows, background.loop_suite(work, runs, measure))
 
 

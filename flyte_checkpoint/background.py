@@ -19,6 +19,7 @@ nothing, so the previous checkpoint stays whole.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -136,7 +137,15 @@ class SaveHandle:
                 self._callbacks.remove(callback)
 
     def __repr__(self) -> str:
-        state = "superseded" if self._superseded else "failed" if self._error else "done" if self.done() else "running"
+        state = (
+            "superseded"
+            if self._superseded
+            else "failed"
+            if self._error
+            else "done"
+            if self.done()
+            else "running"
+        )
         return f"<SaveHandle {self.what}: {state}>"
 
 
@@ -277,7 +286,8 @@ async def wait_handles(handles: list[SaveHandle], timeout: float | None, *, canc
             left[0] -= 1
             last = left[0] == 0
         if last:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(_finish, future)
 
     for handle in pending:
         handle._on_done(one_done)
@@ -295,6 +305,11 @@ async def wait_handles(handles: list[SaveHandle], timeout: float | None, *, canc
     finally:
         for handle in pending:
             handle._forget(one_done)
+
+
+def _finish(future: asyncio.Future[None]) -> None:
+    if not future.done():  # not cancelled meanwhile
+        future.set_result(None)
 
 
 #: Every lane of this process, for the wait at interpreter exit.

@@ -40,7 +40,6 @@ FICLONE = 0x40049409
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-
 class Staged:
     """A staged copy: :attr:`path` is what to upload; :meth:`remove` deletes the staging folder."""
 
@@ -56,7 +55,9 @@ class Staged:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def stage(src: Path, is_dir: bool, local_root: Callable[[], str], leave_out: LeaveOut | None = None) -> Staged:
+def stage(
+    src: Path, is_dir: bool, local_root: Callable[[], str], leave_out: LeaveOut | None = None
+) -> Staged:
     """Copy ``src`` into a new staging folder and return it.
 
     ``local_root()`` makes (if needed) and returns the checkpoint's local root. ``leave_out``
@@ -111,7 +112,11 @@ class _Copier:
     def tree(self, src: str, dest: str) -> None:
         st = os.stat(src)
         os.mkdir(dest, 0o700)
-        skip = self.leave_out if self.leave_out is not None and self.leave_out.folder == (st.st_dev, st.st_ino) else None
+        skip = (
+            self.leave_out
+            if self.leave_out is not None and self.leave_out.folder == (st.st_dev, st.st_ino)
+            else None
+        )
         with os.scandir(src) as it:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
@@ -139,7 +144,9 @@ class _Copier:
         if real == root or real.startswith(root.rstrip("/") + "/"):
             # Inside the folder: the same place in the copy, by a relative link.
             there = os.path.join(self.dest_root, os.path.relpath(real, root))
-            os.symlink(target if not target.startswith("/") else os.path.relpath(there, os.path.dirname(dest)), dest)
+            os.symlink(
+                target if not target.startswith("/") else os.path.relpath(there, os.path.dirname(dest)), dest
+            )
         elif os.path.lexists(real):
             os.symlink(real, dest)  # leaves the folder: the same place, from anywhere
         else:
@@ -200,7 +207,9 @@ def _copy(src_fd: int, dest_fd: int, size: int) -> None:
             _copy_plain(src_fd, dest_fd, done)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise OSError(exc.errno, f"no space left to stage a copy for a background save: {exc}") from exc
+                raise OSError(
+                    exc.errno, f"no space left to stage a copy for a background save: {exc}"
+                ) from exc
             raise
 
 

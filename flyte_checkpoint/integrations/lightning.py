@@ -15,7 +15,8 @@
 :class:`CheckpointMirror` saves the folder of the trainer's ``ModelCheckpoint`` (``last.ckpt``,
 ``epoch=...ckpt``...) as this attempt's checkpoint (a directory checkpoint: one gzip tarball)
 each time ``ModelCheckpoint`` has written something new: in the background by default
-(``Checkpoint.save_background``: training goes on while it uploads; the end of training waits). :func:`resume_path` restores the
+(``Checkpoint.save_background``: training goes on while it uploads; the end of training
+waits). :func:`resume_path` restores the
 previous attempt's checkpoint and returns its newest ``last.ckpt`` for ``ckpt_path``.
 
 Importing this module imports Lightning (``lightning.pytorch``, else ``pytorch_lightning``);

@@ -148,7 +148,7 @@ def test_sigkill_during_background_saves_leaves_a_whole_recent_checkpoint(backen
         env = backend.child_env(**{WRITER_ENV: str(writer)})
         kill = kill_at(point, CRASH_SCRIPT, [dest, str(work), str(SAVES)], env, log)
         progress = (work / "progress.log").read_text().split()
-        events = list(zip(progress[::2], map(int, progress[1::2])))
+        events = list(zip(progress[::2], map(int, progress[1::2]), strict=True))
         started = [v for e, v in events if e == "started"]
         superseded = {v for e, v in events if e == "superseded"}
         committed = max((v for e, v in events if e == "committed"), default=0)
