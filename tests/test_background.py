@@ -588,3 +588,48 @@ def test_a_load_during_a_background_save_sees_the_old_or_new_checkpoint_whole(ta
         handle.result(timeout=HANG)
         assert folder_at(real, tmp_path) == {"step.txt": b"1", "weights.bin": big}
         cp.close()
+
+
+EXIT_SCRIPT = r"""
+import sys, threading
+from pathlib import Path
+import flyte_checkpoint as fc
+
+dest, folder = sys.argv[1], Path(sys.argv[2])
+exiting = threading.Event()
+
+
+def held(done, total):
+    # The upload (in the worker) waits until the interpreter has begun to exit.
+    if done and not exiting.is_set():
+        assert exiting.wait(60), "the interpreter never began to exit"
+
+
+cp = fc.Checkpoint(dest, progress=held)
+cp.save_background(folder)
+# Registered after the library's own exit hook, so it runs first (they run in reverse order).
+threading._register_atexit(exiting.set)
+print("returning", flush=True)
+"""
+
+
+def test_interpreter_exit_waits_for_the_upload_in_flight(tmp_path):
+    """Proves: a script that starts a background save and ends without ``close()`` has saved when
+    the process has ended: the upload, held until the interpreter begins to exit, commits."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "model"
+    make_folder(folder, 7)
+    dest = str(tmp_path / "obj")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, dest, str(folder)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=5 * HANG,
+    )
+    assert done.returncode == 0 and done.stdout == "returning\n", done.stderr[-3000:]
+    assert folder_at(dest, tmp_path) == {"step.txt": b"7", "weights.bin": b"\7" * 200_000}
