@@ -116,13 +116,29 @@ def tiny_lightning():
     return Tiny, loader
 
 
+def lightning_trainer(work: Path, epochs: int, callbacks: list):
+    """A quiet CPU trainer whose ModelCheckpoint writes ``work / "ckpts"`` (with ``last.ckpt``)."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    return pl.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        default_root_dir=str(work),
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ModelCheckpoint(dirpath=str(work / "ckpts"), save_last=True), *callbacks],
+    )
+
+
 @pytest.fixture
 def lit():
     """Lightning parts: a tiny model, its data, and a trainer factory."""
     need("lightning", "lightning")
     import lightning.pytorch as pl
     import torch
-    from lightning.pytorch.callbacks import ModelCheckpoint
 
     Tiny, loader = tiny_lightning()
 
@@ -141,17 +157,7 @@ def lit():
         def on_train_start(self, trainer, pl_module):
             self.seen.append(trainer.current_epoch)
 
-    def trainer(work: Path, epochs: int, callbacks: list) -> pl.Trainer:
-        return pl.Trainer(
-            max_epochs=epochs,
-            accelerator="cpu",
-            devices=1,
-            default_root_dir=str(work),
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            callbacks=[ModelCheckpoint(dirpath=str(work / "ckpts"), save_last=True), *callbacks],
-        )
+    trainer = lightning_trainer
 
     def train(root: Path, plan: dict[int, int], *, retries: int, carry_forward: bool = True, epochs: int = 5):
         from flyte_checkpoint.integrations.lightning import CheckpointMirror, resume_path
@@ -264,7 +270,6 @@ def test_the_mirror_uploads_in_the_background_by_default_and_waits_at_fit_end(ba
     import threading
 
     import lightning.pytorch as pl
-    from lightning.pytorch.callbacks import ModelCheckpoint
 
     from flyte_checkpoint.integrations.lightning import CheckpointMirror
     from tests.reliability.gates import HANG
@@ -289,17 +294,7 @@ def test_the_mirror_uploads_in_the_background_by_default_and_waits_at_fit_end(ba
     obj = tmp_path / "obj"
     with spying("file", hook) as spy:
         mirror = CheckpointMirror(fc.Checkpoint(spy.uri_for(str(obj))), background=background)
-        trainer = pl.Trainer(
-            max_epochs=4,
-            accelerator="cpu",
-            devices=1,
-            default_root_dir=str(tmp_path),
-            logger=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            callbacks=[ModelCheckpoint(dirpath=str(tmp_path / "ckpts"), save_last=True), mirror, Epochs()],
-        )
-        trainer.fit(Tiny(), loader())
+        lightning_trainer(tmp_path, 4, [mirror, Epochs()]).fit(Tiny(), loader())
     main = threading.current_thread()
     assert uploaders and all((t is not main) == background for t in uploaders)
     with fc.Checkpoint(str(tmp_path / "unused"), str(obj)) as cp:
