@@ -14,6 +14,7 @@ import os
 import queue
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,9 +174,9 @@ def test_background_and_synchronous_saves_commit_in_call_order(spied):
     other = fc.Checkpoint(dest)
     syncing = threading.Thread(target=other.save_sync, args=(b"sync",))
     syncing.start()
-    while saveorder.waiting(dest) < 2:  # bounded by the thread's progress: it takes its turn at once
-        if not syncing.is_alive():
-            break
+    deadline = time.monotonic() + HANG  # a hang guard: the thread takes its turn at once
+    while saveorder.waiting(dest) < 2 and syncing.is_alive() and time.monotonic() < deadline:
+        pass
     assert saveorder.waiting(dest) == 2
     third = cp.save_background(b"3")
     turnstile.let()
