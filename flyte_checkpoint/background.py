@@ -353,7 +353,10 @@ def _register_exit() -> None:
 
         atexit.register(_wait_at_exit)
     else:
-        register(_wait_at_exit)
+        try:
+            register(_wait_at_exit)
+        except RuntimeError:  # first used while the interpreter exits: too late to wait
+            logger().warning("background saves started during interpreter exit are not waited for")
 
 
 _register_exit()
