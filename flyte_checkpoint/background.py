@@ -184,6 +184,7 @@ class Lane:
         self._running: Job | None = None
         self._waiting: Job | None = None
         self._thread: threading.Thread | None = None
+        self._ended: threading.Thread | None = None  # the last worker, ending: wait() joins it
         self._unseen: list[SaveHandle] = []
         self.generation = generation()
         _lanes.add(self)
@@ -213,7 +214,7 @@ class Lane:
         with self._cond:
             if not self._cond.wait_for(lambda: self._running is None and self._waiting is None, timeout):
                 return False
-            thread = self._thread
+            thread = self._thread or self._ended
         if thread is not None and thread is not threading.current_thread():
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return True
@@ -252,7 +253,7 @@ class Lane:
                 self._waiting = None
                 self._running = job
                 if job is None:
-                    self._thread = None
+                    self._thread, self._ended = None, threading.current_thread()
                     self._cond.notify_all()
                     return
             error: BaseException | None = None
