@@ -187,7 +187,7 @@ def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool
             rows.append(
                 ("model", "s3 (moto)", background.suite("model", data, work, runs, measure, warm, env))
             )
-    return background.fmt(rows, background.loop_suite(work, runs, measure))
+    return background.fmt(rows, background.loop_suite(work, runs, measure, scale), scale)
 
 
 def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-#: The loop: steps, MiB hashed per step (GIL released), state file KiB saved each step.
+#: The loop: steps, MiB hashed per step (GIL released), state file KiB saved each step; a
+#: smaller one below scale 0.5 (a quick check, where the figures mean little).
 LOOP = ("40", "48", "1024")
+SMALL_LOOP = ("6", "4", "64")
 
 
 def suite(
@@ -47,7 +49,11 @@ def suite(
     return {k: statistics.median(v) for k, v in res.items()}
 
 
-def loop_suite(work: Path, runs: int, measure: Callable[..., dict]) -> dict[str, float]:
+def loop_args(scale: float) -> tuple[str, str, str]:
+    return LOOP if scale >= 0.5 else SMALL_LOOP
+
+
+def loop_suite(work: Path, runs: int, measure: Callable[..., dict], scale: float) -> dict[str, float]:
     """Median loop time with no saves, background saves and synchronous saves (local backend)."""
     import statistics
 
@@ -56,12 +62,12 @@ def loop_suite(work: Path, runs: int, measure: Callable[..., dict]) -> dict[str,
     for i in range(runs):
         for mode in modes[i % 3 :] + modes[: i % 3]:
             dest = str(work / f"loop-{mode}-{i}.obj")
-            res[mode].append(measure("training_loop", mode, dest, *LOOP)["loop_s"])
+            res[mode].append(measure("training_loop", mode, dest, *loop_args(scale))["loop_s"])
             Path(dest).unlink(missing_ok=True)
     return {k: statistics.median(v) for k, v in res.items()}
 
 
-def fmt(rows: list[tuple[str, str, dict[str, float]]], loop: dict[str, float] | None) -> str:
+def fmt(rows: list[tuple[str, str, dict[str, float]]], loop: dict[str, float] | None, scale: float) -> str:
     lines = [
         "| data | backend | save_sync s | save_background blocked s | its upload s | blocked / sync |",
         "|---|---|---|---|---|---|",
@@ -72,7 +78,7 @@ def fmt(rows: list[tuple[str, str, dict[str, float]]], loop: dict[str, float] | 
             f" | {100 * r['blocked'] / r['sync']:.1f}% |"
         )
     if loop:
-        steps, mib, kib = LOOP
+        steps, mib, kib = loop_args(scale)
         lines += [
             "",
             f"Training loop, {steps} steps hashing {mib} MiB each, saving a {kib} KiB state file every step"
