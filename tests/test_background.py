@@ -10,6 +10,7 @@ on the machine's speed; :data:`HANG` only turns a hang into a failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import tempfile
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import saveorder
+from flyte_checkpoint import background, saveorder
 from flyte_checkpoint.background import THREAD_NAME
 from flyte_checkpoint.errors import (
     CheckpointPermissionError,
@@ -261,18 +262,31 @@ def test_leaving_with_on_an_error_logs_the_background_failure_and_keeps_the_bloc
 # -- close waits ---------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def let_through_when_waited_for(turnstile: Turnstile) -> Iterator[None]:
+    """Let the held upload through only once something waits for the background saves (the
+    lane's ``wait``, which ``close()`` calls): a close that does not wait returns with it held."""
+    wait = background.Lane.wait
+
+    def waiting(self: background.Lane, timeout: float | None) -> bool:
+        turnstile.let()
+        return wait(self, timeout)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(background.Lane, "wait", waiting)
+        try:
+            yield
+        finally:
+            turnstile.let(5)
+
+
 def closing_waits(close, turnstile: Turnstile, dest: str) -> None:
-    """Call ``close()`` with an upload held; a timer lets it through later. ``close()`` must
-    return only after the upload committed: the payload is there as soon as it returns."""
+    """Call ``close()`` with an upload held, let through only when close waits for it: ``close()``
+    must return only after the upload committed, so the payload is there as soon as it returns."""
     assert turnstile.arrival() == 1
-    watchdog = threading.Timer(0.2, turnstile.let)
-    watchdog.start()
-    try:
+    with let_through_when_waited_for(turnstile):
         close()
         assert stored(dest) == b"last", "close() returned before the background save committed"
-    finally:
-        watchdog.cancel()
-        turnstile.let(5)
 
 
 def test_close_and_leaving_with_wait_for_the_upload_in_flight(spied):
@@ -306,14 +320,9 @@ def test_a_task_that_returns_has_saved(spied):
         cp.save_background(b"last")
         return cp.remote_destination
 
-    watchdog = threading.Timer(0.2, turnstile.let)  # lets the upload through later
-    watchdog.start()
-    try:
+    with let_through_when_waited_for(turnstile):
         attempt_dest = train()
         assert stored(attempt_dest) == b"last", "the task returned before its background save committed"
-    finally:
-        watchdog.cancel()
-        turnstile.let(5)
 
 
 def test_a_task_context_close_waits_for_the_upload_in_flight(spied):
