@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .checkpoint import BaseCheckpoint, Checkpoint
 from .context import CheckpointPaths, TaskContext, ctx, task
 from .paths import latest_checkpoint, repair_union_prev_checkpoint_uri
+from .preemption import preempt
 
 __all__ = [
     "BaseCheckpoint",
@@ -20,6 +21,7 @@ __all__ = [
     "configure_store",
     "ctx",
     "latest_checkpoint",
+    "preempt",
     "register_store",
     "repair_union_prev_checkpoint_uri",
     "task",

@@ -24,6 +24,7 @@ from .uri import is_local, local_path, normalize, redact
 if TYPE_CHECKING:
     from .background import Lane, SaveHandle
     from .cancellation import Scope
+    from .preemption import Registration, Saver
     from .saveorder import Turn
 
 Data = bytes | bytearray | memoryview | str | os.PathLike
@@ -490,6 +491,14 @@ class Checkpoint(BaseCheckpoint):
                 return source.size
 
         return put_file
+
+    def on_terminate(self, fn: Saver) -> Registration:
+        """Save ``fn()`` here when the process gets SIGTERM (or on ``fc.preempt()``), within the
+        grace budget: see :mod:`flyte_checkpoint.preemption`. Unregistered by the returned
+        registration's ``remove()``, or when this checkpoint is garbage-collected."""
+        from .preemption import on_terminate
+
+        return on_terminate(self, fn)
 
     # -- lifetime --------------------------------------------------------------
 

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .logs import logger
-from .uri import join, normalize, redact
+from .uri import normalize, redact
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
+    from .preemption import Registration, Saver
+    from .runs import Run
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,9 +68,38 @@ class TaskContext:
             )
         return self._checkpoint
 
+    def on_terminate(self, fn: Saver) -> Registration:
+        """Save ``fn()`` (bytes, a file or a folder; ``None``: nothing) as this attempt's
+        checkpoint when the process gets SIGTERM, or on :func:`flyte_checkpoint.preempt`.
+
+        Runs within ``$FLYTE_CHECKPOINT_GRACE_SECONDS`` (see :mod:`flyte_checkpoint.preemption`);
+        unregistered when the attempt ends, or by the returned registration's ``remove()``.
+
+        Raises:
+            NoTaskContextError: outside a task.
+            ValueError: this attempt has no checkpoint destination.
+        """
+        from .preemption import on_terminate
+
+        cp = self.checkpoint
+        if cp is None:
+            raise ValueError("on_terminate(): this attempt has no checkpoint destination to save to")
+        return on_terminate(cp, fn, owner=self)
+
     def close(self) -> None:
+        """End the attempt: its final-save registrations go, its checkpoint's workspace too."""
+        self.end_final_saves()
         if self._checkpoint is not None:
             self._checkpoint.close()
+
+    def end_final_saves(self) -> None:
+        """Unregister the final saves registered through this context or its checkpoint."""
+        if "flyte_checkpoint.preemption" in sys.modules:  # else none was ever registered
+            from .preemption import forget
+
+            forget(self)
+            if self._checkpoint is not None:
+                forget(self._checkpoint)
 
 
 class NoContext:
@@ -95,6 +126,10 @@ class NoContext:
             " or run it as a Flyte task; or, without a task, make one yourself:"
             " fc.Checkpoint(destination_uri, previous_uri). Test for a task first with 'if fc.ctx():'"
         )
+
+    def on_terminate(self, fn: Saver) -> Registration:
+        """Always raises :class:`~flyte_checkpoint.errors.NoTaskContextError`, as ``checkpoint`` does."""
+        return self.checkpoint.on_terminate(fn)
 
     def __bool__(self) -> bool:
         return False
@@ -157,16 +192,29 @@ def default_root() -> str:
     return os.path.join(tempfile.gettempdir(), "flyte-checkpoint-runs")
 
 
-def _attempts(fn: Callable[..., Any], retries: int, root: str | None, run_name: str | None):
-    """Yield the context of each attempt: run/action/attempt folders under the root."""
-    base = normalize(root) if root else default_root()
-    run = run_name or f"run-{os.urandom(6).hex()}"
-    action = fn.__name__
-    prev = None
-    for attempt in range(retries + 1):
-        dest = join(base, run, action, str(attempt), CHECKPOINT_NAME)
-        yield TaskContext(attempt, CheckpointPaths(dest, prev), run, action)
-        prev = dest
+def _attempts(run: Run, retries: int) -> Iterator[TaskContext]:
+    """Yield the context of each attempt of this call: run/action/attempt folders under the root."""
+    from .runs import attempts
+
+    for attempt, dest, prev in attempts(run, retries):
+        yield TaskContext(attempt, CheckpointPaths(dest, prev), run.name, run.action)
+
+
+@contextlib.contextmanager
+def _run(
+    func: Callable[..., Any], root: str | None, run_name: str | None, keep: bool | None
+) -> Iterator[Run]:
+    """The run of one call: opened (locked, earlier attempts found) and closed (removed when done)."""
+    from .runs import Run, base_of
+
+    run = Run(base_of(root), run_name, func.__name__, keep=keep)
+    run.open()
+    succeeded = False
+    try:
+        yield run
+        succeeded = True
+    finally:
+        run.close(succeeded=succeeded)
 
 
 def task(
@@ -175,14 +223,21 @@ def task(
     retries: int | None = None,
     checkpoint_root: str | None = None,
     run_name: str | None = None,
+    keep_checkpoints: bool | None = None,
 ) -> Any:
     """Run a function as a local task: up to ``retries + 1`` attempts, each with a checkpoint.
 
-    Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets attempt *k-1*'s
-    checkpoint as its source; ``ctx()`` inside the function gives both. An exception
-    starts the next attempt; when attempts run out the last exception is raised.
-    Works on ``def`` and ``async def`` functions. ``root`` is ``checkpoint_root``,
-    else ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
+    Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets as its source the newest
+    earlier attempt's checkpoint (attempt *k-1*'s when none has one); ``ctx()`` inside the
+    function gives both. An exception starts the next attempt; when attempts run out the
+    last exception is raised. Works on ``def`` and ``async def`` functions. ``root`` is
+    ``checkpoint_root``, else ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
+
+    A call with a ``run_name`` that was run before and did not finish (its process was
+    killed) goes on with that run's next attempt number and newest checkpoint. A run that
+    succeeds has its checkpoints removed, unless ``keep_checkpoints`` (default:
+    ``$FLYTE_CHECKPOINT_KEEP_RUNS``); so does a run without ``run_name``, however it ends.
+    See :mod:`flyte_checkpoint.runs`.
 
     Stacked on a Flyte v2 task, on either side of ``@env.task``: inside a Flyte task the
     function runs once, as it is (Flyte owns the retries, and ``ctx()`` gives Flyte's paths
@@ -195,6 +250,8 @@ def task(
     Raises:
         ValueError: ``retries`` is negative.
         TypeError: given a Flyte task that does not run a Python function.
+        RunInUseError: (on a call) the named run is running in another process.
+        ConfigurationError: (on a call) ``$FLYTE_CHECKPOINT_KEEP_RUNS`` is invalid.
     """
     if retries is not None and retries < 0:
         raise ValueError("retries must be 0 or more")
@@ -202,8 +259,10 @@ def task(
     def decorate(target: Any) -> Any:
         flyte_task = _function_task(target)
         if flyte_task is None:
-            return _local_runner(target, retries, checkpoint_root, run_name, None)
-        flyte_task.func = _local_runner(flyte_task.func, retries, checkpoint_root, run_name, flyte_task)
+            return _local_runner(target, retries, checkpoint_root, run_name, keep_checkpoints, None)
+        flyte_task.func = _local_runner(
+            flyte_task.func, retries, checkpoint_root, run_name, keep_checkpoints, flyte_task
+        )
         return flyte_task
 
     return decorate(fn) if fn is not None else decorate
@@ -234,6 +293,7 @@ def _local_runner(
     retries: int | None,
     root: str | None,
     run_name: str | None,
+    keep: bool | None,
     flyte_task: Any | None,
 ) -> Callable[..., Any]:
     """``func`` wrapped: retried by the local runner outside Flyte, run once inside a Flyte task."""
@@ -243,29 +303,42 @@ def _local_runner(
 
         @functools.wraps(func)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            if _current.get() is None and _flyte_context() is not None:
-                return await func(*args, **kwargs)
+            if _current.get() is None and (flyte_ctx := _flyte_context()) is not None:
+                with _flyte_attempt(flyte_ctx):
+                    return await func(*args, **kwargs)
             count = _local_retries(run_async, retries, flyte_task)
             failures: list[Exception] = []
-            for tctx in _attempts(func, count, root, run_name):
-                with _attempt(func, tctx, count, failures):
-                    return await func(*args, **kwargs)
+            with _run(func, root, run_name, keep) as run:
+                for tctx in _attempts(run, count):
+                    with _attempt(func, tctx, count, failures):
+                        return await func(*args, **kwargs)
             raise failures[-1]
 
         return run_async
 
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
-        if _current.get() is None and _flyte_context() is not None:
-            return func(*args, **kwargs)
+        if _current.get() is None and (flyte_ctx := _flyte_context()) is not None:
+            with _flyte_attempt(flyte_ctx):
+                return func(*args, **kwargs)
         count = _local_retries(run, retries, flyte_task)
         failures: list[Exception] = []
-        for tctx in _attempts(func, count, root, run_name):
-            with _attempt(func, tctx, count, failures):
-                return func(*args, **kwargs)
+        with _run(func, root, run_name, keep) as this_run:
+            for tctx in _attempts(this_run, count):
+                with _attempt(func, tctx, count, failures):
+                    return func(*args, **kwargs)
         raise failures[-1]
 
     return run
+
+
+@contextlib.contextmanager
+def _flyte_attempt(flyte_ctx: TaskContext) -> Iterator[None]:
+    """One attempt inside a Flyte task: its final-save registrations end with it."""
+    try:
+        yield
+    finally:
+        flyte_ctx.end_final_saves()
 
 
 @contextlib.contextmanager

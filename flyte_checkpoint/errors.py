@@ -124,6 +124,10 @@ class BackendConflictError(CheckpointError, RuntimeError):
     """A backend registration is invalid (for example, a name registered twice)."""
 
 
+class RunInUseError(CheckpointError, RuntimeError):
+    """A named local run (``@fc.task(run_name=...)``) is already running in another process."""
+
+
 __all__ = [
     "BackendConflictError",
     "BackendLoadError",
@@ -138,6 +142,7 @@ __all__ = [
     "NotFoundError",
     "OperationCancelledError",
     "PathTooLongError",
+    "RunInUseError",
     "SaveTimeoutError",
     "SourceChangedError",
     "StoreError",

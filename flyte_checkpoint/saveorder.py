@@ -19,6 +19,7 @@ import weakref
 from collections import deque
 
 from .cancellation import Scope
+from .errors import OperationCancelledError
 from .forksafe import PerProcess, generation
 
 
@@ -40,6 +41,10 @@ class Turn:
 
     def __init__(self, dest: str) -> None:
         self.dest = dest
+        #: The thread that will save in this turn: the one that took it, until one waits on it.
+        self.thread = threading.get_ident()
+        self._scope: Scope | None = None
+        self._dropped = False
         self._ready = threading.Event()
         self._ref: weakref.ref[Turn] | None = None
         self._lines: _Lines | None = None
@@ -48,17 +53,29 @@ class Turn:
         """Block until every earlier save to the destination has ended.
 
         Raises:
-            OperationCancelledError: ``scope`` was cancelled first.
+            OperationCancelledError: ``scope`` was cancelled first, or the turn was dropped
+                (:func:`drop_thread`).
         """
+        self.thread, self._scope = threading.get_ident(), scope
+        self._check_dropped()
         if scope is not None:
             scope.on_cancel(self._wake)
             try:
                 self._ready.wait()
             finally:
                 scope.forget(self._wake)
+            self._check_dropped()
             scope.check()
         else:
             self._ready.wait()
+        self._check_dropped()
+
+    def _check_dropped(self) -> None:
+        if self._dropped:
+            raise OperationCancelledError(
+                f"the save to {self.dest} was stopped by SIGTERM and cancelled, so that the final"
+                " save could go first: nothing was committed"
+            )
 
     def leave(self) -> None:
         """Give the turn up (idempotent): the next save to the destination may start."""
@@ -91,6 +108,26 @@ def take(dest: str) -> Turn:
         if len(queue) == 1:
             turn._ready.set()
     return turn
+
+
+def drop_thread(dest: str, thread: int) -> int:
+    """Take every turn of ``thread`` out of ``dest``'s line, cancelling its save; how many.
+
+    For the final save on SIGTERM: the thread the signal handler stopped cannot end a save
+    while the handler runs, so its turns would block the line. Its save, if it ever goes
+    on, raises :class:`~flyte_checkpoint.errors.OperationCancelledError` and commits nothing
+    (unless its commit had begun).
+    """
+    lines = _lines.get()
+    with lines.lock:
+        turns = [t for ref in lines.queues.get(dest, ()) if (t := ref()) is not None and t.thread == thread]
+    for turn in turns:
+        turn._dropped = True
+        if turn._scope is not None:
+            turn._scope.cancel()
+        turn._ready.set()
+        turn.leave()
+    return len(turns)
 
 
 def waiting(dest: str) -> int:

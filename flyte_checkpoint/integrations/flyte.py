@@ -29,7 +29,12 @@ Where ``load()`` reads (:func:`resolve_source`):
    ``TaskContext.checkpoint`` does this on ``JOBSET_RESTART_ATTEMPT > 0`` alone, and then
    reads only the destination, even when it is still empty and an earlier attempt's
    checkpoint exists; here the previous attempt's is used in that case.)
-2. Otherwise the previous path, as Flyte gave it, except that a remote previous URI naming
+2. **Flyte's local mode** (``flyte run --local``, ``flyte.run`` without a cluster): every
+   attempt of a run, and every re-run with the same raw data path, saves to the same
+   destination, and Flyte copies it to the previous path only before a retry. So when the
+   destination holds a non-empty object, it is the newest checkpoint (a process killed
+   after a final save on SIGTERM left it there): ``load()`` resumes from it.
+3. Otherwise the previous path, as Flyte gave it, except that a remote previous URI naming
    this very attempt's ``{run}/{action}/{n}`` folder is stepped back to ``n - 1``
    (:func:`flyte_checkpoint.repair_union_prev_checkpoint_uri`).
 
@@ -76,6 +81,9 @@ class FlyteTaskContext(TaskContext):
 
     restart_attempt: int | None = None
     flyte_context: Any = field(default=None, repr=False, compare=False)
+    #: Flyte's local mode, where every attempt and every re-run with the same raw data path
+    #: saves to the same destination (see :func:`resolve_source`).
+    local_mode: bool = False
 
     @property
     def checkpoint(self) -> Checkpoint | None:
@@ -101,6 +109,7 @@ class FlyteTaskContext(TaskContext):
                         restart_attempt=self.restart_attempt,
                         run_name=self.run_name,
                         action_name=self.action_name,
+                        local_mode=self.local_mode,
                     )
                     self._checkpoint = Checkpoint(dest, src)
         return self._checkpoint
@@ -157,6 +166,7 @@ def from_flyte(tctx: Any) -> FlyteTaskContext:
         action_name=str(getattr(action, "name", "") or ""),
         restart_attempt=_restart_attempt(tctx),
         flyte_context=tctx,
+        local_mode=getattr(tctx, "mode", None) == "local",
     )
 
 
@@ -210,11 +220,12 @@ def resolve_source(
     run_name: str = "",
     action_name: str = "",
     retry: RetryPolicy | None = None,
+    local_mode: bool = False,
 ) -> str | None:
     """The URI ``load()`` should read for a Flyte attempt saving to ``dest`` (see the module doc).
 
-    Looks at the store (one size query of ``dest``) only when ``restart_attempt > 0`` or
-    ``prev`` is blank.
+    Looks at the store (one size query of ``dest``) only when ``restart_attempt > 0``,
+    ``prev`` is blank, or in Flyte's local mode.
 
     Raises:
         OSError: with ``restart_attempt > 0``, the size of the object at ``dest`` could not
@@ -223,7 +234,7 @@ def resolve_source(
     """
     prev = _blank_to_none(prev)
     restarted = restart_attempt is not None and restart_attempt > 0
-    if restarted or prev is None:
+    if restarted or prev is None or local_mode:
         try:
             size = _size_of(dest, retry)
         except OSError as exc:
@@ -241,12 +252,16 @@ def resolve_source(
             )
             size = None
         if size:
+            if restarted or not local_mode:
+                why = "the pod restarted within the attempt"
+                why += f" (JobSet restart {restart_attempt})" if restarted else ""
+            else:
+                why = "Flyte's local mode saves every attempt and re-run there, so it is the newest"
             log.info(
-                "this attempt's destination %s already holds a checkpoint (%d bytes): the pod "
-                "restarted within the attempt%s, resuming from it",
+                "this attempt's destination %s already holds a checkpoint (%d bytes): %s; resuming from it",
                 redact(dest),
                 size,
-                f" (JobSet restart {restart_attempt})" if restarted else "",
+                why,
             )
             return dest
     if prev is not None and points_at_same_attempt(prev, dest, run_name=run_name, action_name=action_name):

@@ -1,0 +1,397 @@
+"""A last save when the machine is reclaimed: run what the task registered on SIGTERM.
+
+A task says what to save when its process is told to stop (spot reclaim, node drain,
+Flyte aborting the attempt)::
+
+    fc.ctx().on_terminate(lambda: model_dir)    # or cp.on_terminate(...); bytes, file or folder
+
+On SIGTERM every registered entry runs, in the order registered, within one grace budget
+(:data:`GRACE_ENV`, default :data:`DEFAULT_GRACE` seconds: a little under Kubernetes' default
+30 s between SIGTERM and SIGKILL); then the process ends as it would have without us. An
+entry is "run with a budget of N seconds": a save (:func:`on_terminate`) is one kind, and
+other kinds (waiting for a background save) register through :func:`register`.
+
+The handler:
+
+- is installed when the first entry is registered (never at import), from the main thread;
+- chains the handler installed before it: a Python handler is called after the saves;
+  with ``SIG_DFL`` (or a handler set outside Python) the default action is re-raised, so the
+  process ends by SIGTERM; with ``SIG_IGN`` the process goes on;
+- runs the saves once: a SIGTERM arriving while they run is ignored, a later one only chains;
+- works whatever the main thread is doing (sync code, an ``asyncio`` loop, a save of its
+  own: that save, stopped by the handler, is cancelled and the final save goes first);
+- aborts a save that has not finished when the budget is spent: a cancelled save commits
+  nothing, so the previous checkpoint stays whole.
+
+:func:`preempt` runs the same saves by hand (a cloud's preemption notice) without ending
+the process. An entry goes when its :class:`Registration` is removed, when its owner
+(the ``Checkpoint``) is garbage-collected, and, for a task's, when the attempt ends.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError, OperationCancelledError
+from .logs import logger
+from .uri import redact
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoint, Data
+
+#: The grace budget in seconds for all final saves together.
+GRACE_ENV = "FLYTE_CHECKPOINT_GRACE_SECONDS"
+#: Kubernetes waits 30 s by default between SIGTERM and SIGKILL; leave some for the rest.
+DEFAULT_GRACE = 25.0
+#: Seconds an aborted save is given to stop (abort its upload) before the process goes on.
+ABORT_WAIT = 5.0
+
+#: What a final save is given: bytes, a file or a folder; ``None`` saves nothing.
+Saver = Callable[[], "Data | None"]
+
+
+def grace_seconds() -> float:
+    """The grace budget: ``$FLYTE_CHECKPOINT_GRACE_SECONDS``, else :data:`DEFAULT_GRACE`.
+
+    Raises:
+        ConfigurationError: the value is not a number of seconds above 0.
+    """
+    raw = os.environ.get(GRACE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_GRACE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(
+            f"{GRACE_ENV}={raw!r} is not valid: set it to a number of seconds above 0 (the time the"
+            f" final save may take after SIGTERM; default {DEFAULT_GRACE:g}, keep it under the"
+            " pod's terminationGracePeriodSeconds), or unset it"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one entry ended: ``"done"``, ``"skipped"`` (nothing to save), ``"aborted"`` (out
+    of budget: nothing committed) or ``"failed"`` (``error`` says why)."""
+
+    what: str
+    status: str
+    seconds: float
+    error: BaseException | None = None
+
+
+@dataclass(eq=False)
+class _Entry:
+    what: str
+    run: Callable[[float, int | None], str]
+    owner: weakref.ref[Any] | None = None
+    pid: int = field(default_factory=os.getpid)
+
+    def alive(self) -> bool:
+        return self.pid == os.getpid() and (self.owner is None or self.owner() is not None)
+
+
+class Registration:
+    """One registered entry; :meth:`remove` (or leaving a ``with`` block) unregisters it."""
+
+    def __init__(self, entry: _Entry) -> None:
+        self._entry = entry
+
+    @property
+    def active(self) -> bool:
+        """Whether the entry is still registered."""
+        with _lock:
+            return self._entry in _entries
+
+    def remove(self) -> None:
+        """Unregister the entry (idempotent)."""
+        _remove(lambda e: e is self._entry)
+
+    def __enter__(self) -> Registration:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"Registration({self._entry.what!r}, active={self.active})"
+
+
+_lock = threading.RLock()  # reentrant: a handler may land while the main thread holds it
+_entries: list[_Entry] = []
+
+
+class _State:
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.installed_pid = 0
+        self.previous: Any = None
+        self.running = False
+        self.fired = False
+        self.pending: tuple[int, Any] | None = None  # a SIGTERM that came during preempt()
+        self.outcomes: list[Outcome] = []
+
+
+_state = _State()
+
+
+def register(
+    run: Callable[[float, int | None], str], *, what: str, owner: object | None = None
+) -> Registration:
+    """Register ``run(budget, interrupted)`` to run on SIGTERM (and :func:`preempt`).
+
+    ``budget`` is the seconds left of the grace budget; ``interrupted`` is the thread the
+    signal handler stopped (it cannot make progress while ``run`` runs), or ``None``. ``run``
+    returns ``"done"`` or ``"skipped"``, or raises (:class:`TimeoutError` when it could not
+    finish within ``budget``). With an ``owner``, the entry lives no longer than it.
+    Installs the SIGTERM handler if this is the main thread and it is not installed yet.
+    """
+    entry = _Entry(what, run, weakref.ref(owner) if owner is not None else None)
+    with _lock:
+        _entries.append(entry)
+    install()
+    return Registration(entry)
+
+
+def on_terminate(checkpoint: Checkpoint, fn: Saver, *, owner: object | None = None) -> Registration:
+    """Save ``fn()`` (bytes, a file or folder path; ``None``: nothing) to ``checkpoint`` on SIGTERM.
+
+    The save is ordered after the saves already started to the same destination (except
+    one the handler interrupted, which is cancelled) and aborted if the budget runs out.
+    The entry lives as long as ``owner`` (default: the checkpoint).
+    """
+    if not callable(fn):
+        raise TypeError(f"on_terminate() takes a function returning what to save, not {type(fn).__name__}")
+    ref = weakref.ref(checkpoint)
+
+    def run(budget: float, interrupted: int | None) -> str:
+        cp = ref()
+        if cp is None:
+            return "skipped"
+        return _save_within(cp, fn, budget, interrupted)
+
+    what = f"save to {redact(checkpoint.remote_destination)}"
+    return register(run, what=what, owner=checkpoint if owner is None else owner)
+
+
+def forget(owner: object) -> None:
+    """Unregister every entry whose owner is ``owner`` (the attempt that registered them ended)."""
+    _remove(lambda e: e.owner is not None and e.owner() is owner)
+
+
+def registered() -> int:
+    """How many live entries are registered in this process."""
+    with _lock:
+        return sum(e.alive() for e in _entries)
+
+
+def preempt(budget: float | None = None) -> list[Outcome]:
+    """Run the registered final saves now, as SIGTERM would, and return; the process goes on.
+
+    For a cloud's preemption notice. ``budget`` defaults to the grace budget. Each call runs
+    them (a later SIGTERM too, once), except while they are already running: then it returns
+    ``[]`` at once. Returns how each entry ended.
+
+    Raises:
+        ConfigurationError: ``$FLYTE_CHECKPOINT_GRACE_SECONDS`` is invalid (and no ``budget``).
+    """
+    return _run(grace_seconds() if budget is None else budget, None, "by hand")
+
+
+def install() -> bool:
+    """Install the SIGTERM handler now (idempotent); whether it is installed in this process.
+
+    Only the main thread may install a signal handler: from another thread this logs a
+    warning, and :func:`preempt` still works.
+    """
+    with _lock:
+        if _state.installed_pid == os.getpid():
+            return True
+        if threading.current_thread() is not threading.main_thread():
+            logger().warning(
+                "the SIGTERM final save cannot be installed from thread %s (only the main thread may"
+                " set a signal handler): call flyte_checkpoint.preemption.install() from the main"
+                " thread first, or fc.preempt() on a preemption notice",
+                threading.current_thread().name,
+            )
+            return False
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is _handle:  # inherited by a forked child: chain to what the parent found
+            previous = _state.previous
+        else:
+            signal.signal(signal.SIGTERM, _handle)
+        _state.reset()  # a forked child's state is its parent's
+        _state.installed_pid, _state.previous = os.getpid(), previous
+        return True
+
+
+def uninstall() -> None:
+    """Put back the handler found by :func:`install` (main thread only; for tests)."""
+    with _lock:
+        if _state.installed_pid == os.getpid() and signal.getsignal(signal.SIGTERM) is _handle:
+            signal.signal(signal.SIGTERM, _state.previous)
+        _state.reset()
+        _entries.clear()
+
+
+def _remove(match: Callable[[_Entry], bool]) -> None:
+    with _lock:
+        _entries[:] = [e for e in _entries if e.alive() and not match(e)]
+
+
+def _handle(signum: int, frame: Any) -> None:
+    with _lock:
+        if _state.running:
+            if not _state.fired:  # preempt() is running them: end the process once it is done
+                _state.pending = (signum, frame)
+            logger().warning("SIGTERM while the final saves run: they go on")
+            return
+        first = _state.installed_pid == os.getpid() and not _state.fired
+        _state.fired = True
+    if first:
+        try:
+            budget = grace_seconds()
+        except ConfigurationError as exc:
+            logger().error("SIGTERM: %s; using %g s", exc, DEFAULT_GRACE)
+            budget = DEFAULT_GRACE
+        _run(budget, threading.get_ident(), "SIGTERM")
+    _chain(signum, frame)
+
+
+def _chain(signum: int, frame: Any) -> None:
+    """End the process as the handler before ours would have."""
+    previous = _state.previous
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_IGN:
+        return
+    else:  # SIG_DFL, or a handler not set from Python: the default action, by the signal itself
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _run(budget: float, interrupted: int | None, why: str) -> list[Outcome]:
+    with _lock:
+        if _state.running:
+            return []
+        _state.running = True
+        entries = [e for e in _entries if e.alive()]
+    outcomes: list[Outcome] = []
+    try:
+        deadline = time.monotonic() + budget
+        if entries:
+            logger().warning("%s: running %d final save(s) within %.3g s", why, len(entries), budget)
+        for entry in entries:
+            started = time.monotonic()
+            left = deadline - started
+            error: BaseException | None = None
+            try:
+                if left <= 0:
+                    raise TimeoutError(f"no time left of the {budget:g} s budget")
+                status = entry.run(left, interrupted)
+            except (TimeoutError, OperationCancelledError) as exc:
+                status, error = "aborted", exc
+            except Exception as exc:  # one failing entry must not stop the others
+                status, error = "failed", exc
+            outcome = Outcome(entry.what, status, time.monotonic() - started, error)
+            outcomes.append(outcome)
+            _log(outcome)
+    finally:
+        with _lock:
+            _state.running = False
+            _state.outcomes = outcomes
+            pending, _state.pending = _state.pending, None
+    if pending is not None:
+        _chain(*pending)
+    return outcomes
+
+
+def _log(outcome: Outcome) -> None:
+    if outcome.status == "done":
+        logger().warning("final %s: done in %.2f s", outcome.what, outcome.seconds)
+    elif outcome.status == "skipped":
+        logger().warning("final %s: nothing to save", outcome.what)
+    else:
+        logger().error(
+            "final %s %s after %.2f s (%s); the previous checkpoint stays as it was",
+            outcome.what,
+            outcome.status,
+            outcome.seconds,
+            outcome.error,
+        )
+
+
+def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | None) -> str:
+    """Save ``fn()`` to ``cp`` in a worker thread; cancel it if ``budget`` runs out.
+
+    Raises:
+        TimeoutError: the save did not finish within ``budget`` (it was cancelled: nothing
+            committed, unless its commit had begun).
+        Exception: what ``fn`` or the save raised.
+    """
+    from .cancellation import Scope
+    from .saveorder import drop_thread, take
+
+    dest = cp.remote_destination
+    scope = Scope(f"final save to {redact(dest)}")
+    done = threading.Event()
+    result: list[Any] = []
+
+    def work() -> None:
+        try:
+            data = fn()
+            if data is None:
+                result.append("skipped")
+                return
+            turn = take(dest)
+            if interrupted is not None:
+                # A save of the stopped thread can never end while this one waits for it:
+                # cancel it, so it cannot commit its older state after this one either.
+                drop_thread(dest, interrupted)
+            cp._save(data, turn, scope)
+            result.append("done")
+        except BaseException as exc:
+            result.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work, name="flyte-checkpoint-final-save", daemon=True)
+    worker.start()
+    if not done.wait(budget):
+        scope.cancel()
+        done.wait(ABORT_WAIT)
+        raise TimeoutError(
+            f"the final save to {redact(dest)} did not finish within its {budget:.3g} s budget"
+            f" ({GRACE_ENV}) and was cancelled: nothing was committed"
+        )
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return str(result[0])
+
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "GRACE_ENV",
+    "Outcome",
+    "Registration",
+    "forget",
+    "grace_seconds",
+    "install",
+    "on_terminate",
+    "preempt",
+    "register",
+    "registered",
+]

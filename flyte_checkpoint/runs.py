@@ -1,0 +1,198 @@
+"""A local run's attempts on disk: resumed after the process dies, removed when it is done.
+
+``@fc.task`` keeps attempt *k*'s checkpoint at ``{root}/{run}/{function}/{k}/_flytecheckpoints``.
+**The same run** is the same ``run_name``, the same function name and the same root (the
+``checkpoint_root`` argument, else ``$FLYTE_CHECKPOINT_ROOT``, else a temporary folder). A
+call of a named run that already has attempts there (its process was killed: SIGKILL, out
+of memory, Ctrl-C twice) goes on with the next attempt number, and its first attempt loads
+the newest checkpoint any earlier attempt saved.
+
+- Each attempt of a named run leaves a zero-byte marker, ``{k}/.attempt``, so numbering goes on
+  after attempts that saved nothing.
+- An attempt's source is the newest earlier attempt that holds a checkpoint (the attempt
+  just before it when none does, which loads as "no checkpoint").
+- When a run succeeds, its attempts are removed, unless kept (``keep_checkpoints=True`` or
+  ``$FLYTE_CHECKPOINT_KEEP_RUNS=1``); a named run that fails keeps it, to be resumed. A run
+  without a ``run_name`` gets a random one, can never be resumed, and is removed however it
+  ends (except by a kill).
+- Two processes running one named run at once: on a local root the second is refused with
+  :class:`~flyte_checkpoint.errors.RunInUseError` (a lock on ``{root}/{run}/.{function}.lock``,
+  released by the system when its holder dies); a remote root has no lock, so give concurrent
+  runs different names.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterator
+from typing import IO
+
+from .context import CHECKPOINT_NAME, default_root
+from .errors import ConfigurationError, RunInUseError
+from .logs import logger
+from .uri import is_local, join, local_path, normalize, redact
+
+MARKER = ".attempt"
+KEEP_ENV = "FLYTE_CHECKPOINT_KEEP_RUNS"
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def keep_from_env() -> bool:
+    """``$FLYTE_CHECKPOINT_KEEP_RUNS`` as a flag (unset: ``False``).
+
+    Raises:
+        ConfigurationError: the value is not one of 1/0, true/false, yes/no, on/off.
+    """
+    raw = os.environ.get(KEEP_ENV, "").strip()
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ConfigurationError(
+        f"{KEEP_ENV}={raw!r} is not valid: set it to 1 to keep a finished run's checkpoints, 0 to"
+        " remove them (the default), or unset it"
+    )
+
+
+class Run:
+    """One call of a local task: its folder, lock and attempt numbers."""
+
+    def __init__(self, root: str, run_name: str | None, action: str, *, keep: bool | None = None) -> None:
+        self.root = root
+        self.named = bool(run_name)
+        self.name = run_name or f"run-{os.urandom(6).hex()}"
+        self.action = action
+        self.keep = keep_from_env() if keep is None else keep
+        self.folder = join(root, self.name, action)
+        self._lock: IO[bytes] | None = None
+        #: Attempt numbers the earlier calls of this run used (ascending).
+        self.earlier: list[int] = []
+
+    def dest(self, attempt: int) -> str:
+        return join(self.folder, str(attempt), CHECKPOINT_NAME)
+
+    def open(self) -> None:
+        """Lock the run (named runs on a local root) and find its earlier attempts.
+
+        Raises:
+            RunInUseError: another process holds the run.
+        """
+        if not self.named:
+            return
+        if is_local(self.root):
+            self._lock = _lock_file(local_path(join(self.root, self.name, f".{self.action}.lock")), self)
+        self.earlier = self._find_attempts()
+        if self.earlier:
+            logger().info(
+                "run %s of %s: %d earlier attempt(s) found under %s; going on with attempt %d",
+                self.name,
+                self.action,
+                len(self.earlier),
+                redact(self.folder),
+                self.earlier[-1] + 1,
+            )
+
+    @property
+    def first(self) -> int:
+        """The number of this call's first attempt."""
+        return self.earlier[-1] + 1 if self.earlier else 0
+
+    def started(self, attempt: int) -> None:
+        """Mark ``attempt`` as begun (named runs), so a later call numbers after it."""
+        if self.named:
+            from .storage.registry import store_for
+
+            marker = join(self.folder, str(attempt), MARKER)
+            store_for(marker).write_bytes(marker, b"")
+            self.earlier.append(attempt)
+
+    def source(self, attempt: int) -> str | None:
+        """The newest earlier attempt's checkpoint that exists, else the attempt just before."""
+        from .retry import RetryPolicy
+        from .storage.registry import store_for
+
+        before = [n for n in (self.earlier if self.named else range(attempt)) if n < attempt]
+        policy = RetryPolicy.from_env()
+        for n in reversed(before):
+            uri = self.dest(n)
+            store = store_for(uri)
+            if policy.call(functools.partial(store.stat, uri), f"size of {redact(uri)}"):
+                return uri
+        return self.dest(attempt - 1) if attempt > 0 else None
+
+    def close(self, *, succeeded: bool) -> None:
+        """Remove the run's checkpoints if it is done with them, and release its lock."""
+        try:
+            if not self.keep and (succeeded or not self.named):
+                self._remove()
+        finally:
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
+
+    def _find_attempts(self) -> list[int]:
+        from .storage.registry import store_for
+
+        prefix = self.folder.rstrip("/") + "/"
+        numbers = set()
+        for uri in store_for(prefix).list(prefix):
+            first = uri[len(prefix) :].split("/", 1)[0] if uri.startswith(prefix) else ""
+            if re.fullmatch(r"\d+", first):
+                numbers.add(int(first))
+        return sorted(numbers)
+
+    def _remove(self) -> None:
+        from .storage.registry import store_for
+
+        prefix = self.folder.rstrip("/") + "/"
+        try:
+            if is_local(self.folder):
+                import shutil
+
+                # A named run's lock file stays: removing it would let two processes lock two
+                # different files of one name. One zero-byte file per name, not per call.
+                shutil.rmtree(local_path(self.folder if self.named else join(self.root, self.name)), True)
+                return
+            store = store_for(prefix)
+            for uri in list(store.list(prefix)):
+                store.delete(uri)
+        except OSError as exc:  # the run has ended: a leftover is worth a warning, not a failure
+            logger().warning(
+                "could not remove the finished run's checkpoints under %s: %s", redact(prefix), exc
+            )
+
+
+def _lock_file(path, run: Run) -> IO[bytes]:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "ab")  # noqa: SIM115 - held open for the whole run: the lock is on it
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise RunInUseError(
+            f"run {run.name!r} of {run.action} is running in another process (it holds {path}):"
+            " wait for it to end, or give this call another run_name"
+        ) from None
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+def attempts(run: Run, retries: int) -> Iterator[tuple[int, str, str | None]]:
+    """``(attempt number, destination, source)`` of each of this call's attempts."""
+    for attempt in range(run.first, run.first + retries + 1):
+        run.started(attempt)
+        yield attempt, run.dest(attempt), run.source(attempt)
+
+
+def base_of(root: str | None) -> str:
+    """The root a run's folders are under: ``root`` if given, else :func:`default_root`."""
+    return normalize(root) if root else default_root()
+
+
+__all__ = ["KEEP_ENV", "Run", "attempts", "base_of", "keep_from_env"]
