@@ -374,8 +374,9 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
         scope.cancel()
         done.wait(ABORT_WAIT)
         raise TimeoutError(
-            f"the final save to {redact(dest)} did not finish within its {budget:.3g} s budget"
-            f" ({GRACE_ENV}) and was cancelled: nothing was committed"
+            f"the final save to {redact(dest)} did not finish within the {budget:.2g} s left of the grace"
+            f" budget ({GRACE_ENV}) and was cancelled: nothing was committed; give it more time, or"
+            " save less at the end"
         )
     if isinstance(result[0], BaseException):
         raise result[0]

@@ -1,0 +1,359 @@
+"""The final save on SIGTERM (flyte_checkpoint.preemption), in this process and in children.
+
+In this process the signal is raised with ``signal.raise_signal``, which runs the Python
+handlers before it returns, after a recording handler was installed as "the handler
+before ours" (so the test process never ends). What ending the process means (``SIG_DFL``)
+and the handler inside an asyncio loop are tested in child processes, which report each
+point they reach on stdout; the test acts on those lines, never on time.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import flyte_checkpoint as fc
+from flyte_checkpoint import preemption, saveorder
+from flyte_checkpoint.errors import ConfigurationError, NoTaskContextError
+from tests.reliability.gates import Gate
+from tests.spystore import spying
+
+ROOT = Path(__file__).resolve().parents[1]
+HANG = float(os.environ.get("FCP_HANG", "120"))
+
+
+@pytest.fixture
+def previous_handler(monkeypatch):
+    """A recording Python handler installed before ours; everything put back after the test."""
+    monkeypatch.delenv(preemption.GRACE_ENV, raising=False)
+    original = signal.getsignal(signal.SIGTERM)
+    calls: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    try:
+        yield calls
+    finally:
+        preemption.uninstall()
+        signal.signal(signal.SIGTERM, original)
+
+
+def test_sigterm_saves_what_was_registered_then_calls_the_previous_handler(previous_handler, tmp_path):
+    dest = str(tmp_path / "ckpt")
+    cp = fc.Checkpoint(dest)
+    order: list[str] = []
+    previous_handler_calls = previous_handler
+
+    def state() -> bytes:
+        order.append("save")
+        return b"step 7"
+
+    cp.on_terminate(state)
+    assert signal.getsignal(signal.SIGTERM) is preemption._handle  # installed by the registration
+    signal.raise_signal(signal.SIGTERM)
+    assert order == ["save"] and previous_handler_calls == [signal.SIGTERM]
+    assert Path(dest).read_bytes() == b"step 7"
+
+
+def test_nothing_is_installed_before_a_registration():
+    code = (
+        "import signal, flyte_checkpoint as fc; h = signal.getsignal(signal.SIGTERM);"
+        " fc.ctx(); print(h is signal.SIG_DFL and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_the_saves_run_once(previous_handler, tmp_path):
+    cp = fc.Checkpoint(str(tmp_path / "ckpt"))
+    saves: list[int] = []
+    cp.on_terminate(lambda: saves.append(1) or b"x")
+    for _ in range(3):
+        signal.raise_signal(signal.SIGTERM)
+    assert saves == [1]
+    assert previous_handler == [signal.SIGTERM] * 3  # the chain still runs each time
+
+
+def test_a_sigterm_during_the_final_save_is_ignored(previous_handler, tmp_path):
+    cp = fc.Checkpoint(str(tmp_path / "ckpt"))
+    seen: list[str] = []
+
+    def state() -> bytes:
+        seen.append("save")
+        preemption._handle(signal.SIGTERM, None)  # a second SIGTERM, arriving while the saves run
+        return b"x"
+
+    cp.on_terminate(state)
+    signal.raise_signal(signal.SIGTERM)
+    # The second SIGTERM arrived while the saves ran: ignored; the first one chained once.
+    assert seen == ["save"] and previous_handler == [signal.SIGTERM]
+    assert (tmp_path / "ckpt").read_bytes() == b"x"
+
+
+def test_preempt_by_hand_runs_the_saves_and_the_process_goes_on(previous_handler, tmp_path):
+    cp = fc.Checkpoint(str(tmp_path / "ckpt"))
+    step = [3]
+    cp.on_terminate(lambda: str(step[0]).encode())
+    [outcome] = fc.preempt()
+    assert (outcome.status, outcome.error) == ("done", None)
+    assert (tmp_path / "ckpt").read_bytes() == b"3" and previous_handler == []
+    step[0] = 4
+    assert [o.status for o in fc.preempt()] == ["done"]  # each call saves again
+    assert (tmp_path / "ckpt").read_bytes() == b"4"
+    step[0] = 5
+    signal.raise_signal(signal.SIGTERM)  # SIGTERM after a notice still saves, once
+    assert (tmp_path / "ckpt").read_bytes() == b"5" and previous_handler == [signal.SIGTERM]
+
+
+def test_a_registration_returning_none_saves_nothing_and_others_still_run(previous_handler, tmp_path):
+    first, second = fc.Checkpoint(str(tmp_path / "a")), fc.Checkpoint(str(tmp_path / "b"))
+    first.on_terminate(lambda: None)
+    first.on_terminate(lambda: 1 / 0)  # type: ignore[arg-type,return-value]
+    second.on_terminate(lambda: b"b")
+    outcomes = fc.preempt()
+    assert [o.status for o in outcomes] == ["skipped", "failed", "done"]
+    assert isinstance(outcomes[1].error, ZeroDivisionError)
+    assert not (tmp_path / "a").exists() and (tmp_path / "b").read_bytes() == b"b"
+
+
+def test_a_registration_lives_no_longer_than_its_checkpoint(previous_handler, tmp_path):
+    fc.Checkpoint(str(tmp_path / "dropped")).on_terminate(lambda: b"x")
+    import gc
+
+    gc.collect()
+    assert preemption.registered() == 0 and fc.preempt() == []
+
+
+def test_a_removed_registration_does_not_run(previous_handler, tmp_path):
+    cp = fc.Checkpoint(str(tmp_path / "ckpt"))
+    registration = cp.on_terminate(lambda: b"x")
+    assert registration.active and preemption.registered() == 1
+    registration.remove()
+    assert not registration.active and fc.preempt() == []
+    with cp.on_terminate(lambda: b"y") as scoped:
+        assert scoped.active
+    assert preemption.registered() == 0
+
+
+def test_registrations_end_with_the_attempt(previous_handler, tmp_path):
+    seen = []
+
+    @fc.task(retries=1, checkpoint_root=str(tmp_path))
+    def train() -> None:
+        fc.ctx().on_terminate(lambda: b"ctx")
+        fc.ctx().checkpoint.on_terminate(lambda: b"cp")
+        seen.append(preemption.registered())
+        if len(seen) == 1:
+            raise RuntimeError("next attempt")
+
+    train()
+    assert seen == [2, 2]  # the first attempt's two were gone when the second registered its own
+    assert preemption.registered() == 0 and fc.preempt() == []
+
+
+def test_outside_a_task_on_terminate_says_what_to_do():
+    with pytest.raises(NoTaskContextError, match="@fc.task"):
+        fc.ctx().on_terminate(lambda: b"x")
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "nan", "inf"])
+def test_an_invalid_grace_budget_names_the_variable(value, monkeypatch, previous_handler):
+    monkeypatch.setenv(preemption.GRACE_ENV, value)
+    with pytest.raises(ConfigurationError) as info:
+        preemption.grace_seconds()
+    message = str(info.value)
+    assert f"FLYTE_CHECKPOINT_GRACE_SECONDS={value!r} is not valid" in message
+    assert "number of seconds above 0" in message and "default 25" in message
+    with pytest.raises(ConfigurationError, match="FLYTE_CHECKPOINT_GRACE_SECONDS"):
+        fc.preempt()
+
+
+def test_the_default_budget_is_under_kubernetes_grace_period(monkeypatch):
+    monkeypatch.delenv(preemption.GRACE_ENV, raising=False)
+    assert preemption.grace_seconds() == 25.0 < 30
+    monkeypatch.setenv(preemption.GRACE_ENV, " 9.5 ")
+    assert preemption.grace_seconds() == 9.5
+
+
+def test_a_final_save_over_its_budget_is_aborted_and_the_previous_checkpoint_stays_whole(
+    previous_handler, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(preemption.GRACE_ENV, "0.2")
+    monkeypatch.setattr(preemption, "ABORT_WAIT", 0)  # the gate holds the save until released below
+    real = tmp_path / "ckpt"
+    fc.Checkpoint(str(real)).save_sync(b"previous, whole")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights").write_bytes(os.urandom(1 << 20))
+    gate = Gate(writes=1)
+    with spying("file", gate.hook) as spy:
+        cp = fc.Checkpoint(spy.uri_for(str(real)))
+        cp.on_terminate(lambda: model)
+        signal.raise_signal(signal.SIGTERM)  # returns once the budget is spent
+        assert gate.reached.is_set() and previous_handler == [signal.SIGTERM]
+        gate.release.set()
+        join_final_save_threads()
+    assert "commit" not in gate.endings and "abort" in gate.endings
+    assert real.read_bytes() == b"previous, whole"
+    assert saveorder.waiting(spy.uri_for(str(real))) == 0
+
+
+def test_preempt_reports_an_aborted_save(previous_handler, tmp_path, monkeypatch):
+    monkeypatch.setattr(preemption, "ABORT_WAIT", 0)
+    gate = Gate(writes=1)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "w").write_bytes(b"w" * 1000)
+    with spying("file", gate.hook) as spy:
+        cp = fc.Checkpoint(spy.uri_for(str(tmp_path / "ckpt")))
+        cp.on_terminate(lambda: model)
+        try:
+            [outcome] = fc.preempt(budget=0.1)
+        finally:
+            gate.release.set()
+            join_final_save_threads()
+    assert outcome.status == "aborted" and isinstance(outcome.error, TimeoutError)
+    message = str(outcome.error)
+    assert (
+        "did not finish within the 0.1 s left of the grace budget (FLYTE_CHECKPOINT_GRACE_SECONDS)" in message
+    )
+    assert "nothing was committed" in message and spy.uri_for(str(tmp_path / "ckpt")) in message
+    assert "commit" not in gate.endings and not (tmp_path / "ckpt").exists()
+
+
+def join_final_save_threads() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "flyte-checkpoint-final-save":
+            thread.join(HANG)
+            assert not thread.is_alive()
+
+
+# -- in child processes -------------------------------------------------------------------
+
+CHILD = r"""
+import asyncio, os, signal, sys
+import flyte_checkpoint as fc
+
+dest, mode = sys.argv[1], sys.argv[2]
+if mode == "python-handler":
+    signal.signal(signal.SIGTERM, lambda s, f: (print("PREVIOUS", flush=True), sys.exit(7)))
+elif mode == "ignored":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+cp = fc.Checkpoint(dest)
+step = [0]
+
+
+def state():
+    print("SAVING", flush=True)
+    return str(step[0]).encode()
+
+
+cp.on_terminate(state)
+
+
+def sync_loop():
+    for line in sys.stdin:                 # one step per line from the test
+        step[0] += 1
+        print("STEP", step[0], flush=True)
+
+
+async def async_loop():
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        step[0] += 1
+        await cp.save(b"regular")          # an async save in flight may precede the final one
+        print("STEP", step[0], flush=True)
+
+
+asyncio.run(async_loop()) if mode == "async" else sync_loop()
+print("ENDED", step[0], flush=True)
+"""
+
+
+class Child:
+    def __init__(self, dest: Path, mode: str, tmp_path: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop(preemption.GRACE_ENV, None)
+        self.err = open(tmp_path / f"{mode}.err", "w+b")  # noqa: SIM115 - closed in finish()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(dest), mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            env=env,
+            cwd=ROOT,
+        )
+
+    def step(self) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(b"\n")
+        self.proc.stdin.flush()
+        return self.line()
+
+    def line(self) -> str:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], HANG)
+        assert ready, self.stderr()
+        return self.proc.stdout.readline().decode().strip()
+
+    def stderr(self) -> str:
+        if self.err.closed:
+            return self.text
+        self.err.seek(0)
+        return self.err.read().decode(errors="replace")[-3000:]
+
+    def finish(self) -> int:
+        try:
+            return self.proc.wait(HANG)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.text = self.stderr()
+            self.err.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_with_sig_dfl_before_it_the_process_ends_by_sigterm_after_the_save(mode, tmp_path):
+    dest = tmp_path / "ckpt"
+    child = Child(dest, mode, tmp_path)
+    assert [child.step() for _ in range(3)] == ["STEP 1", "STEP 2", "STEP 3"]
+    child.proc.send_signal(signal.SIGTERM)
+    assert child.line() == "SAVING"
+    code = child.finish()
+    assert code == -signal.SIGTERM, child.stderr()
+    assert dest.read_bytes() == b"3"
+    assert "SIGTERM: running 1 final save(s)" in child.stderr()
+
+
+def test_a_python_handler_before_ours_runs_after_the_save_and_decides(tmp_path):
+    dest = tmp_path / "ckpt"
+    child = Child(dest, "python-handler", tmp_path)
+    assert child.step() == "STEP 1"
+    child.proc.send_signal(signal.SIGTERM)
+    assert child.line() == "SAVING"
+    assert child.line() == "PREVIOUS"
+    assert child.finish() == 7  # the previous handler's sys.exit(7)
+    assert dest.read_bytes() == b"1"
+
+
+def test_with_sig_ign_before_it_the_process_goes_on_after_the_save(tmp_path):
+    dest = tmp_path / "ckpt"
+    child = Child(dest, "ignored", tmp_path)
+    assert child.step() == "STEP 1"
+    child.proc.send_signal(signal.SIGTERM)
+    assert child.line() == "SAVING"
+    assert child.step() == "STEP 2"  # still training (the handler, save included, had returned)
+    assert dest.read_bytes() == b"1"
+    assert child.proc.stdin is not None
+    child.proc.stdin.close()
+    assert child.line() == "ENDED 2"
+    assert child.finish() == 0
