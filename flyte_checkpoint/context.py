@@ -312,7 +312,7 @@ def _local_runner(
                 for tctx in _attempts(run, count):
                     with _attempt(func, tctx, count, failures):
                         return await func(*args, **kwargs)
-            raise failures[-1]
+                raise failures[-1]
 
         return run_async
 
@@ -327,7 +327,7 @@ def _local_runner(
             for tctx in _attempts(this_run, count):
                 with _attempt(func, tctx, count, failures):
                     return func(*args, **kwargs)
-        raise failures[-1]
+            raise failures[-1]
 
     return run
 

@@ -157,7 +157,7 @@ def test_registrations_end_with_the_attempt(previous_handler, tmp_path):
 
 
 def test_outside_a_task_on_terminate_says_what_to_do():
-    with pytest.raises(NoTaskContextError, match="@fc.task"):
+    with pytest.raises(NoTaskContextError, match=r"decorate the function with @fc\.task"):
         fc.ctx().on_terminate(lambda: b"x")
 
 

@@ -1,0 +1,229 @@
+"""A local run's attempts on disk (flyte_checkpoint.runs): resumed after the process dies,
+removed when the run is done, refused while another process runs it.
+
+The killed processes are children that report each step on stdout and wait on stdin; the
+test kills them after a step they reported, never after a delay.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import flyte_checkpoint as fc
+from flyte_checkpoint.errors import ConfigurationError, RunInUseError
+
+ROOT = Path(__file__).resolve().parents[1]
+HANG = float(os.environ.get("FCP_HANG", "120"))
+
+TRAIN = r"""
+import os, sys
+import flyte_checkpoint as fc
+
+
+@fc.task(retries=int(os.environ.get("RETRIES", "0")), run_name="nightly")
+def train(n: int) -> int:
+    c = fc.ctx()
+    cp = c.checkpoint
+    path = cp.load_sync()
+    start = int(path.read_bytes()) if path else 0
+    print("ATTEMPT", c.attempt_number, "START", start, flush=True)
+    for i in range(start, n):
+        if os.environ.get("WAIT"):
+            sys.stdin.readline()           # the test says when to go on (or kills us here)
+        cp.save_sync(str(i + 1).encode())
+        print("STEP", i + 1, flush=True)
+    return n
+
+
+print("RESULT", train(int(sys.argv[1])), flush=True)
+"""
+
+
+class Trainer:
+    """A child running the ``nightly`` run of ``train`` under ``root``."""
+
+    def __init__(self, root: Path, n: int, *, wait: bool = True, **env: str) -> None:
+        full = {**os.environ, "PYTHONPATH": str(ROOT), "FLYTE_CHECKPOINT_ROOT": str(root), **env}
+        full.pop("FLYTE_CHECKPOINT_KEEP_RUNS", None)
+        if wait:
+            full["WAIT"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", TRAIN, str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full,
+            cwd=ROOT,
+        )
+
+    def line(self) -> str:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], HANG)
+        assert ready, "the child said nothing"
+        line = self.proc.stdout.readline().decode().strip()
+        assert line, self.proc.stderr.read().decode()[-3000:] if self.proc.stderr else ""
+        return line
+
+    def go(self) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"\n")
+        self.proc.stdin.flush()
+        return self.line()
+
+    def end(self, sig: int | None = None) -> tuple[int, str]:
+        if sig is not None:
+            self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=HANG)
+        return self.proc.returncode, out.decode() + err.decode()
+
+
+def test_a_run_killed_by_sigkill_goes_on_with_the_next_attempt_and_its_newest_checkpoint(tmp_path):
+    first = Trainer(tmp_path, 6)
+    assert first.line() == "ATTEMPT 0 START 0"
+    assert [first.go() for _ in range(3)] == ["STEP 1", "STEP 2", "STEP 3"]
+    assert first.end(signal.SIGKILL)[0] == -signal.SIGKILL
+    # Killed again before saving anything: its attempt counts, its checkpoint does not exist.
+    second = Trainer(tmp_path, 6)
+    assert second.line() == "ATTEMPT 1 START 3"
+    assert second.end(signal.SIGKILL)[0] == -signal.SIGKILL
+    assert not (tmp_path / "nightly" / "train" / "1" / "_flytecheckpoints").exists()
+    third = Trainer(tmp_path, 6, wait=False)
+    assert third.line() == "ATTEMPT 2 START 3"  # from attempt 0's, the newest that has one
+    code, output = third.end()
+    assert code == 0 and "RESULT 6" in output, output
+    # The run finished: its checkpoints are gone (the lock file of its name stays, empty).
+    assert not (tmp_path / "nightly" / "train").exists()
+    assert [p.name for p in (tmp_path / "nightly").iterdir()] == [".train.lock"]
+
+
+def test_a_second_process_running_the_same_run_is_refused(tmp_path, monkeypatch):
+    holder = Trainer(tmp_path, 3)
+    assert holder.line() == "ATTEMPT 0 START 0"  # the run is locked from here until it ends
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path))
+    calls = []
+
+    @fc.task(run_name="nightly")
+    def train(n: int) -> int:
+        calls.append(n)
+        return n
+
+    with pytest.raises(RunInUseError) as info:
+        train(3)
+    message = str(info.value)
+    assert "run 'nightly' of train is running in another process" in message
+    assert str(tmp_path / "nightly" / ".train.lock") in message
+    assert "give this call another run_name" in message
+    assert calls == []
+    assert (tmp_path / "nightly" / "train" / "0" / ".attempt").exists()  # the holder's, untouched
+    assert [holder.go() for _ in range(3)] == ["STEP 1", "STEP 2", "STEP 3"]
+    code, output = holder.end()
+    assert code == 0 and "RESULT 3" in output
+    assert train(3) == 3 and calls == [3]  # free again once the holder has ended
+
+
+def test_interrupted_by_ctrl_c_the_named_run_resumes_on_the_next_call(tmp_path):
+    seen = []
+
+    @fc.task(retries=1, checkpoint_root=str(tmp_path), run_name="r")
+    def train(n: int) -> int:
+        cp = fc.ctx().checkpoint
+        path = cp.load_sync()
+        start = int(path.read_bytes()) if path else 0
+        seen.append((fc.ctx().attempt_number, start))
+        for i in range(start, n):
+            if len(seen) == 1 and i == 2:
+                raise KeyboardInterrupt  # Ctrl-C twice: it is not retried, it ends the call
+            cp.save_sync(str(i + 1).encode())
+        return n
+
+    with pytest.raises(KeyboardInterrupt):
+        train(4)
+    assert (tmp_path / "r" / "train" / "0" / "_flytecheckpoints").read_bytes() == b"2"
+    assert train(4) == 4
+    assert seen == [(0, 0), (1, 2)]
+    assert not (tmp_path / "r" / "train").exists()
+
+
+def test_a_named_run_on_a_remote_root_numbers_on_after_attempts_that_saved_nothing(monkeypatch):
+    monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", "memory://runs-remote")
+    seen = []
+
+    @fc.task(run_name="m")
+    def work() -> str:
+        seen.append((fc.ctx().attempt_number, fc.ctx().checkpoint_paths.prev_checkpoint_path))
+        if len(seen) == 1:
+            fc.ctx().checkpoint.save_sync(b"0")
+        if len(seen) < 3:
+            raise KeyboardInterrupt
+        path = fc.ctx().checkpoint.load_sync()
+        return path.read_text() if path else "nothing"
+
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            work()
+    assert work() == "0"
+    assert seen == [
+        (0, None),
+        (1, "memory://runs-remote/m/work/0/_flytecheckpoints"),
+        (2, "memory://runs-remote/m/work/0/_flytecheckpoints"),  # attempt 1 saved nothing
+    ]
+    from flyte_checkpoint.storage.registry import store_for
+
+    assert list(store_for("memory://runs-remote/").list("memory://runs-remote/")) == []
+
+
+def test_finished_runs_are_removed_so_the_root_does_not_grow(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLYTE_CHECKPOINT_KEEP_RUNS", raising=False)
+
+    @fc.task(retries=1, checkpoint_root=str(tmp_path))
+    def flaky(fail: bool) -> None:
+        fc.ctx().checkpoint.save_sync(b"x")
+        if fail:
+            raise RuntimeError("always")
+
+    for _ in range(5):
+        flaky(False)
+    with pytest.raises(RuntimeError):
+        flaky(True)  # no run_name: it can never be resumed, so it is removed however it ends
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_named_run_that_fails_keeps_its_checkpoints_to_be_resumed(tmp_path):
+    @fc.task(checkpoint_root=str(tmp_path), run_name="r")
+    def fails() -> None:
+        fc.ctx().checkpoint.save_sync(b"x")
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        fails()
+    with pytest.raises(RuntimeError):
+        fails()
+    assert sorted(p.name for p in (tmp_path / "r" / "fails").iterdir()) == ["0", "1"]
+
+
+def test_keeping_a_finished_runs_checkpoints(tmp_path, monkeypatch):
+    @fc.task(checkpoint_root=str(tmp_path), run_name="kept", keep_checkpoints=True)
+    def kept() -> None:
+        fc.ctx().checkpoint.save_sync(b"k")
+
+    kept()
+    assert (tmp_path / "kept" / "kept" / "0" / "_flytecheckpoints").read_bytes() == b"k"
+
+    @fc.task(checkpoint_root=str(tmp_path), run_name="env")
+    def by_env() -> None:
+        fc.ctx().checkpoint.save_sync(b"e")
+
+    monkeypatch.setenv("FLYTE_CHECKPOINT_KEEP_RUNS", "1")
+    by_env()
+    assert (tmp_path / "env" / "by_env" / "0" / "_flytecheckpoints").read_bytes() == b"e"
+    monkeypatch.setenv("FLYTE_CHECKPOINT_KEEP_RUNS", "maybe")
+    with pytest.raises(ConfigurationError) as info:
+        by_env()
+    assert "FLYTE_CHECKPOINT_KEEP_RUNS='maybe' is not valid: set it to 1 to keep" in str(info.value)
