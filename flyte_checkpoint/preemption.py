@@ -334,6 +334,11 @@ def _log(outcome: Outcome) -> None:
         )
 
 
+def _within(done: threading.Event, budget: float) -> bool:
+    """Whether ``done`` is set within ``budget`` seconds (tests replace this: see test_preemption)."""
+    return done.wait(budget)
+
+
 def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | None) -> str:
     """Save ``fn()`` to ``cp`` in a worker thread; cancel it if ``budget`` runs out.
 
@@ -370,7 +375,7 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
 
     worker = threading.Thread(target=work, name="flyte-checkpoint-final-save", daemon=True)
     worker.start()
-    if not done.wait(budget):
+    if not _within(done, budget):
         scope.cancel()
         done.wait(ABORT_WAIT)
         raise TimeoutError(

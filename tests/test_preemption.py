@@ -10,7 +10,6 @@ point they reach on stdout; the test acts on those lines, never on time.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint import preemption, saveorder
 from flyte_checkpoint.errors import ConfigurationError, NoTaskContextError
+from tests.childlines import Lines
 from tests.reliability.gates import Gate
 from tests.spystore import spying
 
@@ -183,14 +183,15 @@ def test_the_default_budget_is_under_kubernetes_grace_period(monkeypatch):
 def test_a_final_save_over_its_budget_is_aborted_and_the_previous_checkpoint_stays_whole(
     previous_handler, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv(preemption.GRACE_ENV, "0.2")
-    monkeypatch.setattr(preemption, "ABORT_WAIT", 0)  # the gate holds the save until released below
     real = tmp_path / "ckpt"
     fc.Checkpoint(str(real)).save_sync(b"previous, whole")
     model = tmp_path / "model"
     model.mkdir()
     (model / "weights").write_bytes(os.urandom(1 << 20))
     gate = Gate(writes=1)
+    # The budget runs out while the save is held at its first write (whatever the machine's speed).
+    monkeypatch.setattr(preemption, "_within", lambda done, budget: not gate.reached.wait(HANG))
+    monkeypatch.setattr(preemption, "ABORT_WAIT", 0)  # the gate holds the save until released below
     with spying("file", gate.hook) as spy:
         cp = fc.Checkpoint(spy.uri_for(str(real)))
         cp.on_terminate(lambda: model)
@@ -223,6 +224,7 @@ def test_preempt_reports_an_aborted_save(previous_handler, tmp_path, monkeypatch
         "did not finish within the 0.1 s left of the grace budget (FLYTE_CHECKPOINT_GRACE_SECONDS)" in message
     )
     assert "nothing was committed" in message and spy.uri_for(str(tmp_path / "ckpt")) in message
+    # Held at its first write or cancelled before it, by a real 0.1 s timer: never committed.
     assert "commit" not in gate.endings and not (tmp_path / "ckpt").exists()
 
 
@@ -291,6 +293,8 @@ class Child:
             env=env,
             cwd=ROOT,
         )
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
 
     def step(self) -> str:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -299,10 +303,7 @@ class Child:
         return self.line()
 
     def line(self) -> str:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], HANG)
-        assert ready, self.stderr()
-        return self.proc.stdout.readline().decode().strip()
+        return self.lines.next(f"the child (stderr: {self.stderr()})")
 
     def stderr(self) -> str:
         if self.err.closed:

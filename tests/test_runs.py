@@ -8,7 +8,6 @@ test kills them after a step they reported, never after a delay.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import ConfigurationError, RunInUseError
+from tests.childlines import Lines
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG = float(os.environ.get("FCP_HANG", "120"))
@@ -62,13 +62,12 @@ class Trainer:
             env=full,
             cwd=ROOT,
         )
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
 
     def line(self) -> str:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], HANG)
-        assert ready, "the child said nothing"
-        line = self.proc.stdout.readline().decode().strip()
-        assert line, self.proc.stderr.read().decode()[-3000:] if self.proc.stderr else ""
+        line = self.lines.next()
+        assert line, "the child ended early"
         return line
 
     def go(self) -> str:
@@ -80,8 +79,12 @@ class Trainer:
     def end(self, sig: int | None = None) -> tuple[int, str]:
         if sig is not None:
             self.proc.send_signal(sig)
-        out, err = self.proc.communicate(timeout=HANG)
-        return self.proc.returncode, out.decode() + err.decode()
+        assert self.proc.stdin is not None and self.proc.stderr is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(HANG)
+        err = self.proc.stderr.read().decode()
+        self.proc.stderr.close()
+        return code, self.lines.rest() + "\n" + err
 
 
 def test_a_run_killed_by_sigkill_goes_on_with_the_next_attempt_and_its_newest_checkpoint(tmp_path):

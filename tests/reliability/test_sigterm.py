@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import random
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 from flyte_checkpoint.uri import scheme_of
+from tests.childlines import Lines
 from tests.reliability import backends
 from tests.reliability.backends import Backend
 
@@ -40,7 +40,7 @@ backend_pool = backends.backend_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = float(os.environ.get("FCP_HANG", "120"))
-RUNS = int(os.environ.get("FCP_SIGTERM_RUNS", "3"))
+RUNS = int(os.environ.get("FCP_SIGTERM_RUNS", "2"))
 STEPS, EVERY, WRITES = 12, 4, 20
 
 CHILD = r"""
@@ -117,10 +117,10 @@ with spying(os.environ["FCP_TARGET"], hook):
 
 
 def points(rng: random.Random, count: int) -> list[str]:
-    """``count`` stop points: about half between steps, half inside a regular save."""
+    """``count`` stop points, in turn after a step and inside a regular save, each at random."""
     chosen = []
-    for _ in range(count):
-        if rng.random() < 0.5:
+    for n in range(count):
+        if n % 2 == 0:
             chosen.append(f"step:{rng.randint(1, STEPS)}")
         else:
             save = rng.choice(range(EVERY, STEPS + 1, EVERY))
@@ -143,18 +143,19 @@ class Child:
             env={**env, "PYTHONPATH": str(ROOT)},
             cwd=ROOT,
         )
+        assert self.proc.stdout is not None
+        self.lines = Lines(self.proc.stdout)
 
     def line(self) -> str:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], HANG)
-        assert ready, f"the child said nothing within {HANG}s"
-        return self.proc.stdout.readline().decode().strip()
+        return self.lines.next()
 
     def end(self) -> tuple[int, str]:
         try:
-            out, _ = self.proc.communicate(timeout=HANG)
-            return self.proc.returncode, out.decode()
+            code = self.proc.wait(HANG)
+            return code, self.lines.rest()
         finally:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
