@@ -175,6 +175,7 @@ def on_terminate(checkpoint: Checkpoint, fn: Saver, *, owner: object | None = No
     """
     if not callable(fn):
         raise TypeError(f"on_terminate() takes a function returning what to save, not {type(fn).__name__}")
+    _import_what_a_save_needs(checkpoint.remote_destination)
     ref = weakref.ref(checkpoint)
 
     def run(budget: float, interrupted: int | None) -> str:
@@ -185,6 +186,24 @@ def on_terminate(checkpoint: Checkpoint, fn: Saver, *, owner: object | None = No
 
     what = f"save to {redact(checkpoint.remote_destination)}"
     return register(run, what=what, owner=checkpoint if owner is None else owner)
+
+
+def _import_what_a_save_needs(dest: str) -> None:
+    """Import now the modules a save imports on first use, and make ``dest``'s store.
+
+    The final save runs in a worker thread while the handler holds the main thread, which
+    may have stopped inside the import of one of them (its first save): the worker would
+    then wait for that import for ever, or fail on the half-made module.
+    """
+    import importlib
+
+    for name in ("cancellation", "saveorder", "sources", "format.archive", "format.pipeline"):
+        importlib.import_module(f"{__package__}.{name}")
+    importlib.import_module(f"{__package__}.storage.stores.local")
+    from .storage.registry import store_for
+
+    store_for(dest)
+    logger()
 
 
 def forget(owner: object) -> None:

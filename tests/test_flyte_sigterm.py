@@ -24,7 +24,7 @@ from tests.childlines import Lines
 
 HANG = float(os.environ.get("FCP_HANG", "120"))
 
-TASK = '''
+TASK = """
 import sys
 
 import flyte
@@ -50,7 +50,7 @@ def train(n: int) -> int:
         print("STEP", step[0], flush=True)
         sys.stdin.readline()
     return n
-'''
+"""
 
 
 @pytest.fixture
