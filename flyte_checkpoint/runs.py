@@ -174,8 +174,8 @@ def _lock_file(path, run: Run) -> IO[bytes]:
     except BlockingIOError:
         handle.close()
         raise RunInUseError(
-            f"run {run.name!r} of {run.action} is running in another process (it holds {path}):"
-            " wait for it to end, or give this call another run_name"
+            f"run {run.name!r} of {run.action} is already running (another process, or another"
+            f" call in this one, holds {path}): wait for it to end, or give this call another run_name"
         ) from None
     except BaseException:
         handle.close()

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import require
+from flyte_checkpoint.integrations.flyte import resolve_source
+from flyte_checkpoint.storage.registry import store_for
 from tests.childlines import Lines
 
 HANG = float(os.environ.get("FCP_HANG", "120"))
@@ -121,3 +123,14 @@ def test_sigterm_in_a_flyte_task_saves_and_the_rerun_resumes_from_that_step(proj
     assert code == 0, output
     assert said == ["START 7", "STEP 8", "STEP 9"]
     assert "o0=9" in output
+
+
+def test_in_flytes_local_mode_a_destination_holding_a_checkpoint_is_the_one_loaded():
+    """Flyte's local mode saves every attempt and re-run of one raw data path to one
+    destination and copies it to the previous path only before a retry: a killed run's
+    final save is in the destination, and the previous path is older or absent."""
+    dest, prev = "memory://local-mode/raw/checkpoint", "memory://local-mode/raw/prev_checkpoint"
+    assert resolve_source(dest, prev, local_mode=True) == prev  # nothing there yet
+    store_for(dest).write_bytes(dest, b"7")
+    assert resolve_source(dest, prev, local_mode=True) == dest
+    assert resolve_source(dest, prev) == prev  # on a cluster each attempt has its own destination

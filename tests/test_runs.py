@@ -120,7 +120,7 @@ def test_a_second_process_running_the_same_run_is_refused(tmp_path, monkeypatch)
     with pytest.raises(RunInUseError) as info:
         train(3)
     message = str(info.value)
-    assert "run 'nightly' of train is running in another process" in message
+    assert "run 'nightly' of train is already running (another process" in message
     assert str(tmp_path / "nightly" / ".train.lock") in message
     assert "give this call another run_name" in message
     assert calls == []

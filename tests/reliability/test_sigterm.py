@@ -44,7 +44,7 @@ RUNS = int(os.environ.get("FCP_SIGTERM_RUNS", "2"))
 STEPS, EVERY, WRITES = 12, 4, 20
 
 CHILD = r"""
-import os, pathlib, random, sys, threading
+import os, pathlib, random, signal, sys, threading
 import flyte_checkpoint as fc
 from tests.spystore import spying
 
@@ -55,6 +55,10 @@ lock = threading.Lock()
 
 
 def wait_here(point):
+    if threading.current_thread() is not threading.main_thread():
+        # This thread waits for good, as no real one would: SIGTERM must go to a thread that
+        # can let the main thread run its handler, never be swallowed by this read.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     print("AT", point, flush=True)
     sys.stdin.readline()  # SIGTERM lands while this waits
 
@@ -134,13 +138,14 @@ def spy_uri(uri: str) -> str:
 
 class Child:
     def __init__(self, env: dict[str, str], model: Path, log: Path) -> None:
+        self.path = log
         self.log = open(log, "ab")  # noqa: SIM115 - closed in end()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(STEPS), str(EVERY), str(model)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
-            env={**env, "PYTHONPATH": str(ROOT)},
+            env={**env, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"},
             cwd=ROOT,
         )
         assert self.proc.stdout is not None
@@ -151,7 +156,12 @@ class Child:
 
     def end(self) -> tuple[int, str]:
         try:
-            code = self.proc.wait(HANG)
+            try:
+                code = self.proc.wait(HANG)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+                self.proc.wait(HANG)
+                raise AssertionError(f"the child did not end within {HANG}s; its threads: see {self.path}") from None
             return code, self.lines.rest()
         finally:
             if self.proc.stdin is not None:
