@@ -161,7 +161,9 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
                 self.proc.wait(HANG)
-                raise AssertionError(f"the child did not end within {HANG}s; its threads: see {self.path}") from None
+                raise AssertionError(
+                    f"the child did not end within {HANG}s; its stacks: {self.path}"
+                ) from None
             return code, self.lines.rest()
         finally:
             if self.proc.stdin is not None:
