@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,9 +21,7 @@ import pytest
 from conftest import require
 from flyte_checkpoint.integrations.flyte import resolve_source
 from flyte_checkpoint.storage.registry import store_for
-from tests.childlines import Lines
-
-HANG = float(os.environ.get("FCP_HANG", "120"))
+from tests.childlines import Child
 
 TASK = """
 import sys
@@ -73,40 +70,22 @@ def flyte_run(project, steps: int, stop_after: int | None) -> tuple[int, list[st
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYTE_", "JOBSET_", "LOG_LEVEL"))}
     env.update(HOME=str(work / "home"), COLUMNS="200", PYTHONUNBUFFERED="1")
     cmd = [flyte_cli, "run", "--local", "--raw-data-path", str(work / "raw"), "--name", names[-1]]
-    proc = subprocess.Popen(
-        [*cmd, "train_sigterm.py", "train", "--n", str(steps)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=work,
-        env=env,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    lines = Lines(proc.stdout)
+    proc = Child([*cmd, "train_sigterm.py", "train", "--n", str(steps)], env, work)
     said: list[str] = []
     printed: list[str] = []
-    try:
-        while True:
-            line = lines.next(f"flyte run (after {said})")
-            printed.append(line)
-            if lines.ended:
-                break
-            if line.startswith(("START", "STEP")):
-                said.append(line)
-            if line.startswith("STEP"):
-                if stop_after is not None and line == f"STEP {stop_after}":
-                    proc.send_signal(signal.SIGTERM)  # stdin stays open: the task waits on it
-                    break
-                proc.stdin.write(b"\n")
-                proc.stdin.flush()
-        code = proc.wait(HANG)
-        return code, said, "\n".join([*printed, lines.rest(), proc.stderr.read().decode()])
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            stream.close()
+    while True:
+        line = proc.next()
+        printed.append(line)
+        if proc.lines.ended:
+            break
+        if line.startswith(("START", "STEP")):
+            said.append(line)
+        if line == f"STEP {stop_after}":
+            break  # SIGTERM below, with stdin still open: the task waits on it
+        if line.startswith("STEP"):
+            proc.say()
+    code, rest = proc.end(signal.SIGTERM if stop_after is not None else None)
+    return code, said, "\n".join([*printed, rest])
 
 
 def test_sigterm_in_a_flyte_task_saves_and_the_rerun_resumes_from_that_step(project):

@@ -21,7 +21,7 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint import preemption, saveorder
 from flyte_checkpoint.errors import ConfigurationError, NoTaskContextError
-from tests.childlines import Lines
+from tests.childlines import Child
 from tests.reliability.gates import Gate
 from tests.spystore import spying
 
@@ -280,81 +280,50 @@ print("ENDED", step[0], flush=True)
 """
 
 
-class Child:
-    def __init__(self, dest: Path, mode: str, tmp_path: Path) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop(preemption.GRACE_ENV, None)
-        self.err = open(tmp_path / f"{mode}.err", "w+b")  # noqa: SIM115 - closed in finish()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(dest), mode],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.err,
-            env=env,
-            cwd=ROOT,
-        )
-        assert self.proc.stdout is not None
-        self.lines = Lines(self.proc.stdout)
+def start(dest: Path, mode: str) -> Child:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(preemption.GRACE_ENV, None)
+    return Child([sys.executable, "-c", CHILD, str(dest), mode], env, ROOT)
 
-    def step(self) -> str:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(b"\n")
-        self.proc.stdin.flush()
-        return self.line()
 
-    def line(self) -> str:
-        return self.lines.next(f"the child (stderr: {self.stderr()})")
-
-    def stderr(self) -> str:
-        if self.err.closed:
-            return self.text
-        self.err.seek(0)
-        return self.err.read().decode(errors="replace")[-3000:]
-
-    def finish(self) -> int:
-        try:
-            return self.proc.wait(HANG)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.text = self.stderr()
-            self.err.close()
+def step(child: Child) -> str:
+    child.say()
+    return child.next()
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_with_sig_dfl_before_it_the_process_ends_by_sigterm_after_the_save(mode, tmp_path):
     dest = tmp_path / "ckpt"
-    child = Child(dest, mode, tmp_path)
-    assert [child.step() for _ in range(3)] == ["STEP 1", "STEP 2", "STEP 3"]
+    child = start(dest, mode)
+    assert [step(child) for _ in range(3)] == ["STEP 1", "STEP 2", "STEP 3"]
     child.proc.send_signal(signal.SIGTERM)
-    assert child.line() == "SAVING"
-    code = child.finish()
-    assert code == -signal.SIGTERM, child.stderr()
+    assert child.next() == "SAVING"
+    code, output = child.end()
+    assert code == -signal.SIGTERM, output
     assert dest.read_bytes() == b"3"
-    assert "SIGTERM: running 1 final save(s)" in child.stderr()
+    assert "SIGTERM: running 1 final save(s)" in output
 
 
 def test_a_python_handler_before_ours_runs_after_the_save_and_decides(tmp_path):
     dest = tmp_path / "ckpt"
-    child = Child(dest, "python-handler", tmp_path)
-    assert child.step() == "STEP 1"
+    child = start(dest, "python-handler")
+    assert step(child) == "STEP 1"
     child.proc.send_signal(signal.SIGTERM)
-    assert child.line() == "SAVING"
-    assert child.line() == "PREVIOUS"
-    assert child.finish() == 7  # the previous handler's sys.exit(7)
+    assert child.next() == "SAVING"
+    assert child.next() == "PREVIOUS"
+    assert child.end()[0] == 7  # the previous handler's sys.exit(7)
     assert dest.read_bytes() == b"1"
 
 
 def test_with_sig_ign_before_it_the_process_goes_on_after_the_save(tmp_path):
     dest = tmp_path / "ckpt"
-    child = Child(dest, "ignored", tmp_path)
-    assert child.step() == "STEP 1"
+    child = start(dest, "ignored")
+    assert step(child) == "STEP 1"
     child.proc.send_signal(signal.SIGTERM)
-    assert child.line() == "SAVING"
-    assert child.step() == "STEP 2"  # still training (the handler, save included, had returned)
+    assert child.next() == "SAVING"
+    assert step(child) == "STEP 2"  # still training (the handler, save included, had returned)
     assert dest.read_bytes() == b"1"
     assert child.proc.stdin is not None
     child.proc.stdin.close()
-    assert child.line() == "ENDED 2"
-    assert child.finish() == 0
+    assert child.next() == "ENDED 2"
+    assert child.end()[0] == 0

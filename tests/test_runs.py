@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,10 +16,9 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import ConfigurationError, RunInUseError
-from tests.childlines import Lines
+from tests.childlines import Child
 
 ROOT = Path(__file__).resolve().parents[1]
-HANG = float(os.environ.get("FCP_HANG", "120"))
 
 TRAIN = r"""
 import os, sys
@@ -46,59 +44,33 @@ print("RESULT", train(int(sys.argv[1])), flush=True)
 """
 
 
-class Trainer:
+class Trainer(Child):
     """A child running the ``nightly`` run of ``train`` under ``root``."""
 
-    def __init__(self, root: Path, n: int, *, wait: bool = True, **env: str) -> None:
-        full = {**os.environ, "PYTHONPATH": str(ROOT), "FLYTE_CHECKPOINT_ROOT": str(root), **env}
-        full.pop("FLYTE_CHECKPOINT_KEEP_RUNS", None)
+    def __init__(self, root: Path, n: int, *, wait: bool = True) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "FLYTE_CHECKPOINT_ROOT": str(root)}
+        env.pop("FLYTE_CHECKPOINT_KEEP_RUNS", None)
         if wait:
-            full["WAIT"] = "1"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", TRAIN, str(n)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=full,
-            cwd=ROOT,
-        )
-        assert self.proc.stdout is not None
-        self.lines = Lines(self.proc.stdout)
-
-    def line(self) -> str:
-        line = self.lines.next()
-        assert line, "the child ended early"
-        return line
+            env["WAIT"] = "1"
+        super().__init__([sys.executable, "-c", TRAIN, str(n)], env, ROOT)
 
     def go(self) -> str:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b"\n")
-        self.proc.stdin.flush()
-        return self.line()
-
-    def end(self, sig: int | None = None) -> tuple[int, str]:
-        if sig is not None:
-            self.proc.send_signal(sig)
-        assert self.proc.stdin is not None and self.proc.stderr is not None
-        self.proc.stdin.close()
-        code = self.proc.wait(HANG)
-        err = self.proc.stderr.read().decode()
-        self.proc.stderr.close()
-        return code, self.lines.rest() + "\n" + err
+        self.say()
+        return self.next()
 
 
 def test_a_run_killed_by_sigkill_goes_on_with_the_next_attempt_and_its_newest_checkpoint(tmp_path):
     first = Trainer(tmp_path, 6)
-    assert first.line() == "ATTEMPT 0 START 0"
+    assert first.next() == "ATTEMPT 0 START 0"
     assert [first.go() for _ in range(3)] == ["STEP 1", "STEP 2", "STEP 3"]
     assert first.end(signal.SIGKILL)[0] == -signal.SIGKILL
     # Killed again before saving anything: its attempt counts, its checkpoint does not exist.
     second = Trainer(tmp_path, 6)
-    assert second.line() == "ATTEMPT 1 START 3"
+    assert second.next() == "ATTEMPT 1 START 3"
     assert second.end(signal.SIGKILL)[0] == -signal.SIGKILL
     assert not (tmp_path / "nightly" / "train" / "1" / "_flytecheckpoints").exists()
     third = Trainer(tmp_path, 6, wait=False)
-    assert third.line() == "ATTEMPT 2 START 3"  # from attempt 0's, the newest that has one
+    assert third.next() == "ATTEMPT 2 START 3"  # from attempt 0's, the newest that has one
     code, output = third.end()
     assert code == 0 and "RESULT 6" in output, output
     # The run finished: its checkpoints are gone (the lock file of its name stays, empty).
@@ -108,7 +80,7 @@ def test_a_run_killed_by_sigkill_goes_on_with_the_next_attempt_and_its_newest_ch
 
 def test_a_second_process_running_the_same_run_is_refused(tmp_path, monkeypatch):
     holder = Trainer(tmp_path, 3)
-    assert holder.line() == "ATTEMPT 0 START 0"  # the run is locked from here until it ends
+    assert holder.next() == "ATTEMPT 0 START 0"  # the run is locked from here until it ends
     monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", str(tmp_path))
     calls = []
 

@@ -25,13 +25,12 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 from flyte_checkpoint.uri import scheme_of
-from tests.childlines import Lines
+from tests.childlines import Child
 from tests.reliability import backends
 from tests.reliability.backends import Backend
 
@@ -39,7 +38,6 @@ backend = backends.backend
 backend_pool = backends.backend_pool
 
 ROOT = Path(__file__).resolve().parents[2]
-HANG = float(os.environ.get("FCP_HANG", "120"))
 RUNS = int(os.environ.get("FCP_SIGTERM_RUNS", "2"))
 STEPS, EVERY, WRITES = 12, 4, 20
 
@@ -136,42 +134,14 @@ def spy_uri(uri: str) -> str:
     return "spy://" + (uri if "://" not in uri else uri.split("://", 1)[1])
 
 
-class Child:
-    def __init__(self, env: dict[str, str], model: Path, log: Path) -> None:
-        self.path = log
-        self.log = open(log, "ab")  # noqa: SIM115 - closed in end()
-        self.proc = subprocess.Popen(
+def child(env: dict[str, str], model: Path, log: Path) -> Child:
+    with open(log, "ab") as err:  # the child has its own copy of the file
+        return Child(
             [sys.executable, "-c", CHILD, str(STEPS), str(EVERY), str(model)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            env={**env, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"},
-            cwd=ROOT,
+            {**env, "PYTHONPATH": str(ROOT)},
+            ROOT,
+            stderr=err,
         )
-        assert self.proc.stdout is not None
-        self.lines = Lines(self.proc.stdout)
-
-    def line(self) -> str:
-        return self.lines.next()
-
-    def end(self) -> tuple[int, str]:
-        try:
-            try:
-                code = self.proc.wait(HANG)
-            except subprocess.TimeoutExpired:
-                self.proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
-                self.proc.wait(HANG)
-                raise AssertionError(
-                    f"the child did not end within {HANG}s; its stacks: {self.path}"
-                ) from None
-            return code, self.lines.rest()
-        finally:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.log.close()
 
 
 def test_sigterm_at_random_points_resumes_from_the_interrupted_step(backend: Backend, tmp_path: Path):
@@ -191,12 +161,11 @@ def test_sigterm_at_random_points_resumes_from_the_interrupted_step(backend: Bac
         )
         env.pop("FLYTE_CHECKPOINT_KEEP_RUNS", None)
         model = tmp_path / f"model-{n}"
-        first = Child({**env, "FCP_STOP_AT": point}, model, log)
-        assert first.line() == "START 0 0"
-        at = first.line()
+        first = child({**env, "FCP_STOP_AT": point}, model, log)
+        assert first.next() == "START 0 0"
+        at = first.next()
         assert at == f"AT {point}", f"{at!r}; see {log}"
-        first.proc.send_signal(signal.SIGTERM)
-        code, _ = first.end()
+        code, _ = first.end(signal.SIGTERM)
         assert code == -signal.SIGTERM, f"{point}: exit {code}; see {log}"
         text = log.read_text()
         final = re.findall(r"final save to \S+ (done|aborted|failed)", text)[-1]
@@ -206,8 +175,8 @@ def test_sigterm_at_random_points_resumes_from_the_interrupted_step(backend: Bac
         last_regular = stopped_at - stopped_at % EVERY if point.startswith("step:") else stopped_at - EVERY
         want = stopped_at if final == "done" else last_regular
 
-        second = Child(env, model, log)
-        start = second.line()
+        second = child(env, model, log)
+        start = second.next()
         assert start == f"START {want} 1", f"{point} (final save {final}): {start!r}; see {log}"
         code, out = second.end()
         assert code == 0 and f"RESULT {STEPS}" in out, f"{point}: {out!r}; see {log}"
