@@ -83,7 +83,11 @@ class Run:
             return
         if is_local(self.root):
             self._lock = _lock_file(local_path(join(self.root, self.name, f".{self.action}.lock")), self)
-        self.earlier = self._find_attempts()
+        try:
+            self.earlier = self._find_attempts()
+        except BaseException:
+            self.close(succeeded=False)  # releases the lock; a named run's attempts stay
+            raise
         if self.earlier:
             logger().info(
                 "run %s of %s: %d earlier attempt(s) found under %s; going on with attempt %d",
