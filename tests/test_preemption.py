@@ -228,6 +228,45 @@ def test_preempt_reports_an_aborted_save(previous_handler, tmp_path, monkeypatch
     assert "commit" not in gate.endings and not (tmp_path / "ckpt").exists()
 
 
+def test_a_signal_taken_by_another_thread_runs_its_handler_while_a_save_waits_for_its_writer(
+    tmp_path, monkeypatch
+):
+    """The kernel may hand SIGTERM to any thread; Python runs the handler in the main thread
+    when it next runs Python code. A save whose main thread waits for its held writer thread
+    (closing a folder's pipeline) must still let it run: it waits in steps."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for k in range(4):
+        (model / f"layer{k}").write_bytes(os.urandom(192 * 1024))
+    with spying("file") as spy:
+        fc.Checkpoint(spy.uri_for(str(tmp_path / "sizing"))).save_sync(model)
+        writes = spy.count("write")
+    gate = Gate(writes=writes)  # the last write: the main thread has fed everything and waits
+    handled, fallback = threading.Event(), threading.Event()
+
+    def on_usr1(signum, frame):
+        handled.set()
+        gate.release.set()
+
+    def send_from_another_thread() -> None:
+        gate.wait_reached()
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # taken by this thread
+        if not handled.wait(HANG):
+            fallback.set()
+            gate.release.set()  # the main thread never ran it: let the save end, and fail below
+
+    original = signal.signal(signal.SIGUSR1, on_usr1)
+    sender = threading.Thread(target=send_from_another_thread)
+    try:
+        with spying("file", gate.hook) as spy:
+            sender.start()
+            fc.Checkpoint(spy.uri_for(str(tmp_path / "ckpt"))).save_sync(model)
+        sender.join(HANG)
+    finally:
+        signal.signal(signal.SIGUSR1, original)
+    assert handled.is_set() and not fallback.is_set(), "the handler ran only once the writer was let go"
+
+
 def join_final_save_threads() -> None:
     for thread in threading.enumerate():
         if thread.name == "flyte-checkpoint-final-save":

@@ -246,7 +246,10 @@ class ParallelGzipWriter:
                 break
             except queue.Full:
                 continue
-        self._thread.join()
+        while self._thread.is_alive():
+            # In steps: a signal taken by another thread runs its Python handler (the final
+            # save on SIGTERM) only once this thread runs Python code again.
+            self._thread.join(_POLL)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._finalizer.detach()  # stopped: nothing left for the collector to do
 

@@ -42,7 +42,7 @@ RUNS = int(os.environ.get("FCP_SIGTERM_RUNS", "2"))
 STEPS, EVERY, WRITES = 12, 4, 20
 
 CHILD = r"""
-import os, pathlib, random, signal, sys, threading
+import os, pathlib, random, sys, threading
 import flyte_checkpoint as fc
 from tests.spystore import spying
 
@@ -53,10 +53,6 @@ lock = threading.Lock()
 
 
 def wait_here(point):
-    if threading.current_thread() is not threading.main_thread():
-        # This thread waits for good, as no real one would: SIGTERM must go to a thread that
-        # can let the main thread run its handler, never be swallowed by this read.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     print("AT", point, flush=True)
     sys.stdin.readline()  # SIGTERM lands while this waits
 
