@@ -492,13 +492,14 @@ class Checkpoint(BaseCheckpoint):
 
         return put_file
 
-    def on_terminate(self, fn: Saver) -> Registration:
-        """Save ``fn()`` here when the process gets SIGTERM (or on ``fc.preempt()``), within the
-        grace budget: see :mod:`flyte_checkpoint.preemption`. Unregistered by the returned
-        registration's ``remove()``, or when this checkpoint is garbage-collected."""
-        from .preemption import on_terminate
+    def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
+        """On SIGTERM (or ``fc.preempt()``), within the grace budget: let this checkpoint's
+        background saves end (``wait_background``), then save ``fn()`` here (if given). See
+        :mod:`flyte_checkpoint.preemption`. Unregistered by the returned registration's
+        ``remove()``, or when this checkpoint is garbage-collected."""
+        from .preemption import terminate_entries
 
-        return on_terminate(self, fn)
+        return terminate_entries(self, fn, wait_background=wait_background)
 
     # -- lifetime --------------------------------------------------------------
 

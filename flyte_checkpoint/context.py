@@ -68,9 +68,10 @@ class TaskContext:
             )
         return self._checkpoint
 
-    def on_terminate(self, fn: Saver) -> Registration:
+    def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
         """Save ``fn()`` (bytes, a file or a folder; ``None``: nothing) as this attempt's
-        checkpoint when the process gets SIGTERM, or on :func:`flyte_checkpoint.preempt`.
+        checkpoint when the process gets SIGTERM, or on :func:`flyte_checkpoint.preempt`;
+        with ``wait_background``, first let the checkpoint's background saves end.
 
         Runs within ``$FLYTE_CHECKPOINT_GRACE_SECONDS`` (see :mod:`flyte_checkpoint.preemption`);
         unregistered when the attempt ends, or by the returned registration's ``remove()``.
@@ -79,12 +80,12 @@ class TaskContext:
             NoTaskContextError: outside a task.
             ValueError: this attempt has no checkpoint destination.
         """
-        from .preemption import on_terminate
+        from .preemption import terminate_entries
 
         cp = self.checkpoint
         if cp is None:
             raise ValueError("on_terminate(): this attempt has no checkpoint destination to save to")
-        return on_terminate(cp, fn, owner=self)
+        return terminate_entries(cp, fn, wait_background=wait_background, owner=self)
 
     def close(self) -> None:
         """End the attempt: its final-save registrations go, its checkpoint's workspace too."""
@@ -127,9 +128,9 @@ class NoContext:
             " fc.Checkpoint(destination_uri, previous_uri). Test for a task first with 'if fc.ctx():'"
         )
 
-    def on_terminate(self, fn: Saver) -> Registration:
+    def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
         """Always raises :class:`~flyte_checkpoint.errors.NoTaskContextError`, as ``checkpoint`` does."""
-        return self.checkpoint.on_terminate(fn)
+        return self.checkpoint.on_terminate(fn, wait_background=wait_background)
 
     def __bool__(self) -> bool:
         return False

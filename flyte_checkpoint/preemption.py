@@ -8,8 +8,8 @@ Flyte aborting the attempt)::
 On SIGTERM every registered entry runs, in the order registered, within one grace budget
 (:data:`GRACE_ENV`, default :data:`DEFAULT_GRACE` seconds: a little under Kubernetes' default
 30 s between SIGTERM and SIGKILL); then the process ends as it would have without us. An
-entry is "run with a budget of N seconds": a save (:func:`on_terminate`) is one kind, and
-other kinds (waiting for a background save) register through :func:`register`.
+entry is "run with a budget of N seconds": a save (:func:`on_terminate`), waiting for the
+background saves (:func:`wait_for_background`), or any other kind through :func:`register`.
 
 The handler:
 
@@ -103,20 +103,20 @@ class _Entry:
 
 
 class Registration:
-    """One registered entry; :meth:`remove` (or leaving a ``with`` block) unregisters it."""
+    """Registered entries; :meth:`remove` (or leaving a ``with`` block) unregisters them."""
 
-    def __init__(self, entry: _Entry) -> None:
-        self._entry = entry
+    def __init__(self, entries: _Entry | list[_Entry]) -> None:
+        self._entries = entries if isinstance(entries, list) else [entries]
 
     @property
     def active(self) -> bool:
-        """Whether the entry is still registered."""
+        """Whether the entries are still registered."""
         with _lock:
-            return self._entry in _entries
+            return all(e in _entries for e in self._entries)
 
     def remove(self) -> None:
-        """Unregister the entry (idempotent)."""
-        _remove(lambda e: e is self._entry)
+        """Unregister the entries (idempotent)."""
+        _remove(lambda e: any(e is mine for mine in self._entries))
 
     def __enter__(self) -> Registration:
         return self
@@ -125,7 +125,7 @@ class Registration:
         self.remove()
 
     def __repr__(self) -> str:
-        return f"Registration({self._entry.what!r}, active={self.active})"
+        return f"Registration({[e.what for e in self._entries]!r}, active={self.active})"
 
 
 _lock = threading.RLock()  # reentrant: a handler may land while the main thread holds it
@@ -185,6 +185,55 @@ def on_terminate(checkpoint: Checkpoint, fn: Saver, *, owner: object | None = No
         return _save_within(cp, fn, budget, interrupted)
 
     what = f"save to {redact(checkpoint.remote_destination)}"
+    return register(run, what=what, owner=checkpoint if owner is None else owner)
+
+
+def terminate_entries(
+    checkpoint: Checkpoint, fn: Saver | None, *, wait_background: bool, owner: object | None = None
+) -> Registration:
+    """What ``Checkpoint.on_terminate`` and ``TaskContext.on_terminate`` register: the wait for
+    the background saves (if asked), then the save of ``fn()`` (if given), as one registration.
+
+    Raises:
+        TypeError: neither ``fn`` nor ``wait_background``, or ``fn`` is not callable.
+    """
+    if fn is None and not wait_background:
+        raise TypeError("on_terminate() needs a function returning what to save, or wait_background=True")
+    parts = []
+    if wait_background:
+        parts.append(wait_for_background(checkpoint, owner=owner))
+    if fn is not None:
+        parts.append(on_terminate(checkpoint, fn, owner=owner))
+    return parts[0] if len(parts) == 1 else Registration([e for r in parts for e in r._entries])
+
+
+def wait_for_background(checkpoint: Checkpoint, *, owner: object | None = None) -> Registration:
+    """On SIGTERM, let ``checkpoint``'s background saves end (``checkpoint.wait``) within the budget.
+
+    Registered before a final save of the same checkpoint, the latest background save ends
+    first. Saves still running when the budget is spent are reported ``aborted``: they are
+    cut when the process ends (a store commits nothing half-written), so the checkpoint
+    stays the last one committed. The entry lives as long as ``owner`` (default: the checkpoint).
+    """
+    ref = weakref.ref(checkpoint)
+
+    def run(budget: float, interrupted: int | None) -> str:
+        cp = ref()
+        if cp is None:
+            return "skipped"
+        from .errors import SaveTimeoutError
+
+        try:
+            cp.wait(timeout=budget)
+        except SaveTimeoutError as exc:  # a TimeoutError: reported "aborted"
+            raise SaveTimeoutError(
+                f"the background saves to {redact(cp.remote_destination)} did not end within the"
+                f" {budget:.2g} s left of the grace budget ({GRACE_ENV}); if the process ends now they"
+                " are cut, and a store commits nothing half-written"
+            ) from exc
+        return "done"
+
+    what = f"wait for the background saves to {redact(checkpoint.remote_destination)}"
     return register(run, what=what, owner=checkpoint if owner is None else owner)
 
 
@@ -419,4 +468,6 @@ __all__ = [
     "preempt",
     "register",
     "registered",
+    "terminate_entries",
+    "wait_for_background",
 ]

@@ -267,6 +267,64 @@ def test_a_signal_taken_by_another_thread_runs_its_handler_while_a_save_waits_fo
     assert handled.is_set() and not fallback.is_set(), "the handler ran only once the writer was let go"
 
 
+def test_waiting_for_the_background_saves_then_a_final_save(previous_handler, tmp_path):
+    gate = Gate(writes=1)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "w").write_bytes(os.urandom(64 * 1024))
+
+    def release_when_held() -> None:
+        gate.wait_reached()
+        gate.release.set()
+
+    helper = threading.Thread(target=release_when_held)
+    with spying("file", gate.hook) as spy:
+        dest = spy.uri_for(str(tmp_path / "ckpt"))
+        cp = fc.Checkpoint(dest)
+        registration = cp.on_terminate(lambda: b"final", wait_background=True)
+        handle = cp.save_background(model)  # held at its first write until the helper sees it
+        helper.start()
+        outcomes = fc.preempt(budget=HANG)
+        helper.join(HANG)
+        assert [(o.what.split(" ")[0], o.status) for o in outcomes] == [("wait", "done"), ("save", "done")]
+        assert handle.done() and handle.result() is None
+        assert gate.endings == ["commit", "write_bytes"]  # the background save, then ours
+        assert (tmp_path / "ckpt").read_bytes() == b"final"
+        registration.remove()
+        assert preemption.registered() == 0
+        cp.close()
+
+
+def test_background_saves_that_do_not_end_within_the_budget_are_reported_aborted(previous_handler, tmp_path):
+    gate = Gate(writes=1)
+    with spying("file", gate.hook) as spy:
+        cp = fc.Checkpoint(spy.uri_for(str(tmp_path / "ckpt")))
+        ctx_registration = cp.on_terminate(wait_background=True)
+        cp.save_background(b"x" * 10)  # bytes: one write_bytes, not held by the gate
+        cp.wait()
+        (tmp_path / "model").mkdir()
+        (tmp_path / "model" / "w").write_bytes(b"w" * 1000)
+        cp.save_background(tmp_path / "model")
+        try:
+            gate.wait_reached()
+            [outcome] = fc.preempt(budget=0.1)  # the upload is held: it cannot end in time
+        finally:
+            gate.release.set()
+        assert outcome.status == "aborted"
+        assert (
+            "did not end within the 0.1 s left of the grace budget (FLYTE_CHECKPOINT_GRACE_SECONDS)"
+            in str(outcome.error)
+        )
+        cp.wait()
+        ctx_registration.remove()
+        cp.close()
+
+
+def test_on_terminate_needs_something_to_do(tmp_path):
+    with pytest.raises(TypeError, match="needs a function returning what to save, or wait_background=True"):
+        fc.Checkpoint(str(tmp_path / "c")).on_terminate()
+
+
 def join_final_save_threads() -> None:
     for thread in threading.enumerate():
         if thread.name == "flyte-checkpoint-final-save":
