@@ -228,14 +228,14 @@ def task(
 ) -> Any:
     """Run a function as a local task: up to ``retries + 1`` attempts, each with a checkpoint.
 
-    Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets as its source the newest
-    earlier attempt's checkpoint (attempt *k-1*'s when none has one); ``ctx()`` inside the
-    function gives both. An exception starts the next attempt; when attempts run out the
+    Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets attempt *k-1*'s
+    checkpoint as its source; ``ctx()`` inside the function gives both. An exception starts the next attempt; when attempts run out the
     last exception is raised. Works on ``def`` and ``async def`` functions. ``root`` is
     ``checkpoint_root``, else ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
 
     A call with a ``run_name`` that was run before and did not finish (its process was
-    killed) goes on with that run's next attempt number and newest checkpoint. A run that
+    killed) goes on with that run's next attempt number, its first attempt loading the newest
+    checkpoint an earlier attempt saved. A run that
     succeeds has its checkpoints removed, unless ``keep_checkpoints`` (default:
     ``$FLYTE_CHECKPOINT_KEEP_RUNS``); so does a run without ``run_name``, however it ends.
     See :mod:`flyte_checkpoint.runs`.

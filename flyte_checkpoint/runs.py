@@ -9,8 +9,8 @@ the newest checkpoint any earlier attempt saved.
 
 - Each attempt of a named run leaves a zero-byte marker, ``{k}/.attempt``, so numbering goes on
   after attempts that saved nothing.
-- An attempt's source is the newest earlier attempt that holds a checkpoint (the attempt
-  just before it when none does, which loads as "no checkpoint").
+- An attempt's source is the attempt just before it (as in Flyte), except the first attempt of
+  a call that goes on with a run: the newest earlier attempt that holds a checkpoint.
 - When a run succeeds, its attempts are removed, unless kept (``keep_checkpoints=True`` or
   ``$FLYTE_CHECKPOINT_KEEP_RUNS=1``); a named run that fails keeps it, to be resumed. A run
   without a ``run_name`` gets a random one, can never be resumed, and is removed however it
@@ -69,6 +69,7 @@ class Run:
         self._lock: IO[bytes] | None = None
         #: Attempt numbers the earlier calls of this run used (ascending).
         self.earlier: list[int] = []
+        self._first = 0
 
     def dest(self, attempt: int) -> str:
         return join(self.folder, str(attempt), CHECKPOINT_NAME)
@@ -85,6 +86,7 @@ class Run:
             self._lock = _lock_file(local_path(join(self.root, self.name, f".{self.action}.lock")), self)
         try:
             self.earlier = self._find_attempts()
+            self._first = self.earlier[-1] + 1 if self.earlier else 0
         except BaseException:
             self.close(succeeded=False)  # releases the lock; a named run's attempts stay
             raise
@@ -101,7 +103,7 @@ class Run:
     @property
     def first(self) -> int:
         """The number of this call's first attempt."""
-        return self.earlier[-1] + 1 if self.earlier else 0
+        return self._first
 
     def started(self, attempt: int) -> None:
         """Mark ``attempt`` as begun (named runs), so a later call numbers after it."""
@@ -113,18 +115,22 @@ class Run:
             self.earlier.append(attempt)
 
     def source(self, attempt: int) -> str | None:
-        """The newest earlier attempt's checkpoint that exists, else the attempt just before."""
-        from .retry import RetryPolicy
-        from .storage.registry import store_for
+        """What ``attempt`` loads: the attempt just before it, as Flyte does; except the first
+        attempt of a call that goes on with a killed run: the newest earlier attempt that
+        holds a checkpoint (the killed one may have saved nothing)."""
+        if attempt == 0:
+            return None
+        if attempt == self.first and self.named:
+            from .retry import RetryPolicy
+            from .storage.registry import store_for
 
-        before = [n for n in (self.earlier if self.named else range(attempt)) if n < attempt]
-        policy = RetryPolicy.from_env()
-        for n in reversed(before):
-            uri = self.dest(n)
-            store = store_for(uri)
-            if policy.call(functools.partial(store.stat, uri), f"size of {redact(uri)}"):
-                return uri
-        return self.dest(attempt - 1) if attempt > 0 else None
+            policy = RetryPolicy.from_env()
+            for n in reversed([n for n in self.earlier if n < attempt]):
+                uri = self.dest(n)
+                store = store_for(uri)
+                if policy.call(functools.partial(store.stat, uri), f"size of {redact(uri)}"):
+                    return uri
+        return self.dest(attempt - 1)
 
     def close(self, *, succeeded: bool) -> None:
         """Remove the run's checkpoints if it is done with them, and release its lock."""

@@ -313,7 +313,7 @@ def test_a_task_that_returns_has_saved(spied):
     _, turnstile, dest = spied
     root = dest.rsplit("/", 1)[0] + "/runs"
 
-    @fc.task(retries=0, checkpoint_root=root)
+    @fc.task(retries=0, checkpoint_root=root, keep_checkpoints=True)  # kept to be looked at
     def train() -> str:
         cp = fc.ctx().checkpoint
         assert cp is not None

@@ -12,7 +12,8 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run(name: str, tmp_path: Path) -> str:
-    env = dict(os.environ, FLYTE_CHECKPOINT_ROOT=str(tmp_path / "root"))
+    # Kept after the run (a finished run's checkpoints are removed by default), to be looked at.
+    env = dict(os.environ, FLYTE_CHECKPOINT_ROOT=str(tmp_path / "root"), FLYTE_CHECKPOINT_KEEP_RUNS="1")
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, env=env, timeout=300
     )

@@ -27,7 +27,8 @@ def need(module: str, pip: str) -> None:
 
 
 def run_example(name: str, tmp_path: Path, *args: str) -> str:
-    env = dict(os.environ, FLYTE_CHECKPOINT_ROOT=str(tmp_path / "root"))
+    # Kept after the run (a finished run's checkpoints are removed by default), to be looked at.
+    env = dict(os.environ, FLYTE_CHECKPOINT_ROOT=str(tmp_path / "root"), FLYTE_CHECKPOINT_KEEP_RUNS="1")
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, env=env, timeout=300
     )
