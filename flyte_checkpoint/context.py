@@ -229,9 +229,10 @@ def task(
     """Run a function as a local task: up to ``retries + 1`` attempts, each with a checkpoint.
 
     Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets attempt *k-1*'s
-    checkpoint as its source; ``ctx()`` inside the function gives both. An exception starts the next attempt; when attempts run out the
-    last exception is raised. Works on ``def`` and ``async def`` functions. ``root`` is
-    ``checkpoint_root``, else ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
+    checkpoint as its source; ``ctx()`` inside the function gives both. An exception starts
+    the next attempt; when attempts run out the last exception is raised. Works on ``def``
+    and ``async def`` functions. ``root`` is ``checkpoint_root``, else
+    ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.
 
     A call with a ``run_name`` that was run before and did not finish (its process was
     killed) goes on with that run's next attempt number, its first attempt loading the newest
