@@ -348,6 +348,19 @@ def test_a_cancelled_save_sends_no_more_parts_and_never_commits(pool):
     assert "complete" not in writer.kinds() and writer.kinds()[-1] == "cancel"
 
 
+def test_a_save_cancelled_while_its_last_part_is_sent_never_commits(pool):
+    """close() checks the save at its start; a cancel that lands while the last parts are still
+    being sent must stop the commit too, and the upload is cancelled."""
+    scope = Scope("save")
+    with using(scope):
+        writer = Recorder(pool, on_part=lambda number: number == 3 and scope.cancel())
+        writer.write(blob(2 * P + 1))  # parts 1 and 2 are full; part 3 is sent by close()
+        with pytest.raises(OperationCancelledError):
+            writer.close()
+    assert writer.order and max(writer.order) == 3  # the cancel came from the last part's send
+    assert "complete" not in writer.kinds() and writer.kinds()[-1] == "cancel"
+
+
 # -- upload_file ------------------------------------------------------------------------------
 
 

@@ -50,6 +50,8 @@ class PartWriter(BlobWriter):
     - a part's first error is raised by the next ``write`` or ``close`` (after the running parts
       have finished and :meth:`_cancel` has run); any failure and :meth:`abort` wait for the
       running parts, drop the queued ones, then call :meth:`_cancel`;
+    - a cancelled save (:mod:`flyte_checkpoint.cancellation`) never commits: the commit checks
+      it after the last part has been sent, just before :meth:`_complete` (or :meth:`_put_whole`);
     - ``ordered=True`` (GCS's resumable session) sends one part at a time, in order, and hands the
       object's last bytes to :meth:`_complete` as ``tail`` instead of sending them as a part;
     - :meth:`upload_file` sends a local file the same way, each part read with ``os.pread`` in the
@@ -152,7 +154,7 @@ class PartWriter(BlobWriter):
     def _commit(self) -> None:
         if not self._started:
             data = self._take()
-            cancellation.check()
+            self._check_cancelled()
             self._put_whole(data)
             return
         tail: memoryview | None = None
@@ -161,6 +163,7 @@ class PartWriter(BlobWriter):
         elif self._fill:
             self._send_buffer()
         results = self._wait_parts()
+        self._check_cancelled()  # a save cancelled while its last parts were sent never commits
         self._complete(results, tail)
 
     def _abort(self) -> None:
@@ -307,6 +310,13 @@ class PartWriter(BlobWriter):
         wait(self._futures)
         self._raise_failed()
         return [future.result() for future in self._futures]
+
+    def _check_cancelled(self) -> None:
+        """Raise OperationCancelledError if the save this writer belongs to (or the calling
+        thread's) was cancelled."""
+        if self._scope is not None:
+            self._scope.check()
+        cancellation.check()
 
     def _cancel_once(self) -> None:
         if self._started and not self._cancelled:
