@@ -293,3 +293,62 @@ def test_a_cancelled_load_stops_at_the_next_range(pool):
         scope.cancel()
         with pytest.raises(OperationCancelledError):
             reader.read(1)
+
+
+class Trickle(io.RawIOBase):
+    """A head stream that gives at most ``step`` bytes per read, as a socket may."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        super().__init__()
+        self.data, self.step, self.pos = data, step, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.step if n is None or n < 0 else min(n, self.step)
+        piece = self.data[self.pos : self.pos + n]
+        self.pos += len(piece)
+        return piece
+
+
+@pytest.mark.parametrize("head", ["none", "bytes", "stream"])
+def test_read_n_gives_exactly_n_bytes_across_ranges_and_a_short_read_only_at_the_end(pool, head):
+    """The contract of every store's stream: callers take a short read for the end of the object."""
+    src = Source(5 * R + 37)
+    heads = {"none": None, "bytes": src.data[: R // 3], "stream": Trickle(src.data, 7)}
+    sizes = itertools.cycle([R - 1, 1, 3 * R + 5, R, 2, R // 2 + 1])
+    got, pos = [], 0
+    with reader_for(src, pool, head=heads[head]) as reader:
+        while piece := reader.read(n := next(sizes)):
+            assert len(piece) == min(n, len(src.data) - pos), f"read({n}) at {pos} gave {len(piece)}"
+            got.append(piece)
+            pos += len(piece)
+        assert reader.read(1) == b""
+    assert b"".join(got) == src.data and pos == len(src.data)
+
+
+@pytest.mark.parametrize("head", ["none", "stream"])
+def test_readinto_fills_the_whole_buffer_across_ranges_until_the_end(pool, head):
+    src = Source(4 * R + 1)
+    heads = {"none": None, "stream": Trickle(src.data, 100)}
+    out = bytearray()
+    with reader_for(src, pool, head=heads[head]) as reader:
+        buf = bytearray(R + R // 2)
+        while n := reader.readinto(buf):
+            assert n == min(len(buf), len(src.data) - len(out))
+            out += buf[:n]
+    assert out == src.data
+
+
+def test_a_cut_download_raises_and_never_reads_as_a_short_end(pool):
+    """A range cut short (the connection dropped mid-body) is an error at the read that needs it,
+    never a short ``read(n)`` the caller would take for the end of the object."""
+    src = Source(4 * R, short_at=3 * R)
+    with reader_for(src, pool) as reader:
+        assert reader.read(3 * R) == src.data[: 3 * R]
+        with pytest.raises(TransientError, match="stopped at byte 3500 instead of 4000"):
+            reader.read(R)
+    head = Trickle(src.data[: R // 2], 64)  # the first GET's body ends before its range does
+    with reader_for(src, pool, head=head) as reader, pytest.raises(TransientError, match="ended after 500"):
+        reader.read(R)
