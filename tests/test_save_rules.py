@@ -36,6 +36,7 @@ from flyte_checkpoint.errors import (
 from flyte_checkpoint.format.pipeline import ParallelGzipWriter
 from flyte_checkpoint.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
 from flyte_checkpoint.storage.blobstore import BlobWriter
+from flyte_checkpoint.storage.kit import PartWriter
 from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
 
 LONG_AGO = (1_000_000_000, 1_000_000_000)  # an mtime in 2001: any write now changes it
@@ -368,12 +369,9 @@ def test_a_file_that_changes_during_its_save_fails_it_and_the_previous_checkpoin
     dest = on_backend.fresh()
     save(dest, b"previous")
     change = _once(lambda: _change(big, how))
-    # after the first piece reached the store (a writer, or S3's parts read by upload_file):
+    # after the first piece reached the store (a writer, or the parts upload_file reads):
     _then(monkeypatch, BlobWriter, "write", change)
-    if on_backend.name == "s3":
-        from flyte_checkpoint_s3.writer import MultipartUpload
-
-        _then(monkeypatch, MultipartUpload, "submit", change)
+    _then(monkeypatch, PartWriter, "_submit", change)
     progress = (lambda done, total: None) if with_progress else None
     with pytest.raises(SourceChangedError) as info, fc.Checkpoint(dest, progress=progress) as cp:
         cp.save_sync(big)

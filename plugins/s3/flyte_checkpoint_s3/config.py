@@ -61,7 +61,7 @@ class S3Config(CloudConfig):
         CHOICE,
         "CRC32",
         doc="The full-object checksum sent with each write and stored with the object; NONE sends none."
-        " CRC32C and CRC64NVME need awscrt (`pip install 'flyte-checkpoint-s3[crt]'`).",
+        " CRC32C needs awscrt or google-crc32c, CRC64NVME awscrt (`pip install 'flyte-checkpoint-s3[crt]'`).",
         choices=("CRC32", "CRC32C", "CRC64NVME", "NONE"),
     )
     access_key_id: str | None = setting(

@@ -1,155 +1,74 @@
-"""S3's checksums on the wire: CRC32 (zlib), CRC32C and CRC64NVME (awscrt, if installed).
+"""S3's checksums on the wire: CRC32 (the default), CRC32C or CRC64NVME, computed by the kit.
 
-Each part of a multipart upload gets its own checksum (``ChecksumCRC32=...`` on the request),
-computed in the thread that uploads it; :meth:`Crc.combine` joins them in order into the whole
-object's checksum, so the object is stored with a ``FULL_OBJECT`` checksum that a plain download
-can verify. A read verifies the stored full-object value of :func:`expected_checksum` (never a
-``COMPOSITE`` one: a checksum of the parts' checksums cannot be computed from the bytes).
-All three are reflected CRCs whose initial value and final XOR are all ones, which is
-what the combination (zlib's ``crc32_combine``, for any width) relies on.
+A one-request ``PUT`` sends the object's CRC. A multipart upload sends each part's CRC with the
+part (S3 refuses a damaged part); by default the kit's :meth:`~flyte_checkpoint.storage.kit.Crc.combine`
+joins the parts' CRCs in order into the whole object's, which the completion sends, so S3
+stores a ``FULL_OBJECT`` checksum that a plain download can verify (``checksum_type=COMPOSITE``
+stores S3's checksum of the parts' checksums instead). A read verifies the stored full-object
+value of :func:`stored` (never a ``COMPOSITE`` one: it cannot be computed from the bytes).
 """
 
 from __future__ import annotations
 
-import base64
-import zlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import logging
 from typing import Any
 
-from flyte_checkpoint.errors import ConfigurationError
+from flyte_checkpoint.storage.kit.checksums import Crc, CrcDigest, Digest, crc, require_crc
+from flyte_checkpoint.uri import redact
 
-Buffer = bytes | bytearray | memoryview
+from .config import S3Config
 
+log = logging.getLogger("flyte_checkpoint.s3")
 
-@dataclass(frozen=True)
-class Crc:
-    """One checksum algorithm as S3 names it."""
-
-    name: str
-    width: int
-    poly: int  # reflected polynomial
-    update: Callable[[Buffer, int], int] = field(repr=False)
-    _x2n: list[int] = field(default_factory=list, repr=False, compare=False)
-
-    @property
-    def param(self) -> str:
-        """The boto3 parameter / response field, e.g. ``ChecksumCRC32``."""
-        return f"Checksum{self.name}"
-
-    def compute(self, data: Buffer, value: int = 0) -> int:
-        """The checksum of ``data``, continuing from ``value`` (the checksum of what came before)."""
-        return self.update(data, value)
-
-    def encode(self, value: int) -> str:
-        """The base64 text S3 uses for a checksum value."""
-        return base64.b64encode(value.to_bytes(self.width // 8, "big")).decode("ascii")
-
-    def decode(self, text: str) -> int:
-        """The integer value of S3's base64 text (raises ValueError if malformed)."""
-        raw = base64.b64decode(text, validate=True)
-        if len(raw) != self.width // 8:
-            raise ValueError(f"a {self.name} checksum has {self.width // 8} bytes, not {len(raw)}")
-        return int.from_bytes(raw, "big")
-
-    def combine(self, first: int, second: int, second_len: int) -> int:
-        """The checksum of A+B from the checksum of A, that of B and B's length in bytes."""
-        if second_len == 0:
-            return first
-        return self._mult(self._x_pow_8n(second_len), first) ^ second
-
-    # GF(2) arithmetic modulo the polynomial, bit-reflected (as zlib's crc32_combine).
-    def _mult(self, a: int, b: int) -> int:
-        top = 1 << (self.width - 1)
-        product = 0
-        m = top
-        while m:
-            if a & m:
-                product ^= b
-            b = (b >> 1) ^ self.poly if b & 1 else b >> 1
-            m >>= 1
-        return product
-
-    def _x_pow_8n(self, n: int) -> int:
-        """x ** (8 * n) modulo the polynomial."""
-        table = self._x2n
-        if not table:
-            value = 1 << (self.width - 2)  # x ** 1
-            for _ in range(72):  # enough for lengths up to 2 ** 64 bytes
-                table.append(value)
-                value = self._mult(value, value)
-        product = 1 << (self.width - 1)  # x ** 0
-        k = 3
-        while n:
-            if n & 1:
-                product = self._mult(table[k], product)
-            n >>= 1
-            k += 1
-        return product
+#: The way out named when the ``checksum`` setting's CRC cannot be computed here.
+HINT = "pip install 'flyte-checkpoint-s3[crt]', or set checksum=CRC32 (FLYTE_CHECKPOINT_S3_CHECKSUM)"
+#: Checksum fields of a GetObject answer, strongest first.
+_FIELDS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
 
 
-def _crt(name: str) -> Callable[[Buffer, int], int] | None:
-    try:
-        from awscrt import checksums
-    except ImportError:
-        return None
-    return getattr(checksums, name, None)
-
-
-def get(name: str) -> Crc | None:
-    """The algorithm S3 calls ``name``, or ``None`` for ``"NONE"``.
+def sent(config: S3Config) -> Crc | None:
+    """The CRC every write sends (``None`` for ``checksum=NONE``).
 
     Raises:
-        ConfigurationError: CRC32C or CRC64NVME without awscrt installed, or an unknown name.
+        ConfigurationError: the CRC cannot be computed here (the message says what to install).
     """
-    name = name.upper()
-    if name == "NONE":
-        return None
-    crc = find(name)
-    if crc is None:
-        if name in ("CRC32C", "CRC64NVME"):
-            raise ConfigurationError(
-                f"checksum {name} needs awscrt: pip install 'flyte-checkpoint-s3[crt]',"
-                " or set checksum=CRC32 (FLYTE_CHECKPOINT_S3_CHECKSUM)"
-            )
-        raise ConfigurationError(f"unknown checksum {name!r}: use CRC32, CRC32C, CRC64NVME or NONE")
-    return crc
+    return None if config.checksum == "NONE" else require_crc(config.checksum, hint=HINT)
 
 
-def find(name: str) -> Crc | None:
-    """The algorithm if it can be computed in this process, else ``None`` (no error)."""
-    return _ALGORITHMS.get(name.upper()) or _load_crt(name.upper())
+def request_args(algorithm: Crc, value: int) -> dict[str, str]:
+    """The arguments that make a ``PutObject``/``UploadPart`` send ``value`` for S3 to check."""
+    return {"ChecksumAlgorithm": algorithm.name, field(algorithm): algorithm.encode(value)}
 
 
-_ALGORITHMS: dict[str, Crc] = {
-    "CRC32": Crc("CRC32", 32, 0xEDB88320, lambda data, value: zlib.crc32(data, value)),
-}
+def field(algorithm: Crc) -> str:
+    """The boto3 parameter and answer field of ``algorithm``, e.g. ``ChecksumCRC32``."""
+    return f"Checksum{algorithm.name}"
 
 
-def _load_crt(name: str) -> Crc | None:
-    spec = {"CRC32C": (32, 0x82F63B78, "crc32c"), "CRC64NVME": (64, 0x9A6C9329AC4BC9B5, "crc64nvme")}
-    if name not in spec:
-        return None
-    width, poly, fn_name = spec[name]
-    fn = _crt(fn_name)
-    if fn is None:
-        return None
-    crc = Crc(name, width, poly, lambda data, value: fn(data, value))
-    _ALGORITHMS[name] = crc
-    return crc
-
-
-#: Checksum fields of a GetObject answer, strongest first.
-_CHECKSUM_FIELDS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
-
-
-def expected_checksum(response: dict[str, Any]) -> tuple[str, str] | None:
+def stored(response: dict[str, Any]) -> tuple[str, str] | None:
     """The (algorithm, base64 value) of the full-object checksum in a GET answer, else ``None``
     (none stored, or a ``COMPOSITE`` one)."""
     if str(response.get("ChecksumType") or "").upper() == "COMPOSITE":
         return None
-    for name in _CHECKSUM_FIELDS:
+    for name in _FIELDS:
         value = response.get(f"Checksum{name}")
         if value and "-" not in value:  # "<value>-<parts>" is a composite checksum
             return name, value
     return None
+
+
+def for_read(config: S3Config, response: dict[str, Any], uri: str) -> tuple[Digest, str] | None:
+    """(a running digest, the stored value) a read of the object of ``response`` verifies;
+    ``None`` with ``verify_checksums=false``, without a full-object checksum, or when its
+    algorithm cannot be computed here (SHA-1/SHA-256, a CRC whose library is missing)."""
+    found = stored(response) if config.verify_checksums else None
+    if found is None:
+        return None
+    algorithm = crc(found[0])
+    if algorithm is None:
+        log.debug("%s: its %s checksum cannot be computed here; not verified", redact(uri), found[0])
+        return None
+    return CrcDigest(algorithm), found[1]
+
+
+__all__ = ["HINT", "field", "for_read", "request_args", "sent", "stored"]

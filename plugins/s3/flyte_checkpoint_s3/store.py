@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from flyte_checkpoint import cancellation
 from flyte_checkpoint.errors import (
     CheckpointError,
     CheckpointPermissionError,
     ConfigurationError,
     ContainerNotFoundError,
     NotFoundError,
-    StoreError,
 )
-from flyte_checkpoint.interrupts import finish
-from flyte_checkpoint.sources import open_source
 from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
-from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file
+from flyte_checkpoint.storage.kit import StorePool, download_to_file
 
 from . import integrity
 from .client import S3Client
 from .config import S3Config
-from .errors import bucket_missing, error_code, map_error
-from .reader import open_reader
+from .errors import bucket_missing, map_error
+from .reader import fetch, open_reader
 from .uris import parse
-from .writer import MultipartUpload, S3Writer, part_size_for
+from .writer import S3Writer
 
 T = TypeVar("T")
 
@@ -50,8 +45,10 @@ class S3Store(BlobStore):
         if config is not None and settings:
             raise ConfigurationError("pass either config or keyword settings to S3Store, not both")
         self.config = config if config is not None else S3Config.resolve(**settings)
-        #: The checksum sent with every write (None: no checksum).
-        self.crc = integrity.get(self.config.checksum)
+        #: Bytes a writer holds before it sends any (one part).
+        self.part_size: int = self.config.part_size
+        #: The CRC sent with every write (None: no checksum).
+        self.crc = integrity.sent(self.config)
         self._client = S3Client(self.config)
         #: Sends parts and fetches ranges; rebuilt in a forked child.
         self.pool = StorePool("s3", self.config.max_concurrency + self.config.read_concurrency)
@@ -134,74 +131,20 @@ class S3Store(BlobStore):
         loc = parse(uri)
         if length <= 0:
             return b""
-        try:
-            return self.fetch_range(uri, loc, start, length, None)
-        except StoreError as exc:
-            if error_code(exc) == "InvalidRange":  # starts at or after the end
-                return b""
-            raise
-
-    def fetch_range(self, uri: str, loc: Location, start: int, length: int, etag: str | None) -> bytes:
-        """``length`` bytes from ``start`` (fewer at the end), of the version ``etag`` if given."""
-        end = start + length - 1
-        args: dict[str, Any] = {"Bucket": loc.bucket, "Key": loc.key, "Range": f"bytes={start}-{end}"}
-        if etag:
-            args["IfMatch"] = etag
-
-        def get(client: Any) -> bytes:
-            body = client.get_object(**args)["Body"]
-            try:
-                return body.read()
-            finally:
-                body.close()
-
-        return self.call(get, uri, f"read bytes {start}-{end} of")
+        data = bytearray(length)
+        del data[fetch(self, loc, uri, start, memoryview(data)) :]
+        return bytes(data)
 
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
-        """Upload a local file: one PUT up to one part, else its parts read and sent concurrently.
-
-        A file that changes meanwhile raises ``SourceChangedError`` before anything is committed.
-        """
-        loc = parse(uri)
-        with open_source(path) as src:
-            size = src.size
-            if size <= self.config.part_size:
-                data = src.read()
-                cancellation.check()
-                self.put(uri, loc, data)
-                return
-            upload = MultipartUpload(self, uri, loc)
-
-            def before_commit() -> None:  # a changed file or a cancelled save never commits
-                src.verify()
-                cancellation.check()
-
-            upload.start()
-            try:
-                offset, number = 0, 1
-                while offset < size:
-                    cancellation.check()  # a cancelled save stops sending parts
-                    n = min(part_size_for(number, self.config.part_size), size - offset)
-                    upload.submit(number, functools.partial(src.pread, n, offset))
-                    offset += n
-                    number += 1
-                upload.complete(check=before_commit)
-            except BaseException:
-                finish(upload.abort)
-                raise
+        """Upload a local file: one PUT up to one part, else its parts read (``pread``) and sent
+        concurrently; atomic like any write, and refused (``SourceChangedError``, nothing
+        committed) if the file changes meanwhile."""
+        S3Writer(self, uri, parse(uri)).upload_file(path)
 
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
         """Download into ``path`` through a temporary file beside it, renamed when whole and verified."""
         with self.open_read(uri) as src:
             download_to_file(src, path)
-
-    def put(self, uri: str, loc: Location, data: bytes | bytearray) -> None:
-        """Store ``data`` in one PUT, with its checksum."""
-        args: dict[str, Any] = {"Bucket": loc.bucket, "Key": loc.key, "Body": data}
-        if self.crc is not None:
-            args["ChecksumAlgorithm"] = self.crc.name
-            args[self.crc.param] = self.crc.encode(self.crc.compute(data))
-        self.call(lambda c: c.put_object(**args), uri, "write")
 
     def close(self) -> None:
         self.pool.close()
@@ -209,7 +152,8 @@ class S3Store(BlobStore):
 
     def __repr__(self) -> str:
         return (
-            f"<S3Store endpoint={self.config.describe_endpoint()} region={self.config.region or 'default'}>"
+            f"<S3Store endpoint={self.config.describe_endpoint()} region={self.config.region or 'default'}"
+            f" part_size={self.part_size}>"
         )
 
     # -- internals --------------------------------------------------------------

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import base64
-import importlib.util
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from flyte_checkpoint_s3 import integrity
-from flyte_checkpoint_s3.integrity import Crc
 from flyte_checkpoint_s3.store import S3Store
 
 from flyte_checkpoint.errors import ConfigurationError, CorruptCheckpointError
+from flyte_checkpoint.storage.kit import checksums
 
 from .helpers import BUCKET, data, key_of
 
 PART = 64 * 1024
-HAS_CRT = importlib.util.find_spec("awscrt") is not None
 
 
 def _crc32_b64(payload: bytes) -> str:
@@ -110,7 +107,7 @@ def corrupt_uri(raw_s3: Any, s3_root: str) -> str:
 def test_checksum_mismatch_is_corrupt(make_s3_store: Any, corrupt_uri: str, read_range_size: int) -> None:
     store = make_s3_store(read_range_size=read_range_size)
     with pytest.raises(
-        CorruptCheckpointError, match=r"is damaged: S3 stores the CRC32 checksum .* Load it again"
+        CorruptCheckpointError, match=r"is damaged: it is stored with the CRC32 .* Load it again"
     ):
         store.read_bytes(corrupt_uri)
 
@@ -151,69 +148,23 @@ def test_composite_checksums_of_other_tools_load(
     assert make_s3_store(read_range_size=PART).read_bytes(uri) == payload
 
 
-# -- the arithmetic ---------------------------------------------------------------------
+# -- the setting ------------------------------------------------------------------------
 
 
-def _bitwise(poly: int, width: int, payload: bytes) -> int:
-    """Reference reflected CRC with all-ones init and final XOR, one bit at a time."""
-    mask = (1 << width) - 1
-    crc = mask
-    for byte in payload:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
-    return crc ^ mask
+def test_a_checksum_that_cannot_be_computed_here_is_refused_naming_what_to_install(
+    s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(checksums._cache, "CRC64NVME", None)  # as without awscrt
+    with pytest.raises(ConfigurationError) as caught:
+        S3Store(checksum="CRC64NVME")
+    message = str(caught.value)
+    assert "the CRC64NVME checksum needs awscrt" in message
+    assert (
+        "pip install 'flyte-checkpoint-s3[crt]', or set checksum=CRC32 (FLYTE_CHECKPOINT_S3_CHECKSUM)"
+        in message
+    )
 
 
-def _reference(name: str, width: int, poly: int) -> Crc:
-    def update(buf: Any, value: int) -> int:
-        # continue a CRC: undo the final XOR, feed the bytes, redo it
-        mask = (1 << width) - 1
-        crc = value ^ mask
-        for byte in bytes(buf):
-            crc ^= byte
-            for _ in range(8):
-                crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
-        return crc ^ mask
-
-    return Crc(name, width, poly, update)
-
-
-@pytest.mark.parametrize(
-    ("name", "width", "poly", "check"),
-    [
-        ("CRC32", 32, 0xEDB88320, 0xCBF43926),
-        ("CRC32C", 32, 0x82F63B78, 0xE3069283),
-        ("CRC64NVME", 64, 0x9A6C9329AC4BC9B5, 0xAE8B14860A799888),
-    ],
-)
-def test_combine_matches_the_crc_of_the_concatenation(name: str, width: int, poly: int, check: int) -> None:
-    assert _bitwise(poly, width, b"123456789") == check
-    crc = _reference(name, width, poly)
-    payload = data(3000, seed=width)
-    for cut in (0, 1, 7, 1000, 2999, 3000):
-        a, b = payload[:cut], payload[cut:]
-        assert crc.combine(crc.compute(a), crc.compute(b), len(b)) == crc.compute(payload)
-
-
-def test_crc32_is_zlib_and_round_trips_base64() -> None:
-    crc = integrity.get("crc32")
-    assert crc is not None and crc.param == "ChecksumCRC32"
-    value = crc.compute(b"123456789")
-    assert value == 0xCBF43926
-    assert crc.decode(crc.encode(value)) == value
-    parts = [data(n, seed=n) for n in (5, 70_000, 1, 123_457)]
-    whole = 0
-    for i, p in enumerate(parts):
-        whole = crc.combine(whole, crc.compute(p), len(p)) if i else crc.compute(p)
-    assert whole == zlib.crc32(b"".join(parts))
-
-
-def test_crc32c_needs_awscrt(s3_env: dict[str, str]) -> None:
-    if HAS_CRT:
-        assert S3Store(checksum="crc32c").crc.name == "CRC32C"
-    else:
-        with pytest.raises(
-            ConfigurationError, match=r"needs awscrt: pip install 'flyte-checkpoint-s3\[crt\]'"
-        ):
-            S3Store(checksum="CRC32C")
+def test_the_store_sends_the_kits_crc_of_its_setting(s3_env: dict[str, str]) -> None:
+    assert S3Store().crc is checksums.crc("CRC32")
+    assert S3Store(checksum="NONE").crc is None

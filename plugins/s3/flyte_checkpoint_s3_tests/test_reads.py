@@ -31,9 +31,9 @@ def test_reads_of_any_size_deliver_the_object_in_order(ranged: Any, s3_root: str
         if chunk == 1:  # byte by byte is slow: only the first and last ranges
             out.write(b"".join(r.read(1) for _ in range(RANGE + 2)))
             out.write(r.read())
-        else:
+        else:  # exactly ``chunk`` bytes, across ranges, fewer only at the end
             while piece := r.read(chunk):
-                assert len(piece) <= chunk
+                assert len(piece) == min(chunk, len(payload) - out.tell()), f"read({chunk}) at {out.tell()}"
                 out.write(piece)
         assert r.read(10) == b""
     assert out.getvalue() == payload

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flyte_checkpoint_s3.writer import MAX_PART_SIZE, part_size_for
+from flyte_checkpoint_s3.writer import DOUBLE_EVERY, MAX_PART_SIZE
 
 from flyte_checkpoint.errors import ContainerNotFoundError, TransientError
+from flyte_checkpoint.storage.kit import part_size_for
 
 from .helpers import BUCKET, data, key_of, multipart_uploads
 
@@ -37,8 +38,8 @@ def test_parts_in_flight_are_bounded(make_s3_store: Any, s3_root: str) -> None:
     store = make_s3_store(part_size=PART, max_concurrency=2)
     with store.open_write(f"{s3_root}/bounded") as w:
         w.write(data(20 * PART))
-    assert w.upload is not None
-    assert 1 <= w.upload.peak_in_flight <= 2
+    assert w.upload_id is not None
+    assert 1 <= w.peak_in_flight <= 2
 
 
 def test_object_of_one_part_is_a_single_put(make_s3_store: Any, raw_s3: Any, s3_root: str) -> None:
@@ -46,7 +47,7 @@ def test_object_of_one_part_is_a_single_put(make_s3_store: Any, raw_s3: Any, s3_
     uri = f"{s3_root}/one-part"
     with store.open_write(uri) as w:
         w.write(data(PART))
-    assert w.upload is None
+    assert w.upload_id is None
     assert "-" not in _etag(raw_s3, uri)
     assert store.read_bytes(uri) == data(PART)
 
@@ -77,7 +78,7 @@ def test_exception_mid_write_leaves_no_object_and_no_upload(
     uri = f"{s3_root}/crash"
     with pytest.raises(RuntimeError, match="simulated crash"), store.open_write(uri) as w:
         w.write(data(10 * PART))
-        assert w.upload is not None and w.upload.upload_id
+        assert w.upload_id
         raise RuntimeError("simulated crash")
     assert store.stat(uri) is None
     assert multipart_uploads(raw_s3, uri) == []
@@ -99,7 +100,7 @@ def test_failing_part_aborts_the_upload(make_s3_store: Any, raw_s3: Any, s3_root
     uri = f"{s3_root}/lost-upload"
     w = store.open_write(uri)
     w.write(data(3 * PART))
-    upload_id = w.upload.upload_id
+    upload_id = w.upload_id
     # Someone else (a lifecycle rule, an operator) aborts the upload: the next parts fail.
     # (AWS answers NoSuchUpload and moto 5.2.5 answers 500: both a TransientError, so the save is retried.)
     raw_s3.abort_multipart_upload(Bucket=BUCKET, Key=key_of(uri), UploadId=upload_id)
@@ -145,11 +146,15 @@ def test_upload_file_of_one_part_is_a_single_put(
 
 def test_part_size_grows_so_parts_never_run_out() -> None:
     base = 8 * 1024 * 1024
-    assert part_size_for(1, base) == base
-    assert part_size_for(1000, base) == base
-    assert part_size_for(1001, base) == 2 * base
-    assert part_size_for(10_000, base) <= MAX_PART_SIZE
-    total = sum(part_size_for(n, base) for n in range(1, 10_001))
+
+    def size(number: int) -> int:
+        return part_size_for(number, base, double_every=DOUBLE_EVERY, maximum=MAX_PART_SIZE)
+
+    assert size(1) == base
+    assert size(1000) == base
+    assert size(1001) == 2 * base
+    assert size(10_000) <= MAX_PART_SIZE
+    total = sum(size(n) for n in range(1, 10_001))
     assert total > 5 * 1024**4  # more than S3's largest object
 
 
