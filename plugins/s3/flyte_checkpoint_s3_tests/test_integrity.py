@@ -13,6 +13,7 @@ from flyte_checkpoint_s3.store import S3Store
 from flyte_checkpoint.errors import ConfigurationError, CorruptCheckpointError
 from flyte_checkpoint.storage.kit import checksums
 
+from .conftest import require
 from .helpers import BUCKET, data, key_of
 
 PART = 64 * 1024
@@ -168,3 +169,31 @@ def test_a_checksum_that_cannot_be_computed_here_is_refused_naming_what_to_insta
 def test_the_store_sends_the_kits_crc_of_its_setting(s3_env: dict[str, str]) -> None:
     assert S3Store().crc is checksums.crc("CRC32")
     assert S3Store(checksum="NONE").crc is None
+
+
+@pytest.mark.integration
+def test_crc32c_is_sent_stored_and_verified_with_the_kits_library(
+    make_s3_store: Any, raw_s3: Any, s3_root: str
+) -> None:
+    """CRC32C comes from the kit (awscrt or google-crc32c), not from awscrt alone: a PUT stores
+    it, a read verifies it, and a multipart upload completes with the parts' CRC32Cs combined
+    (moto computes its own CRC32C of a multipart object, wrong without the crc32c package, so
+    there the value sent is what is checked)."""
+    algorithm = checksums.crc("CRC32C")
+    require(algorithm is not None, "neither awscrt nor google-crc32c is installed")
+    assert algorithm is not None
+    store = make_s3_store(part_size=PART, checksum="CRC32C")
+    small, large = data(1000), data(5 * PART + 3)
+    store.write_bytes(f"{s3_root}/small", small)
+    resp = raw_s3.get_object(Bucket=BUCKET, Key=key_of(f"{s3_root}/small"), ChecksumMode="ENABLED")
+    resp["Body"].read()
+    assert resp.get("ChecksumCRC32C") == algorithm.encode(algorithm.compute(small))
+    assert store.read_bytes(f"{s3_root}/small") == small
+    sent: list[dict[str, Any]] = []
+    store.client.meta.events.register(
+        "provide-client-params.s3.CompleteMultipartUpload", lambda params, **_: sent.append(dict(params))
+    )
+    store.write_bytes(f"{s3_root}/large", large)
+    assert [(p["ChecksumType"], p["ChecksumCRC32C"]) for p in sent] == [
+        ("FULL_OBJECT", algorithm.encode(algorithm.compute(large)))
+    ]
