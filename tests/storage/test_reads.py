@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 import random
 import threading
 from collections.abc import Callable
 
 import pytest
 
+from conftest import require
 from flyte_checkpoint.cancellation import Scope, using
 from flyte_checkpoint.errors import (
     CheckpointError,
@@ -352,3 +354,32 @@ def test_a_cut_download_raises_and_never_reads_as_a_short_end(pool):
     head = Trickle(src.data[: R // 2], 64)  # the first GET's body ends before its range does
     with reader_for(src, pool, head=head) as reader, pytest.raises(TransientError, match="ended after 500"):
         reader.read(R)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux: /proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_range_buffer_costs_memory_only_for_the_bytes_written_into_it(pool):
+    """Buffers are not zeroed up front (a bytearray is, which touches all of it at once): a range
+    costs memory as its download arrives, and goes back to the system once released."""
+    require(os.path.exists("/proc/self/statm"), "resident memory is read from /proc (Linux)")
+    big = 16 * 1024 * 1024
+    written: list[int] = []
+
+    def fetch(offset: int, view: memoryview) -> int:
+        view[0] = 1  # one page of the range written
+        written.append(offset)
+        return len(view)
+
+    before = resident_bytes()
+    reader = RangedReader(
+        URI, size=4 * big, fetch=fetch, range_size=big, concurrency=4, pool=pool, on_error=mapped
+    )
+    drain(pool)
+    assert sorted(written) == [0, big, 2 * big, 3 * big]  # four ranges of 16 MiB are held
+    grown = resident_bytes() - before
+    reader.close()
+    assert grown < big // 2, f"resident memory grew by {grown / 2**20:.0f} MiB for 4 pages written"
