@@ -15,7 +15,21 @@ Everything else has a default built on those and may be overridden as a fast pat
 one to override where a cloud's listing returns them (the default stats each object).
 Backends raise the errors of :mod:`flyte_checkpoint.errors`: ``NotFoundError``
 (``ContainerNotFoundError`` for a missing bucket), ``CheckpointPermissionError``,
-``TransientError`` (worth retrying) and ``StoreError`` for the rest.
+``TransientError`` (worth retrying) and ``StoreError`` for the rest. A denied request is
+never ``NotFoundError``: the core loads "no checkpoint" only for an absent object.
+
+URIs: the core (``Checkpoint``, the CLI, ``inspect``) hands a store URIs as
+:func:`flyte_checkpoint.uri.normalize` spells them: surrounding whitespace and quotes
+removed, the scheme lower-cased, the rest (bucket, key, query) untouched, and every local form
+(``file:///abs``, ``rel``) an absolute path. Nothing else is rewritten (no percent-decoding, no
+collapsing of ``//``), and a store called directly receives what its caller passed; it parses
+its own scheme's URIs (:mod:`flyte_checkpoint.storage.kit.locations`).
+
+Capabilities a store declares (class or instance attributes; the defaults are the base
+class's): :attr:`BlobStore.part_size`, :attr:`BlobStore.supports_ranges`,
+:attr:`BlobStore.supports_list` and :attr:`BlobStore.supports_list_details`. The conformance
+suites read them (:mod:`flyte_checkpoint.testing`): the fault tests size an interrupted save
+from ``part_size``.
 """
 
 from __future__ import annotations
@@ -161,7 +175,12 @@ class BlobWriter(abc.ABC):
 
     @abc.abstractmethod
     def _write(self, data: bytes | bytearray | memoryview) -> None:
-        """Take the next bytes of the object (may buffer, may upload)."""
+        """Take the next bytes of the object (may buffer, may upload).
+
+        ``data`` belongs to the caller, who may reuse or change its buffer as soon as this
+        returns: a writer that keeps bytes for later (a part being filled, an upload still in
+        flight on another thread) copies them first; it keeps no view of ``data``.
+        """
 
     @abc.abstractmethod
     def _commit(self) -> None:
@@ -175,15 +194,33 @@ class BlobWriter(abc.ABC):
 class BlobStore(abc.ABC):
     """A backend for one or more URI schemes. See the module docstring for the contract."""
 
+    #: Bytes a writer holds before it sends any to the server (one part, block or chunk);
+    #: ``None``: unknown, or the writer holds the whole object until its commit. The fault
+    #: suite interrupts a save after more than this many bytes, so that the write has sent at
+    #: least one part: a store whose parts land in place on the server then fails it.
+    part_size: int | None = None
     #: The store can serve byte ranges cheaply (``read_range`` is a real ranged read).
     supports_ranges: ClassVar[bool] = False
+    #: The store can list by prefix (:meth:`list`); False where it cannot (``list`` raises).
+    supports_list: ClassVar[bool] = True
+    #: :meth:`list_details` is native (sizes and times come with the listing), not the
+    #: default's one ``stat`` per object.
+    supports_list_details: ClassVar[bool] = False
 
     @abc.abstractmethod
     def open_read(self, uri: str) -> BinaryIO:
         """Open the object for streaming reads.
 
+        Returns a binary stream (a context manager with ``read``, ``readinto`` optional,
+        ``close``) whose ``read(n)`` returns exactly ``n`` bytes unless the object ends first
+        (then the rest, then ``b""``), and ``read()`` the whole rest: callers may treat a
+        short read as the end of the object. A transfer cut midway raises (a
+        ``TransientError`` for the core to retry) or is resumed inside the stream; it never
+        ends the stream early.
+
         Raises:
-            NotFoundError: the object is absent (ContainerNotFoundError: its bucket is).
+            NotFoundError: the object is absent (ContainerNotFoundError: its bucket is); a
+                store may raise it here or at the first read.
         """
 
     @abc.abstractmethod
@@ -229,7 +266,12 @@ class BlobStore(abc.ABC):
         return details_from_listing(prefix, self.list(prefix), by_stat, recursive=recursive)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
-        """Return ``length`` bytes from offset ``start`` (fewer at the end of the object)."""
+        """Return ``length`` bytes from offset ``start`` (fewer at the end of the object).
+
+        Raises:
+            NotFoundError: the object is absent (ContainerNotFoundError: its bucket is), as
+                :meth:`open_read`; never ``b""`` for an absent object.
+        """
         with self.open_read(uri) as f:
             if f.seekable():
                 f.seek(start)

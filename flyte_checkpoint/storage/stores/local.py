@@ -173,6 +173,8 @@ class LocalStore(BlobStore):
     """Objects are files; URIs are bare paths or ``file:`` URIs."""
 
     supports_ranges = True
+    supports_list_details = True  # sizes and times from os.scandir
+    # part_size stays None: a writer fills a temporary file and renames it whole at the commit.
 
     def open_read(self, uri: str) -> BinaryIO:
         path = local_path(uri)

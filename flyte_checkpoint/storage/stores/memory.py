@@ -39,6 +39,8 @@ class MemoryStore(BlobStore):
     """Objects live in a dict for the life of the process (``memory://any/key``)."""
 
     supports_ranges = True
+    supports_list_details = True
+    # part_size stays None: a writer holds the whole object until its commit.
 
     def open_read(self, uri: str) -> BinaryIO:
         return io.BytesIO(self._get(uri))

@@ -38,11 +38,15 @@ class AzureStore(BlobStore):
     """
 
     supports_ranges = True
+    supports_list = True
+    supports_list_details = True
 
     def __init__(self, config: AzureConfig | None = None, **settings: Any) -> None:
         if config is not None and settings:
             raise TypeError("give AzureStore a config or settings, not both")
         self.config = config if config is not None else AzureConfig.resolve(**settings)
+        #: Bytes a writer holds before it stages any (one block).
+        self.part_size: int = self.config.part_size
         self.clients = AzureClients(self.config)
         self.pool = StorePool("azure", self.config.max_concurrency + self.config.read_concurrency)
 
@@ -50,11 +54,6 @@ class AzureStore(BlobStore):
     def max_pooled_connections(self) -> int:
         """The most HTTP connections the store keeps open between calls (its clients' pools)."""
         return self.config.max_connections
-
-    @property
-    def part_size(self) -> int:
-        """Bytes a writer holds before it stages any (the conformance suite sizes its tests by it)."""
-        return self.config.part_size
 
     def open_read(self, uri: str) -> BinaryIO:
         return open_reader(self, parse(uri), uri)  # type: ignore[return-value]

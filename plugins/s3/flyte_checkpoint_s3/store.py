@@ -40,6 +40,8 @@ class S3Store(BlobStore):
     """
 
     supports_ranges = True
+    supports_list = True
+    supports_list_details = True
 
     def __init__(self, config: S3Config | None = None, **settings: Any) -> None:
         if config is not None and settings:
