@@ -38,7 +38,7 @@ from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import store_for
 from tests.reliability import backends
 from tests.reliability.backends import Backend, BackendPool
-from tests.reliability.faultproxy import HANG_GUARD, FaultProxy
+from flyte_checkpoint.testing.faultproxy import HANG_GUARD, FaultProxy
 from tests.spystore import spying
 
 #: The backends' fixtures (see backends.py), visible to pytest in this module.

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from .faultproxy import HANG_GUARD, Fault, FaultProxy
+from flyte_checkpoint.testing.faultproxy import HANG_GUARD, Fault, FaultProxy
 
 BODY = os.urandom(200_000)
 pytestmark = pytest.mark.timeout(600)
@@ -322,3 +322,38 @@ def test_hold_keeps_matching_requests_until_released_in_order(proxy, upstream):
     finally:
         for s in (first, second, third):
             s.close()
+
+
+def test_answer_replies_with_the_status_without_asking_the_server(proxy, upstream):
+    """``answer(403)``: the first request's head gets an HTTP 403 with an XML error naming the
+    code, the server is never connected, the request line is recorded, and once the budget is
+    spent the next connection passes to the server."""
+    proxy.fail(Fault.answer(403), times=1)
+    with _connect(proxy) as s:
+        s.sendall(b"PUT /bucket/key HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        s.shutdown(socket.SHUT_WR)
+        data, end = _read_all(s)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n") and b"Connection: close" in head, head
+    assert b"<Code>AccessDenied</Code>" in body and end == "eof"
+    assert upstream.accepted == 0
+    assert proxy.requests == ["PUT /bucket/key"] and proxy.fired == 1
+    assert _fetch(proxy) == (BODY, "eof")
+    assert upstream.accepted == 1
+
+
+def test_cut_resets_every_connection_once_the_total_is_reached(proxy, upstream):
+    """``cut("up", N)``: N bytes in all reach the server, whichever connections carry them; the
+    connection that reaches N is reset there, and so is any other one when it next sends."""
+    first, second = _connect(proxy), _connect(proxy)
+    with first, second:
+        proxy.cut("up", 40_000)
+        first.sendall(b"a" * 30_000)
+        proxy.wait_for(lambda: proxy.total["up"] == 30_000, what="the first 30 000 bytes forwarded")
+        second.sendall(b"b" * 30_000)
+        assert _read_all(second)[1] == "reset"
+        first.sendall(b"a")
+        assert _read_all(first)[1] == "reset"
+    upstream.wait_for(lambda: len(upstream.received) == 2)
+    assert sorted(upstream.received) == [b"a" * 30_000, b"b" * 10_000]
+    assert proxy.total["up"] == 40_000 and proxy.fired == 2

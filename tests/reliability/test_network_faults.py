@@ -58,7 +58,7 @@ from flyte_checkpoint.storage.registry import get_registry, store_for
 from tests.helpers import snapshot
 from tests.test_retry import Clock as PauseClock  # time for the retry module: only pauses advance it
 
-from .faultproxy import HANG_GUARD, Fault, FaultProxy
+from flyte_checkpoint.testing.faultproxy import HANG_GUARD, Fault, FaultProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

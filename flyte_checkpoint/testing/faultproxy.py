@@ -1,4 +1,4 @@
-"""A fault-injecting TCP proxy on 127.0.0.1, for tests.
+"""A fault-injecting TCP proxy on 127.0.0.1, for tests of network backends.
 
 It sits between a client and a server and, per connection, either passes bytes through or
 injects one fault at a chosen byte offset in one direction:
@@ -10,8 +10,15 @@ injects one fault at a chosen byte offset in one direction:
   gives up and closes it, or the proxy stops);
 - ``Fault.truncate("up"|"down", after=N)``: forward N bytes that way, then close both sides
   cleanly (a FIN: the peer sees the stream end early);
+- ``Fault.answer(status)``: never connect upstream; read the client's first request head and
+  answer it with that HTTP status (an XML error body, ``Connection: close``), then read and
+  drop whatever the client still sends until it closes: a 403, a 429 or a 503 from "the server";
 - ``Fault.blackhole()``: accept, then never connect upstream, read or send anything;
 - ``Fault.passthrough()``: forward everything.
+
+Besides per-connection faults, :meth:`FaultProxy.cut` resets (or stalls) every connection once
+a number of bytes *in all* has gone one way: "the upload is cut after 3.5 parts, whichever
+connections carry them", exact to the byte even when parts travel in parallel.
 
 "up" is client to server, "down" server to client; offsets count the bytes of one connection
 in that direction (over every request of a kept-alive connection). Which fault a connection
@@ -48,7 +55,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 Direction = Literal["up", "down"]
-Action = Literal["pass", "reset", "stall", "truncate", "blackhole"]
+Action = Literal["pass", "reset", "stall", "truncate", "blackhole", "answer"]
 
 _CHUNK = 64 * 1024
 #: Deadline of every internal wait (start, stop, a held request): a hang guard, not a timing.
@@ -58,6 +65,18 @@ HANG_GUARD = 120.0
 _REQUEST_LINE = re.compile(rb"(GET|HEAD|PUT|POST|DELETE|PATCH|OPTIONS) (/\S*) HTTP/1\.[01]\r\n")
 #: Bytes of one direction kept to find a request line or a held pattern split across reads.
 _CARRY = 8 * 1024
+#: Error codes of the answers :meth:`Fault.answer` gives (the names S3 and Azure use; other
+#: services read the status).
+_ANSWER_CODES = {
+    401: ("Unauthorized", "AuthenticationFailed"),
+    403: ("Forbidden", "AccessDenied"),
+    404: ("Not Found", "NoSuchKey"),
+    429: ("Too Many Requests", "TooManyRequests"),
+    500: ("Internal Server Error", "InternalError"),
+    502: ("Bad Gateway", "BadGateway"),
+    503: ("Service Unavailable", "ServiceUnavailable"),
+    504: ("Gateway Timeout", "GatewayTimeout"),
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +86,7 @@ class Fault:
     action: Action = "pass"
     direction: Direction = "down"
     after: int = 0
+    status: int = 0  # for "answer"
 
     @classmethod
     def passthrough(cls) -> Fault:
@@ -87,6 +107,12 @@ class Fault:
     @classmethod
     def blackhole(cls) -> Fault:
         return cls("blackhole")
+
+    @classmethod
+    def answer(cls, status: int) -> Fault:
+        """Answer the connection's first request with HTTP ``status`` (the server is not asked)."""
+        assert 400 <= status <= 599, f"an error status, not {status}"
+        return cls("answer", "up", 0, status)
 
 
 PASS = Fault()
@@ -113,6 +139,13 @@ class ConnRecord:
     requests: list[str] = field(default_factory=list)
     server_ended: bool = False
     closed: bool = False
+
+
+@dataclass(frozen=True)
+class _Cut:
+    direction: Direction
+    at: int  # the proxy's total that way at which every connection gets ``action``
+    action: Literal["reset", "stall"]
 
 
 @dataclass
@@ -229,6 +262,9 @@ class FaultProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._closing: asyncio.Event | None = None
+        #: Bytes forwarded each way over every connection since the proxy started.
+        self.total: dict[Direction, int] = {"up": 0, "down": 0}
+        self._cut: _Cut | None = None
 
     # -- programming ------------------------------------------------------------------
 
@@ -244,6 +280,7 @@ class FaultProxy:
     def fail(self, fault: Fault, times: int | None = None) -> None:
         """Give every new connection ``fault`` until it has fired ``times`` times (None: always)."""
         with self._lock:
+            self._cut = None
             self._chooser = None
             self._budget = _Budget(fault, times)
 
@@ -253,7 +290,23 @@ class FaultProxy:
             base = next(self._counter)
             self._counter = itertools.count(base)
             self._chooser = lambda i: chooser(i - base)
+            self._cut = None
             self._budget = _Budget(PASS, None)
+
+    def cut(self, direction: Direction, after: int, action: Literal["reset", "stall"] = "reset") -> None:
+        """Once ``after`` more bytes in all (over every connection, counted from now) have gone
+        ``direction``, give every connection, open or new, ``action`` that way: the byte that
+        would exceed the count is never forwarded. Each connection it reaches is marked fired;
+        :meth:`heal` ends it."""
+        with self._lock:
+            self._cut = _Cut(direction, self.total[direction] + after, action)
+
+    def _cut_left(self, direction: Direction) -> int | None:
+        """Bytes that may still go ``direction`` before the cut (None: no cut that way)."""
+        cut = self._cut
+        if cut is None or cut.direction != direction:
+            return None
+        return max(0, cut.at - self.total[direction])
 
     def heal(self) -> None:
         """From now on, every new connection passes."""
@@ -416,6 +469,12 @@ class FaultProxy:
         self._changed(lambda: self.records.append(rec))
         uwriter: asyncio.StreamWriter | None = None
         try:
+            if fault.action == "answer":
+                if budget is None or budget.may_fire():
+                    await self._answer(creader, cwriter, rec, fault.status)
+                    return
+                fault = PASS
+                rec.fault = PASS
             if fault.action == "blackhole":
                 if budget is None or budget.may_fire():
                     self._changed(lambda: _mark_fired(rec))
@@ -446,7 +505,7 @@ class FaultProxy:
                     p.cancel()
                 if pending:
                     await asyncio.wait(pending, timeout=5)
-        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.CancelledError):
             pass
         finally:
             for w in (cwriter, uwriter):
@@ -455,6 +514,40 @@ class FaultProxy:
                     _close(w)
             self._changed(lambda: setattr(rec, "closed", True))
             self._tasks.discard(task)
+
+    async def _fire_cut(self, state: _State, src: asyncio.StreamReader, direction: Direction) -> None:
+        cut = self._cut
+        assert cut is not None
+        await state.fire(direction, cut.action)
+        if state.stalled:
+            await self._discard(src, state.rec)
+
+    async def _answer(
+        self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter, rec: ConnRecord, status: int
+    ) -> None:
+        """Read one request head from the client, answer it with ``status``, then drop the rest."""
+        head = await creader.readuntil(b"\r\n\r\n")
+        self._add(rec, "dropped", len(head))
+        m = _REQUEST_LINE.match(head)
+        method = m.group(1).decode() if m else "?"
+        if m:
+            line = f"{method} {m.group(2).decode(errors='replace')}"
+            self._changed(lambda: rec.requests.append(line))
+        reason, code = _ANSWER_CODES.get(status, ("Error", "Error"))
+        body = b"" if method == "HEAD" else (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>HTTP {status} from the fault proxy</Message></Error>"
+        ).encode()
+        cwriter.write(
+            (
+                f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
+                f"Content-Length: {len(body)}\r\nx-ms-error-code: {code}\r\nConnection: close\r\n\r\n"
+            ).encode()
+            + body
+        )
+        await cwriter.drain()
+        self._changed(lambda: _mark_fired(rec))
+        await self._discard(creader, rec)
 
     async def _discard(self, src: asyncio.StreamReader, rec: ConnRecord) -> None:
         """Read and drop ``src`` until it ends or the proxy stops: nothing more is forwarded
@@ -490,6 +583,9 @@ class FaultProxy:
                             await self._discard(src, rec)
                         return
                     armed = False
+                if self._cut_left(direction) == 0:
+                    await self._fire_cut(state, src, direction)
+                    return
                 want = _CHUNK
                 if armed:
                     want = min(want, fault.after - getattr(rec, direction))
@@ -501,9 +597,14 @@ class FaultProxy:
                     return
                 if direction == "up":
                     await state.inspect_up(data)
-                dst.write(data)
-                await dst.drain()
-                self._add(rec, direction, len(data))
+                left = self._cut_left(direction)
+                if left is not None and len(data) > left:  # the cut falls inside these bytes
+                    data = data[:left]
+                self.total[direction] += len(data)  # no await since the check: exact over connections
+                if data:
+                    dst.write(data)
+                    await dst.drain()
+                    self._add(rec, direction, len(data))
         except (OSError, asyncio.IncompleteReadError):
             state.broken = True
 
@@ -541,9 +642,9 @@ class _State:
             await hold._pass(self.proxy)
         self.carry = buf[-_CARRY:]
 
-    async def fire(self, direction: Direction) -> None:
+    async def fire(self, direction: Direction, action: Action | None = None) -> None:
         self.proxy._changed(lambda: _mark_fired(self.rec))
-        action = self.fault.action
+        action = action or self.fault.action
         if action == "reset":
             self.broken = True
             _reset(self.cwriter)
