@@ -1,11 +1,16 @@
-"""The conformance suite a backend must pass, shipped for backend authors.
+"""The conformance suites a backend must pass, shipped for backend authors.
 
-Mix the suites into a test class of your own and provide two pytest fixtures::
+Mix the suites into a test class of your own and provide pytest fixtures::
 
     import pytest
-    from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
+    from flyte_checkpoint.testing import (
+        BlobStoreSuite, CheckpointSuite, CrashSuite, FaultSuite, StoreRecipe,
+    )
 
-    class TestMyStore(BlobStoreSuite, CheckpointSuite):
+    def build_store(endpoint):               # module level: CrashSuite's child imports it
+        return MyStore(endpoint_url=endpoint, request_attempts=1, read_timeout=1.0)
+
+    class TestMyStore(BlobStoreSuite, CheckpointSuite, FaultSuite, CrashSuite):
         @pytest.fixture
         def store(self):
             return MyStore(...)
@@ -14,20 +19,46 @@ Mix the suites into a test class of your own and provide two pytest fixtures::
         def store_root(self, store):
             return "mystore://test-bucket/" + uuid.uuid4().hex   # empty, unique per test
 
+        @pytest.fixture
+        def store_recipe(self, my_server):
+            return StoreRecipe(upstream=my_server.endpoint, build=build_store)
+
 ``store`` is the :class:`~flyte_checkpoint.storage.blobstore.BlobStore` under test and
-``store_root`` a URI prefix under which nothing exists yet (the suite checks that).
+``store_root`` a URI prefix under which nothing exists yet (the suites check that).
 For ``CheckpointSuite`` the store must also be the one the registry resolves for
 ``store_root``'s scheme (an installed plugin, or :func:`flyte_checkpoint.register_store`).
 
-Class attributes adapt the suite to the backend:
+- :class:`BlobStoreSuite`: the contract of :mod:`flyte_checkpoint.storage.blobstore` (streams,
+  atomic writes, stat, delete, list, errors);
+- :class:`CheckpointSuite`: save and load through ``Checkpoint``;
+- :class:`FaultSuite` (network stores): through a :class:`FaultProxy` in front of the server,
+  an interrupted save (sized from the store's ``part_size``) leaves the previous object whole
+  and no partial one; a cut download is retried or raised, never returned short; a stalled one
+  ends by the store's timeout; HTTP 403 is ``CheckpointPermissionError``, never "no
+  checkpoint"; 429 and 5xx are ``TransientError`` and the core's retry gets through them;
+- :class:`CrashSuite`: a process SIGKILLed mid-save (mid-upload, through the proxy, for a
+  network store) leaves the previous object whole: it catches a server that writes in place.
+
+``FaultSuite`` and ``CrashSuite`` build their stores from the ``store_recipe`` fixture (a
+:class:`StoreRecipe`: the server's endpoint and how to build a store pointed at any endpoint,
+with SDK retries off and short timeouts). A failing test's message starts with
+``promise broken:`` and names the promise.
+
+Class attributes adapt the suites to the backend:
 
 - ``large_object_size``: bytes in the "large object" tests (default 24 MiB: big
   enough to cross multipart/chunk boundaries of the usual defaults);
 - ``supports_list`` (default True): set it to False for a store that cannot list; the
   listing test is then not part of the class at all (it neither runs nor skips), and the
-  other tests stop looking at listings.
+  other tests stop looking at listings;
+- ``fault_parts`` / ``crash_parts`` (default 4): the size, in parts, of the objects the fault
+  and crash tests save.
 """
 
+from .crash import CrashSuite
+from .faultproxy import Fault, FaultProxy
+from .faults import FaultSuite
+from .recipe import StoreRecipe
 from .suite import BlobStoreSuite, CheckpointSuite
 
-__all__ = ["BlobStoreSuite", "CheckpointSuite"]
+__all__ = ["BlobStoreSuite", "CheckpointSuite", "CrashSuite", "Fault", "FaultProxy", "FaultSuite", "StoreRecipe"]

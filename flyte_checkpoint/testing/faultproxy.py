@@ -538,6 +538,7 @@ class FaultProxy:
             f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
             f"<Message>HTTP {status} from the fault proxy</Message></Error>"
         ).encode()
+        self._changed(lambda: _mark_fired(rec))  # before the client can see the answer
         cwriter.write(
             (
                 f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
@@ -546,7 +547,6 @@ class FaultProxy:
             + body
         )
         await cwriter.drain()
-        self._changed(lambda: _mark_fired(rec))
         await self._discard(creader, rec)
 
     async def _discard(self, src: asyncio.StreamReader, rec: ConnRecord) -> None:

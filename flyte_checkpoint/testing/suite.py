@@ -81,7 +81,13 @@ class BlobStoreSuite:
     @pytest.fixture
     def root(self, store: BlobStore, store_root: str) -> str:
         if self.supports_list:
-            assert list(store.list(store_root)) == [], f"store_root {store_root} is not empty"
+            found = list(store.list(store_root))
+            outside = [u for u in found if not u.startswith(store_root)]
+            assert not outside, (
+                f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
+                f" list({store_root!r}) yielded {outside[:3]}"
+            )
+            assert found == [], f"store_root {store_root} is not empty (the fixture must give a fresh prefix): {found[:3]}"
         return store_root
 
     def test_stat_of_absent_object_is_none(self, store: BlobStore, root: str) -> None:
@@ -168,8 +174,15 @@ class BlobStoreSuite:
         names = ["a/1", "a/2", "b/1", "a-x"]
         for n in names:
             store.write_bytes(join(root, n), n.encode())
-        assert list(store.list(join(root, "a") + "/")) == [join(root, "a/1"), join(root, "a/2")]
-        assert list(store.list(root)) == sorted(join(root, n) for n in names)
+        listed = list(store.list(root))
+        assert sorted(listed) == sorted(join(root, n) for n in names), (
+            f"promise broken: list(prefix) yields every object under the prefix, and only those: {listed}"
+        )
+        assert listed == sorted(listed), f"promise broken: list yields URIs in sorted order: {listed}"
+        under_a = list(store.list(join(root, "a") + "/"))
+        assert under_a == [join(root, "a/1"), join(root, "a/2")], (
+            f"promise broken: list(prefix) yields only the URIs that start with the prefix, sorted: {under_a}"
+        )
 
     def test_list_details_gives_sizes_times_and_one_level_with_folders(
         self, store: BlobStore, root: str
@@ -208,6 +221,24 @@ class BlobStoreSuite:
         assert store.read_range(uri, 0, 10) == data[:10]
         assert store.read_range(uri, 99_990, 100) == data[99_990:]
         assert store.read_range(uri, 50_000, 4096) == data[50_000:54_096]
+
+    def test_read_n_returns_n_bytes_until_the_end(self, store: BlobStore, root: str) -> None:
+        """``open_read(uri).read(n)`` returns exactly ``n`` bytes until the object ends (then the
+        rest, then ``b""``), whatever ranges or chunks the store reads in."""
+        uri = join(root, "exact-reads")
+        data = _data(self.large_object_size + 1)
+        store.write_bytes(uri, data)
+        n = 1024 * 1024 + 3  # not a multiple of any usual range or chunk
+        with store.open_read(uri) as r:
+            for offset in range(0, len(data), n):
+                chunk = r.read(n)
+                want = min(n, len(data) - offset)
+                assert len(chunk) == want, (
+                    f"promise broken: open_read's read(n) returns n bytes unless at the end;"
+                    f" read({n}) at offset {offset} of {len(data)} returned {len(chunk)}"
+                )
+                assert chunk == data[offset : offset + want], f"read({n}) at offset {offset}: other bytes"
+            assert r.read(n) == b"", "read past the end returns b''"
 
     def test_upload_and_download_file(self, store: BlobStore, root: str, tmp_path: Path) -> None:
         src = tmp_path / "src.bin"

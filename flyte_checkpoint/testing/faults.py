@@ -1,0 +1,297 @@
+"""The fault suite: a network store's promises, tested through a fault-injecting proxy.
+
+Mix :class:`FaultSuite` into a test class that provides the fixtures ``store_recipe`` (a
+:class:`~flyte_checkpoint.testing.recipe.StoreRecipe`) and ``store_root`` (an empty, unique URI
+prefix, as for :class:`~flyte_checkpoint.testing.BlobStoreSuite`). Each test builds fresh stores
+pointed at a :class:`~flyte_checkpoint.testing.faultproxy.FaultProxy` in front of the recipe's
+server, injects one fault, and checks the result with a store that talks to the server itself.
+A failure's message starts with ``promise broken:`` and says which promise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ..errors import CheckpointError, CheckpointPermissionError, NotFoundError, TransientError
+from ..retry import RetryPolicy
+from ..storage.blobstore import BlobStore
+from ..uri import join, scheme_of
+from .faultproxy import HANG_GUARD, Fault, FaultProxy
+from .recipe import StoreRecipe, part_of
+from .suite import _data
+
+#: Bytes into a connection at which a download fault fires: past the headers and a stat's
+#: answer, inside the body of the object (or of its first ranges).
+MID_BODY = 100_000
+#: Bytes handed to a writer per ``write`` call.
+WRITE_CHUNK = 64 * 1024
+#: The core's retry policy in these tests: the default's shape, with short pauses.
+QUICK_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, total_timeout=HANG_GUARD)
+
+
+def write_in_chunks(store: BlobStore, uri: str, data: bytes) -> None:
+    """Save ``data`` at ``uri`` through one writer, ``WRITE_CHUNK`` bytes per write."""
+    with store.open_write(uri) as w:
+        for i in range(0, len(data), WRITE_CHUNK):
+            w.write(data[i : i + WRITE_CHUNK])
+
+
+def read_to_end(store: BlobStore, uri: str) -> bytes:
+    """The object read through ``open_read`` until the stream ends."""
+    out = bytearray()
+    with store.open_read(uri) as r:
+        while chunk := r.read(WRITE_CHUNK):
+            out += chunk
+    return bytes(out)
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """``(result, None)`` or ``(None, the exception)``."""
+    try:
+        return call(), None
+    except Exception as exc:
+        return None, exc
+
+
+class FaultSuite:
+    """Interrupted saves, cut and stalled downloads, denied and throttled requests.
+
+    ``fault_parts``: the parts (``store.part_size`` bytes each; 256 KiB for a store that
+    declares none) of an object in the save tests; the upload is cut after all but half a
+    part have gone to the server, so a writer that sends parts in place has sent at least one.
+    """
+
+    fault_parts: int = 4
+
+    @pytest.fixture
+    def fault_proxy(self, store_recipe: StoreRecipe) -> Iterator[FaultProxy]:
+        assert store_recipe.upstream is not None, (
+            "FaultSuite needs a store that talks to a server: its StoreRecipe has no upstream"
+        )
+        with FaultProxy(store_recipe.upstream) as proxy:
+            yield proxy
+
+    @pytest.fixture
+    def fault_stores(self, store_recipe: StoreRecipe, fault_proxy: FaultProxy) -> Iterator[Callable[[], BlobStore]]:
+        """Builds a new store (a new connection pool) pointed at the proxy; all closed at the end."""
+        built: list[BlobStore] = []
+
+        def build() -> BlobStore:
+            built.append(store_recipe.build(fault_proxy.url))
+            return built[-1]
+
+        yield build
+        for store in built:
+            store.close()
+
+    @pytest.fixture
+    def direct_store(self, store_recipe: StoreRecipe) -> Iterator[BlobStore]:
+        store = store_recipe.direct()
+        yield store
+        store.close()
+
+    @pytest.fixture
+    def fault_root(self, direct_store: BlobStore, store_root: str) -> str:
+        if direct_store.supports_list:
+            found = list(direct_store.list(store_root))
+            assert all(u.startswith(store_root) for u in found), (
+                f"promise broken: list({store_root!r}) yields only URIs under the prefix; it yielded {found[:3]}"
+            )
+            assert found == [], f"store_root {store_root} is not empty: {found[:3]}"
+        return store_root
+
+    # -- saves ---------------------------------------------------------------------------
+
+    def _cut_save(self, store: BlobStore, proxy: FaultProxy, uri: str) -> None:
+        """Save ``fault_parts`` and a half parts at ``uri``, the upload cut half a part before
+        its end (every connection reset from then on); the save must raise a project error."""
+        part = part_of(store)
+        size = self.fault_parts * part + part // 2
+        proxy.cut("up", size - part)
+        _, error = outcome(lambda: write_in_chunks(store, uri, _data(size, seed=2)))
+        assert proxy.fired, f"the cut never fired: the store sent less than {size - part} bytes for a {size}-byte save"
+        assert error is not None, (
+            f"promise broken: a save to {uri} whose upload was reset for good returned without an error"
+        )
+        assert isinstance(error, CheckpointError), (
+            f"promise broken: errors are the project's own; a reset upload raised {type(error).__name__}: {error}"
+        )
+
+    def test_interrupted_save_leaves_the_previous_object_whole(
+        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+    ) -> None:
+        """A save reset mid-upload (after more than one part went to the server) leaves the
+        previous object exactly as it was, and no other object under the prefix."""
+        uri = join(fault_root, "interrupted")
+        previous = _data(100_000, seed=1)
+        direct_store.write_bytes(uri, previous)
+        self._cut_save(fault_stores(), fault_proxy, uri)
+        size = direct_store.stat(uri)
+        assert size == len(previous) and direct_store.read_bytes(uri) == previous, (
+            f"promise broken: an interrupted save leaves the previous object whole; {uri} now holds"
+            f" {size} bytes, not the previous {len(previous)} (the writer sent parts in place?)"
+        )
+        if direct_store.supports_list:
+            left = list(direct_store.list(fault_root))
+            assert left == [uri], f"promise broken: an interrupted save leaves no partial object; listed {left}"
+
+    def test_interrupted_save_leaves_no_partial_object(
+        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+    ) -> None:
+        """A first save of a URI reset mid-upload leaves no object there."""
+        uri = join(fault_root, "never-whole")
+        self._cut_save(fault_stores(), fault_proxy, uri)
+        size = direct_store.stat(uri)
+        assert size is None, (
+            f"promise broken: an interrupted save leaves no partial object; {uri} holds {size} bytes"
+        )
+        if direct_store.supports_list:
+            left = list(direct_store.list(fault_root))
+            assert left == [], f"promise broken: an interrupted save leaves no partial object; listed {left}"
+
+    # -- downloads -----------------------------------------------------------------------
+
+    def _stored(self, direct_store: BlobStore, fault_root: str, name: str) -> tuple[str, bytes]:
+        uri = join(fault_root, name)
+        data = _data(self.fault_parts * part_of(direct_store) + 12_345, seed=4)
+        direct_store.write_bytes(uri, data)
+        return uri, data
+
+    def test_cut_download_is_retried_or_raised_never_returned_short(
+        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+    ) -> None:
+        """A download reset or ended early (a FIN) mid-body either comes back whole (the store
+        retried inside the stream) or raises a project error; it never ends the stream early.
+        Cut for good, it raises (and not ``NotFoundError``: the object exists)."""
+        uri, data = self._stored(direct_store, fault_root, "cut-download")
+        for fault in (Fault.reset("down", after=MID_BODY), Fault.truncate("down", after=MID_BODY)):
+            fault_proxy.reset_records()
+            fault_proxy.fail(fault, times=1)
+            store = fault_stores()
+            for name, read in (("open_read", read_to_end), ("read_bytes", BlobStore.read_bytes)):
+                got, error = outcome(lambda: read(store, uri))  # noqa: B023 - called at once
+                if error is None:
+                    assert got == data, (
+                        f"promise broken: a cut download is retried or raised, never returned short;"
+                        f" {name} after a {fault.action} returned {len(got)} of {len(data)} bytes"
+                        + (" (equal length, other bytes)" if len(got) == len(data) else "")
+                    )
+                else:
+                    assert isinstance(error, CheckpointError) and not isinstance(error, NotFoundError), (
+                        f"promise broken: a cut download raises a project error other than NotFoundError;"
+                        f" {name} after a {fault.action} raised {type(error).__name__}: {error}"
+                    )
+            assert fault_proxy.fired == 1, f"the {fault.action} never fired: the object is smaller than {MID_BODY} bytes?"
+        fault_proxy.cut("down", len(data) // 2)
+        got, error = outcome(lambda: read_to_end(fault_stores(), uri))
+        assert error is not None, (
+            f"promise broken: a download cut for good raises; open_read returned {len(got)} of {len(data)} bytes"
+        )
+        assert isinstance(error, CheckpointError) and not isinstance(error, NotFoundError), (
+            f"promise broken: a cut download raises a project error other than NotFoundError;"
+            f" it raised {type(error).__name__}: {error}"
+        )
+
+    def test_stalled_download_ends_by_a_timeout(
+        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+    ) -> None:
+        """A download whose server stops sending mid-body fails with a project error once the
+        store's read timeout passes (build the recipe's store with a short one), or completes
+        on a retry; it never hangs. (The hang guard of this test is not the timeout under test.)"""
+        uri, data = self._stored(direct_store, fault_root, "stalled")
+        fault_proxy.fail(Fault.stall("down", after=MID_BODY))
+        got, error = outcome(lambda: read_to_end(fault_stores(), uri))
+        assert fault_proxy.fired, "the stall never fired"
+        assert error is not None, f"promise broken: a download that stalls for good raises; it returned {len(got)} bytes"
+        assert isinstance(error, TransientError), (
+            f"promise broken: a stalled download is a TransientError (retried by the core); it raised"
+            f" {type(error).__name__}: {error}"
+        )
+
+    # -- refusals ------------------------------------------------------------------------
+
+    def test_denied_request_is_a_permission_error_never_no_checkpoint(
+        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+    ) -> None:
+        """Every operation answered HTTP 403 raises ``CheckpointPermissionError``, never
+        ``NotFoundError`` or ``None``: a load through ``Checkpoint`` then fails instead of
+        starting training from zero."""
+        uri = join(fault_root, "denied")
+        direct_store.write_bytes(uri, b"exists")
+        fault_proxy.fail(Fault.answer(403))
+        store = fault_stores()
+        operations: dict[str, Callable[[], Any]] = {
+            "stat": lambda: store.stat(uri),
+            "stat of an absent object": lambda: store.stat(join(fault_root, "absent")),
+            "open_read": lambda: read_to_end(store, uri),
+            "read_range": lambda: store.read_range(uri, 0, 3),
+            "write": lambda: store.write_bytes(join(fault_root, "new"), b"x"),
+            "Checkpoint.load_sync": lambda: load_through(store, uri, join(fault_root, "next")),
+        }
+        if store.supports_list:
+            operations["list"] = lambda: list(store.list(fault_root + "/"))
+        for name, operation in operations.items():
+            got, error = outcome(operation)
+            assert isinstance(error, CheckpointPermissionError), (
+                f"promise broken: a denied request (HTTP 403) raises CheckpointPermissionError, never"
+                f" 'no checkpoint'; {name} "
+                + (f"returned {got!r}" if error is None else f"raised {type(error).__name__}: {error}")
+            )
+        assert fault_proxy.fired >= len(operations)
+
+    def test_throttling_and_server_errors_are_retried_by_the_core(
+        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+    ) -> None:
+        """HTTP 429, 500 and 503 raise ``TransientError`` (a store that returns after one such
+        answer retried it itself: build the recipe's store without SDK retries), and the
+        core's retry policy then gets the operation through: the proxy answers the first two
+        requests with the status and passes the rest, and the object is whole."""
+        uri = join(fault_root, "throttled")
+        direct_store.write_bytes(uri, b"first")
+        for status in (429, 500, 503):
+            fault_proxy.reset_records()
+            fault_proxy.fail(Fault.answer(status), times=1)
+            got, error = outcome(lambda: fault_stores().read_bytes(uri))
+            assert fault_proxy.fired == 1, f"the proxy answered {fault_proxy.fired} requests with {status}, not 1"
+            assert isinstance(error, TransientError), (
+                f"promise broken: HTTP {status} raises TransientError, which the core retries; the read "
+                + (
+                    "returned: the store's SDK retried by itself (build the recipe's store with"
+                    " request attempts 1)"
+                    if error is None
+                    else f"raised {type(error).__name__}: {error}"
+                )
+            )
+            data = _data(part_of(direct_store) + 1000, seed=status)
+            for name, operation in (
+                ("save", lambda: write_in_chunks(fault_stores(), uri, data)),  # noqa: B023
+                ("load", lambda: fault_stores().read_bytes(uri)),
+            ):
+                fault_proxy.reset_records()
+                fault_proxy.fail(Fault.answer(status), times=2)
+                got, error = outcome(lambda: QUICK_RETRY.call(operation, f"{name} under HTTP {status}"))  # noqa: B023
+                assert error is None, (
+                    f"promise broken: the core retries HTTP {status}; a {name} failed after two such"
+                    f" answers: {type(error).__name__}: {error}"
+                )
+                assert fault_proxy.fired == 2, f"the proxy answered {fault_proxy.fired} requests with {status}, not 2"
+                if name == "load":
+                    assert got == data, f"promise broken: a retried load returns the object whole ({len(got)} bytes)"
+            assert direct_store.read_bytes(uri) == data, f"promise broken: a retried save stores the object whole"
+
+
+def load_through(store: BlobStore, src: str, dest: str) -> Any:
+    """``Checkpoint(dest, src).load_sync()`` with ``store`` registered for ``src``'s scheme."""
+    from ..checkpoint import Checkpoint
+    from ..storage.registry import register_store, unregister_store
+
+    name = "flyte-checkpoint-fault-suite"
+    register_store(name, (scheme_of(src),), lambda **_: store, priority=1000)
+    try:
+        with Checkpoint(dest, src, retry=QUICK_RETRY) as cp:
+            return cp.load_sync()
+    finally:
+        unregister_store(name)

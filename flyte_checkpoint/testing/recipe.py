@@ -1,0 +1,44 @@
+"""How the fault and crash suites build the store under test, pointed at any endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..storage.blobstore import BlobStore
+
+#: Bytes of one "part" for a store that declares no ``part_size`` (it holds the whole object).
+FALLBACK_PART = 256 * 1024
+
+
+@dataclass(frozen=True)
+class StoreRecipe:
+    """The store under test, buildable against the real server or the fault proxy in front of it.
+
+    Attributes:
+        upstream: the real server's endpoint, ``http://127.0.0.1:PORT`` (with a path when the
+            store's endpoint setting has one, as Azurite's ``/devstoreaccount1``); ``None`` for
+            a store with no server (a file system): only :class:`CrashSuite` applies to it.
+        build: ``build(endpoint)`` returns a new store that sends every request to ``endpoint``
+            (``None`` when ``upstream`` is).
+            Build it as the suites need: no SDK retries (request attempts 1: the core's retry
+            layer is the one under test), short read timeouts (a stall must end in seconds),
+            and few parts in flight (``max_concurrency`` 1 or 2, so that an upload cut after
+            several parts has sent at least one whole part). For :class:`CrashSuite` it must
+            pickle: a module-level function, or a ``functools.partial`` of one with plain
+            arguments; a child process unpickles it with the parent's ``sys.path``.
+    """
+
+    upstream: str | None
+    build: Callable[[Any], BlobStore]
+
+    def direct(self) -> BlobStore:
+        """A store talking to the server itself (the suites check objects with it)."""
+        return self.build(self.upstream)
+
+
+def part_of(store: BlobStore) -> int:
+    """The bytes of one part of ``store``'s writer (its ``part_size``, or :data:`FALLBACK_PART`)."""
+    part = store.part_size
+    return part if part else FALLBACK_PART

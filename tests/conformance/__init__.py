@@ -1,0 +1,1 @@
+"""The conformance suites run against a small toy network store, correct and deliberately broken."""
