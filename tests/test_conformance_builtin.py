@@ -10,7 +10,7 @@ from flyte_checkpoint.errors import NotFoundError, StoreError
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.storage.stores.local import LocalStore
 from flyte_checkpoint.storage.stores.memory import MemoryStore
-from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
+from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CrashSuite, StoreRecipe
 from flyte_checkpoint.testing.suite import CAPABILITY_TESTS
 
 
@@ -18,6 +18,23 @@ class TestLocalStore(BlobStoreSuite, CheckpointSuite):
     @pytest.fixture
     def store(self):
         return LocalStore()
+
+    @pytest.fixture
+    def store_root(self, tmp_path):
+        return str(tmp_path / "store")
+
+
+def local_store(endpoint: None) -> LocalStore:
+    """The file store for CrashSuite's recipe (no server: the child is killed mid-write)."""
+    return LocalStore()
+
+
+class TestLocalStoreCrash(CrashSuite):
+    """A child SIGKILLed with all but one part written leaves the previous file whole."""
+
+    @pytest.fixture
+    def store_recipe(self) -> StoreRecipe:
+        return StoreRecipe(None, local_store)
 
     @pytest.fixture
     def store_root(self, tmp_path):

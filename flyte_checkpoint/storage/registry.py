@@ -346,6 +346,15 @@ class Registry:
 
     def _add_claim(self, claims: list[Backend], seen: dict[str, Backend], backend: Backend) -> None:
         other = seen.get(backend.name)
+        if other is not None and backend.source == "builtin":
+            warnings.warn(
+                f"the plugin {other.plugin!r} registers a backend named {backend.name!r}, like the"
+                f" built-in one: the plugin's replaces the built-in (a plugin's backend named like a"
+                " built-in always does)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return
         if other is not None:
             warnings.warn(
                 f"two plugins register a backend named {backend.name!r}: {other.plugin!r}"

@@ -16,7 +16,7 @@ Mix the suites into a test class of your own and provide pytest fixtures::
             return MyStore(...)
 
         @pytest.fixture
-        def store_root(self, store):
+        def store_root(self):
             return "mystore://test-bucket/" + uuid.uuid4().hex   # empty, unique per test
 
         @pytest.fixture
@@ -61,4 +61,12 @@ from .faults import FaultSuite
 from .recipe import StoreRecipe
 from .suite import BlobStoreSuite, CheckpointSuite
 
-__all__ = ["BlobStoreSuite", "CheckpointSuite", "CrashSuite", "Fault", "FaultProxy", "FaultSuite", "StoreRecipe"]
+__all__ = [
+    "BlobStoreSuite",
+    "CheckpointSuite",
+    "CrashSuite",
+    "Fault",
+    "FaultProxy",
+    "FaultSuite",
+    "StoreRecipe",
+]

@@ -89,7 +89,9 @@ class CrashSuite:
             )
             if direct.supports_list:
                 listed = list(direct.list(store_root))
-                assert listed == [uri], f"promise broken: a killed save leaves no partial object; listed {listed}"
+                assert listed == [uri], (
+                    f"promise broken: a killed save leaves no partial object; listed {listed}"
+                )
         finally:
             direct.close()
 
@@ -101,7 +103,9 @@ def _kill_mid_save(recipe: StoreRecipe, uri: str, size: int, cut: int, tmp_path:
     if recipe.upstream is None:
         spec.write_bytes(pickle.dumps((recipe, None, uri, size, cut)))
         with open(log, "wb") as err:
-            child = subprocess.Popen([sys.executable, "-c", CHILD, str(spec)], stdout=subprocess.PIPE, stderr=err, env=env)
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(spec)], stdout=subprocess.PIPE, stderr=err, env=env
+            )
         try:
             assert child.stdout is not None
             said = _line(child.stdout)
@@ -113,15 +117,20 @@ def _kill_mid_save(recipe: StoreRecipe, uri: str, size: int, cut: int, tmp_path:
         proxy.cut("up", cut, action="stall")
         spec.write_bytes(pickle.dumps((recipe, proxy.url, uri, size, None)))
         with open(log, "wb") as err:
-            child = subprocess.Popen([sys.executable, "-c", CHILD, str(spec)], stdout=subprocess.PIPE, stderr=err, env=env)
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(spec)], stdout=subprocess.PIPE, stderr=err, env=env
+            )
         try:
             proxy.wait_for(
-                lambda: proxy.fired > 0 or child.poll() is not None, what=f"the upload stalled after {cut} bytes"
+                lambda: proxy.fired > 0 or child.poll() is not None,
+                what=f"the upload stalled after {cut} bytes",
             )
             assert proxy.fired, f"the child ended before its upload reached {cut} bytes: {_tail(log)}"
         finally:
             _kill(child)
-        proxy.wait_for(lambda: all(r.closed for r in proxy.records), what="the killed child's connections closed")
+        proxy.wait_for(
+            lambda: all(r.closed for r in proxy.records), what="the killed child's connections closed"
+        )
 
 
 def _kill(child: subprocess.Popen[bytes]) -> None:

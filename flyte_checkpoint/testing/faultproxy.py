@@ -534,10 +534,14 @@ class FaultProxy:
             line = f"{method} {m.group(2).decode(errors='replace')}"
             self._changed(lambda: rec.requests.append(line))
         reason, code = _ANSWER_CODES.get(status, ("Error", "Error"))
-        body = b"" if method == "HEAD" else (
-            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-            f"<Message>HTTP {status} from the fault proxy</Message></Error>"
-        ).encode()
+        body = (
+            b""
+            if method == "HEAD"
+            else (
+                f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                f"<Message>HTTP {status} from the fault proxy</Message></Error>"
+            ).encode()
+        )
         self._changed(lambda: _mark_fired(rec))  # before the client can see the answer
         cwriter.write(
             (

@@ -75,7 +75,9 @@ class FaultSuite:
             yield proxy
 
     @pytest.fixture
-    def fault_stores(self, store_recipe: StoreRecipe, fault_proxy: FaultProxy) -> Iterator[Callable[[], BlobStore]]:
+    def fault_stores(
+        self, store_recipe: StoreRecipe, fault_proxy: FaultProxy
+    ) -> Iterator[Callable[[], BlobStore]]:
         """Builds a new store (a new connection pool) pointed at the proxy; all closed at the end."""
         built: list[BlobStore] = []
 
@@ -98,7 +100,8 @@ class FaultSuite:
         if direct_store.supports_list:
             found = list(direct_store.list(store_root))
             assert all(u.startswith(store_root) for u in found), (
-                f"promise broken: list({store_root!r}) yields only URIs under the prefix; it yielded {found[:3]}"
+                f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
+                f" list({store_root!r}) yielded {found[:3]}"
             )
             assert found == [], f"store_root {store_root} is not empty: {found[:3]}"
         return store_root
@@ -112,16 +115,23 @@ class FaultSuite:
         size = self.fault_parts * part + part // 2
         proxy.cut("up", size - part)
         _, error = outcome(lambda: write_in_chunks(store, uri, _data(size, seed=2)))
-        assert proxy.fired, f"the cut never fired: the store sent less than {size - part} bytes for a {size}-byte save"
+        assert proxy.fired, (
+            f"the cut never fired: the store sent less than {size - part} bytes for a {size}-byte save"
+        )
         assert error is not None, (
             f"promise broken: a save to {uri} whose upload was reset for good returned without an error"
         )
         assert isinstance(error, CheckpointError), (
-            f"promise broken: errors are the project's own; a reset upload raised {type(error).__name__}: {error}"
+            f"promise broken: errors are the project's own; a reset upload raised"
+            f" {type(error).__name__}: {error}"
         )
 
     def test_interrupted_save_leaves_the_previous_object_whole(
-        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+        self,
+        fault_stores: Callable[[], BlobStore],
+        fault_proxy: FaultProxy,
+        direct_store: BlobStore,
+        fault_root: str,
     ) -> None:
         """A save reset mid-upload (after more than one part went to the server) leaves the
         previous object exactly as it was, and no other object under the prefix."""
@@ -136,10 +146,16 @@ class FaultSuite:
         )
         if direct_store.supports_list:
             left = list(direct_store.list(fault_root))
-            assert left == [uri], f"promise broken: an interrupted save leaves no partial object; listed {left}"
+            assert left == [uri], (
+                f"promise broken: an interrupted save leaves no partial object; listed {left}"
+            )
 
     def test_interrupted_save_leaves_no_partial_object(
-        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+        self,
+        fault_stores: Callable[[], BlobStore],
+        fault_proxy: FaultProxy,
+        direct_store: BlobStore,
+        fault_root: str,
     ) -> None:
         """A first save of a URI reset mid-upload leaves no object there."""
         uri = join(fault_root, "never-whole")
@@ -161,7 +177,11 @@ class FaultSuite:
         return uri, data
 
     def test_cut_download_is_retried_or_raised_never_returned_short(
-        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+        self,
+        fault_stores: Callable[[], BlobStore],
+        fault_proxy: FaultProxy,
+        direct_store: BlobStore,
+        fault_root: str,
     ) -> None:
         """A download reset or ended early (a FIN) mid-body either comes back whole (the store
         retried inside the stream) or raises a project error; it never ends the stream early.
@@ -184,11 +204,14 @@ class FaultSuite:
                         f"promise broken: a cut download raises a project error other than NotFoundError;"
                         f" {name} after a {fault.action} raised {type(error).__name__}: {error}"
                     )
-            assert fault_proxy.fired == 1, f"the {fault.action} never fired: the object is smaller than {MID_BODY} bytes?"
+            assert fault_proxy.fired == 1, (
+                f"the {fault.action} never fired: the object is smaller than {MID_BODY} bytes?"
+            )
         fault_proxy.cut("down", len(data) // 2)
         got, error = outcome(lambda: read_to_end(fault_stores(), uri))
         assert error is not None, (
-            f"promise broken: a download cut for good raises; open_read returned {len(got)} of {len(data)} bytes"
+            f"promise broken: a download cut for good raises; open_read returned"
+            f" {len(got)} of {len(data)} bytes"
         )
         assert isinstance(error, CheckpointError) and not isinstance(error, NotFoundError), (
             f"promise broken: a cut download raises a project error other than NotFoundError;"
@@ -196,16 +219,22 @@ class FaultSuite:
         )
 
     def test_stalled_download_ends_by_a_timeout(
-        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+        self,
+        fault_stores: Callable[[], BlobStore],
+        fault_proxy: FaultProxy,
+        direct_store: BlobStore,
+        fault_root: str,
     ) -> None:
-        """A download whose server stops sending mid-body fails with a project error once the
-        store's read timeout passes (build the recipe's store with a short one), or completes
-        on a retry; it never hangs. (The hang guard of this test is not the timeout under test.)"""
-        uri, data = self._stored(direct_store, fault_root, "stalled")
+        """A download whose every connection stops sending mid-body raises ``TransientError``
+        once the store's read timeout passes (build the recipe's store with a short one); it
+        never hangs. (The proxy's hang guard is not the timeout under test.)"""
+        uri, _ = self._stored(direct_store, fault_root, "stalled")
         fault_proxy.fail(Fault.stall("down", after=MID_BODY))
         got, error = outcome(lambda: read_to_end(fault_stores(), uri))
         assert fault_proxy.fired, "the stall never fired"
-        assert error is not None, f"promise broken: a download that stalls for good raises; it returned {len(got)} bytes"
+        assert error is not None, (
+            f"promise broken: a download that stalls for good raises; it returned {len(got)} bytes"
+        )
         assert isinstance(error, TransientError), (
             f"promise broken: a stalled download is a TransientError (retried by the core); it raised"
             f" {type(error).__name__}: {error}"
@@ -214,7 +243,11 @@ class FaultSuite:
     # -- refusals ------------------------------------------------------------------------
 
     def test_denied_request_is_a_permission_error_never_no_checkpoint(
-        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+        self,
+        fault_stores: Callable[[], BlobStore],
+        fault_proxy: FaultProxy,
+        direct_store: BlobStore,
+        fault_root: str,
     ) -> None:
         """Every operation answered HTTP 403 raises ``CheckpointPermissionError``, never
         ``NotFoundError`` or ``None``: a load through ``Checkpoint`` then fails instead of
@@ -243,7 +276,11 @@ class FaultSuite:
         assert fault_proxy.fired >= len(operations)
 
     def test_throttling_and_server_errors_are_retried_by_the_core(
-        self, fault_stores: Callable[[], BlobStore], fault_proxy: FaultProxy, direct_store: BlobStore, fault_root: str
+        self,
+        fault_stores: Callable[[], BlobStore],
+        fault_proxy: FaultProxy,
+        direct_store: BlobStore,
+        fault_root: str,
     ) -> None:
         """HTTP 429, 500 and 503 raise ``TransientError`` (a store that returns after one such
         answer retried it itself: build the recipe's store without SDK retries), and the
@@ -255,7 +292,9 @@ class FaultSuite:
             fault_proxy.reset_records()
             fault_proxy.fail(Fault.answer(status), times=1)
             got, error = outcome(lambda: fault_stores().read_bytes(uri))
-            assert fault_proxy.fired == 1, f"the proxy answered {fault_proxy.fired} requests with {status}, not 1"
+            assert fault_proxy.fired == 1, (
+                f"the proxy answered {fault_proxy.fired} requests with {status}, not 1"
+            )
             assert isinstance(error, TransientError), (
                 f"promise broken: HTTP {status} raises TransientError, which the core retries; the read "
                 + (
@@ -277,10 +316,16 @@ class FaultSuite:
                     f"promise broken: the core retries HTTP {status}; a {name} failed after two such"
                     f" answers: {type(error).__name__}: {error}"
                 )
-                assert fault_proxy.fired == 2, f"the proxy answered {fault_proxy.fired} requests with {status}, not 2"
+                assert fault_proxy.fired == 2, (
+                    f"the proxy answered {fault_proxy.fired} requests with {status}, not 2"
+                )
                 if name == "load":
-                    assert got == data, f"promise broken: a retried load returns the object whole ({len(got)} bytes)"
-            assert direct_store.read_bytes(uri) == data, f"promise broken: a retried save stores the object whole"
+                    assert got == data, (
+                        f"promise broken: a retried load returns the object whole ({len(got)} bytes)"
+                    )
+            assert direct_store.read_bytes(uri) == data, (
+                "promise broken: a retried save stores the object whole"
+            )
 
 
 def load_through(store: BlobStore, src: str, dest: str) -> Any:

@@ -87,7 +87,9 @@ class BlobStoreSuite:
                 f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
                 f" list({store_root!r}) yielded {outside[:3]}"
             )
-            assert found == [], f"store_root {store_root} is not empty (the fixture must give a fresh prefix): {found[:3]}"
+            assert found == [], (
+                f"store_root {store_root} is not empty (the fixture must give a fresh prefix): {found[:3]}"
+            )
         return store_root
 
     def test_stat_of_absent_object_is_none(self, store: BlobStore, root: str) -> None:

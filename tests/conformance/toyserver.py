@@ -108,7 +108,9 @@ class _Handler(BaseHTTPRequestHandler):
         kind, key, query = self._route()
         if kind == "list":
             prefix = query.get("prefix", [""])[0]
-            keys = sorted(k for k in (unquote(p.name) for p in self.server.objects.iterdir()) if k.startswith(prefix))
+            keys = sorted(
+                k for k in (unquote(p.name) for p in self.server.objects.iterdir()) if k.startswith(prefix)
+            )
             self._answer(200, "\n".join(keys).encode())
             return
         path = self._file(key)
@@ -149,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200)
 
     def do_POST(self) -> None:
-        kind, key, query = self._route()
+        _, key, query = self._route()
         upload, parts = query["commit"][0], int(query["parts"][0])
         staged = self.server.uploads / upload
         fd, tmp = tempfile.mkstemp(dir=self.server.uploads)

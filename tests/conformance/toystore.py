@@ -45,7 +45,13 @@ class ToyStore(BlobStore):
     # -- one request per connection ----------------------------------------------------
 
     def request(
-        self, method: str, path: str, uri: str, action: str, body: bytes = b"", headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        uri: str,
+        action: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
@@ -85,7 +91,9 @@ class ToyStore(BlobStore):
         if start >= size or length <= 0:
             return b""
         last = min(size, start + length) - 1
-        return self.request("GET", self.object_path(uri), uri, "read", headers={"Range": f"bytes={start}-{last}"})[1]
+        return self.request(
+            "GET", self.object_path(uri), uri, "read", headers={"Range": f"bytes={start}-{last}"}
+        )[1]
 
     def stat(self, uri: str) -> int | None:
         try:

@@ -36,9 +36,9 @@ import flyte_checkpoint as fc
 from flyte_checkpoint.errors import TransientError
 from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import store_for
+from flyte_checkpoint.testing.faultproxy import HANG_GUARD, FaultProxy
 from tests.reliability import backends
 from tests.reliability.backends import Backend, BackendPool
-from flyte_checkpoint.testing.faultproxy import HANG_GUARD, FaultProxy
 from tests.spystore import spying
 
 #: The backends' fixtures (see backends.py), visible to pytest in this module.

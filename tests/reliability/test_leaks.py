@@ -37,9 +37,9 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.storage.registry import get_registry, store_for
+from flyte_checkpoint.testing.faultproxy import HANG_GUARD
 from tests.reliability import backends
 from tests.reliability.backends import Backend
-from flyte_checkpoint.testing.faultproxy import HANG_GUARD
 
 #: The backends' fixtures (see backends.py), visible to pytest in this module.
 backend = backends.backend

@@ -55,10 +55,9 @@ from flyte_checkpoint.format.restore import restore
 from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import get_registry, store_for
+from flyte_checkpoint.testing.faultproxy import HANG_GUARD, Fault, FaultProxy
 from tests.helpers import snapshot
 from tests.test_retry import Clock as PauseClock  # time for the retry module: only pauses advance it
-
-from flyte_checkpoint.testing.faultproxy import HANG_GUARD, Fault, FaultProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

@@ -60,3 +60,27 @@ def config(env: dict[str, str] | None = None, **settings: Any) -> Any:
     from flyte_checkpoint_azure.config import AzureConfig
 
     return AzureConfig.resolve(env=env or {}, **settings)
+
+
+def fault_store(endpoint: str) -> Any:
+    """The store of the fault and crash suites' recipe: Azurite's account by key on ``endpoint``
+    (the server or the fault proxy, with the account's path), no SDK retry (the core's is under
+    test), 2 s read timeouts (a stall ends), 320 KiB blocks, two in flight. Module level: a crash
+    test's child process imports it."""
+    from flyte_checkpoint_azure.store import AzureStore
+
+    from .server import ACCOUNT_KEY, ACCOUNT_NAME
+
+    return AzureStore(
+        config(
+            account_name=ACCOUNT_NAME,
+            account_key=ACCOUNT_KEY,
+            endpoint_url=endpoint,
+            part_size=320 * 1024,
+            read_range_size=256 * 1024,
+            max_concurrency=2,
+            read_concurrency=2,
+            request_attempts=1,
+            read_timeout=2.0,
+        )
+    )

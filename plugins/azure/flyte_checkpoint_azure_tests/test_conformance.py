@@ -9,9 +9,9 @@ from flyte_checkpoint_azure.config import AzureConfig
 from flyte_checkpoint_azure.store import AzureStore
 
 from flyte_checkpoint.storage.registry import get_registry, store_for
-from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
+from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CrashSuite, FaultSuite, StoreRecipe
 
-from .helpers import CONTAINER
+from .helpers import CONTAINER, fault_store
 from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
 
 pytestmark = pytest.mark.integration
@@ -30,6 +30,18 @@ class TestAzureConformance(BlobStoreSuite, CheckpointSuite):
         assert isinstance(store, AzureStore)
         assert get_registry().backend_for("az://c/x").distribution == "flyte-checkpoint-azure"
         return store
+
+    @pytest.fixture
+    def store_root(self) -> str:
+        return f"az://{CONTAINER}/{uuid.uuid4().hex}"
+
+
+class TestAzureFaults(FaultSuite, CrashSuite):
+    """Through the fault proxy in front of Azurite, and a child process killed mid-upload."""
+
+    @pytest.fixture
+    def store_recipe(self, azurite_server: AzuriteServer) -> StoreRecipe:
+        return StoreRecipe(azurite_server.blob_endpoint, fault_store)
 
     @pytest.fixture
     def store_root(self) -> str:

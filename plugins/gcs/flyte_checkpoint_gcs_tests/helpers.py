@@ -77,3 +77,10 @@ class RecordingSession(AuthorizedSession):
     def chunk_puts(self) -> list[Call]:
         """The resumable-upload chunk requests."""
         return [c for c in self.find("PUT", "upload_id=") if "Content-Range" in c.headers]
+
+
+def fault_store(endpoint: str) -> GCSStore:
+    """The store of the fault and crash suites' recipe: :func:`make_store` (one SDK try per
+    request) with 2 s read timeouts (a stall ends) and two ranges in flight. Module level: a
+    crash test's child process imports it."""
+    return make_store(endpoint, read_timeout=2.0, read_concurrency=2)

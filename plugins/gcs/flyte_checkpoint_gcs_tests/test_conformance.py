@@ -10,9 +10,9 @@ from flyte_checkpoint_gcs.store import GCSStore
 
 from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import get_registry
-from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
+from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CrashSuite, FaultSuite, StoreRecipe
 
-from .helpers import BUCKET, CHUNK, RecordingSession, make_store
+from .helpers import BUCKET, CHUNK, RecordingSession, fault_store, make_store
 from .server import GcsEmulator
 
 #: Crosses 20 upload chunks and 14 read ranges with the small sizes of ``STORE_ENV``.
@@ -50,6 +50,18 @@ class TestGcsAliasSerialConformance(BlobStoreSuite):
     @pytest.fixture
     def store_root(self, gcs_emulator: GcsEmulator) -> str:
         return f"gcs://{BUCKET}/{uuid.uuid4().hex}"
+
+
+class TestGcsFaults(FaultSuite, CrashSuite):
+    """Through the fault proxy in front of the emulator, and a child process killed mid-upload."""
+
+    @pytest.fixture
+    def store_recipe(self, gcs_emulator: GcsEmulator) -> StoreRecipe:
+        return StoreRecipe(gcs_emulator.endpoint, fault_store)
+
+    @pytest.fixture
+    def store_root(self, gcs_emulator: GcsEmulator) -> str:
+        return f"gs://{BUCKET}/{uuid.uuid4().hex}"
 
 
 def test_list_details_comes_from_the_listing_alone(gcs_emulator: GcsEmulator) -> None:

@@ -9,9 +9,9 @@ import pytest
 from flyte_checkpoint_s3.store import S3Store
 
 from flyte_checkpoint.storage.registry import store_for
-from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite
+from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CrashSuite, FaultSuite, StoreRecipe
 
-from .helpers import BUCKET
+from .helpers import BUCKET, fault_store
 
 pytestmark = pytest.mark.integration
 
@@ -61,3 +61,15 @@ class TestS3aConformance(BlobStoreSuite):
     @pytest.fixture
     def store_root(self) -> str:
         return f"s3a://{BUCKET}/{uuid.uuid4().hex}"
+
+
+class TestS3Faults(FaultSuite, CrashSuite):
+    """Through the fault proxy in front of moto, and a child process killed mid-upload."""
+
+    @pytest.fixture
+    def store_recipe(self, s3_endpoint: str, raw_s3: Any) -> StoreRecipe:
+        return StoreRecipe(s3_endpoint, fault_store)
+
+    @pytest.fixture
+    def store_root(self) -> str:
+        return f"s3://{BUCKET}/{uuid.uuid4().hex}"

@@ -1,0 +1,152 @@
+"""The suites fail every deliberately broken store, each with a message naming the broken promise.
+
+The broken classes of classes.py run in a pytest of their own (``pytester``); its JUnit report
+gives each test's outcome and message. The correct toy store passes the same tests
+(test_toy_store.py), so each failure here is the break's doing.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+RUN = """
+from tests.conformance.classes import (
+    BrokenDeniedIsAbsent, BrokenPartsInPlace, BrokenPrefixIgnored, BrokenServerInPlace,
+    BrokenUnsortedList, in_place_endpoint, toy_endpoint,
+)
+
+
+class TestPartsInPlace(BrokenPartsInPlace):
+    pass
+
+
+class TestServerInPlace(BrokenServerInPlace):
+    pass
+
+
+class TestDeniedIsAbsent(BrokenDeniedIsAbsent):
+    pass
+
+
+class TestUnsortedList(BrokenUnsortedList):
+    pass
+
+
+class TestPrefixIgnored(BrokenPrefixIgnored):
+    pass
+"""
+
+#: (class, test) -> words the failure's message must hold: the promise it names.
+CAUGHT = {
+    ("TestPartsInPlace", "test_interrupted_save_leaves_the_previous_object_whole"): (
+        "promise broken: an interrupted save leaves the previous object whole"
+    ),
+    ("TestPartsInPlace", "test_interrupted_save_leaves_no_partial_object"): (
+        "promise broken: an interrupted save leaves no partial object"
+    ),
+    ("TestPartsInPlace", "test_killed_save_leaves_the_previous_object_whole"): (
+        "promise broken: a save killed midway leaves the previous object whole"
+    ),
+    ("TestServerInPlace", "test_killed_save_leaves_the_previous_object_whole"): (
+        "promise broken: a save killed midway leaves the previous object whole"
+    ),
+    ("TestServerInPlace", "test_interrupted_save_leaves_the_previous_object_whole"): (
+        "promise broken: an interrupted save leaves the previous object whole"
+    ),
+    ("TestDeniedIsAbsent", "test_denied_request_is_a_permission_error_never_no_checkpoint"): (
+        "promise broken: a denied request (HTTP 403) raises CheckpointPermissionError"
+    ),
+    ("TestUnsortedList", "test_list_by_prefix"): "promise broken: list yields URIs in sorted order",
+    ("TestPrefixIgnored", "test_list_by_prefix"): (
+        "promise broken: list(prefix) yields only the URIs that start with the prefix"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def report(pytester_module: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    return _outcomes(pytester_module)
+
+
+@pytest.fixture(scope="module")
+def pytester_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs the broken classes once, in a child pytest; returns its JUnit report."""
+    import os
+    import subprocess
+    import sys
+
+    where = tmp_path_factory.mktemp("catches")
+    (where / "test_broken.py").write_text(RUN)
+    junit = where / "report.xml"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--junitxml={junit}",
+            f"--rootdir={where}",
+            "-c",
+            os.devnull,
+            str(where / "test_broken.py"),
+        ],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=900,
+    )
+    assert junit.exists(), "the child pytest wrote no report"
+    return junit
+
+
+def _outcomes(junit: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """(class, test) -> (outcome, message) from a JUnit report."""
+    found = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        cls = case.get("classname", "").rsplit(".", 1)[-1]
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                outcome, message = tag, f"{node.get('message', '')}\n{node.text or ''}"
+                break
+        found[cls, case.get("name", "")] = (outcome, message)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("case", "promise"), sorted(CAUGHT.items()), ids=lambda v: "::".join(v) if isinstance(v, tuple) else None
+)
+def test_the_suite_fails_the_broken_store_naming_the_promise(report, case, promise) -> None:
+    assert case in report, f"{case} did not run: {sorted(report)}"
+    outcome, message = report[case]
+    assert outcome in ("failure", "error"), f"{case} {outcome}: the suite did not catch the broken store"
+    assert promise in " ".join(message.split()), (
+        f"{case}: the message does not name the promise: {message[-2000:]}"
+    )
+
+
+def test_a_store_that_ignores_lists_prefix_is_blamed_not_its_fixture(report) -> None:
+    """Every test of the prefix-ignoring store that lists fails on ``list``, none on "store_root
+    is not empty" (which would blame the backend author's fixture)."""
+    broken = {
+        name: message
+        for (cls, name), (outcome, message) in report.items()
+        if cls == "TestPrefixIgnored" and outcome != "passed"
+    }
+    assert len(broken) > 10, broken.keys()
+    for name, message in broken.items():
+        assert "list(prefix) yields only the URIs that start with the prefix" in " ".join(message.split()), (
+            name,
+            message[-1000:],
+        )
+        assert "is not empty" not in message, name
