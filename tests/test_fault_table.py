@@ -48,7 +48,7 @@ def test_each_plugin_readme_agrees_with_the_one_fault_table(plugin: str) -> None
     theirs = [outcome(error, retried) for *_fault_and_signal, error, retried in rows]
     ours = contributing_rows()
     assert len(theirs) == len(ours), f"{plugin}: {len(theirs)} rows, the fault table {len(ours)}"
-    for i, (mine, readme_row) in enumerate(zip(ours, theirs)):
+    for i, (mine, readme_row) in enumerate(zip(ours, theirs, strict=True)):
         assert mine == readme_row, (
             f"{plugin}, row {i + 1} ({rows[i][0]}): README says {readme_row}, the table {mine}"
         )

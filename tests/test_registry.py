@@ -244,7 +244,10 @@ def test_a_plugin_backend_named_like_a_builtin_replaces_it(reg):
     reg.register_plugin(plugin(StoreSpec("memory", ("memory", "mem2"), Fake)), name="zzz-memory")
     # The rule of CONTRIBUTING.md ("a plugin's backend named like a built-in replaces it"),
     # said as such: not "the first plugin by name is kept", which is another rule.
-    match = r"the plugin 'zzz-memory' registers a backend named 'memory', like the built-in one: the plugin's replaces"
+    match = (
+        r"the plugin 'zzz-memory' registers a backend named 'memory', like the built-in one:"
+        r" the plugin's replaces"
+    )
     with pytest.warns(RuntimeWarning, match=match) as caught:
         memory = [b for b in reg.backends() if b.name == "memory"]
     assert [(b.plugin, b.source) for b in memory] == [("zzz-memory", "plugin")]
