@@ -16,6 +16,7 @@ SDKS = (
     "flyte_checkpoint_s3",
     "flyte_checkpoint_gcs",
     "flyte_checkpoint_azure",
+    "flyte_checkpoint.testing",
     "asyncio",
     "tarfile",
 )

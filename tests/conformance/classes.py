@@ -97,3 +97,13 @@ class BrokenPrefixIgnored(_Memory):
     def store(self, tmp_path: Path) -> BlobStore:
         toystore.PrefixIgnored().write_bytes("memory://conformance-elsewhere/object", b"x")
         return toystore.PrefixIgnored()
+
+
+class BrokenFileInPlace(CrashSuite):
+    @pytest.fixture
+    def store_recipe(self) -> StoreRecipe:
+        return StoreRecipe(None, toystore.build_file_in_place)
+
+    @pytest.fixture
+    def store_root(self, tmp_path: Path) -> str:
+        return str(tmp_path / "store")

@@ -7,7 +7,8 @@ a broken connection is transient. The broken variants each break one promise:
 - :class:`PartsInPlace` (non-atomic writer): each part is written into the object itself;
 - :class:`DeniedIsAbsent` (403 mapped to not-found): a refused request means "no object";
 - :class:`UnsortedList` / :class:`PrefixIgnored` (memory stores): ``list`` out of order, or
-  every object whatever the prefix.
+  every object whatever the prefix;
+- :class:`FileInPlace` (a file store): the writer writes into the object's file itself.
 
 The fifth, a server that writes in place, is the correct store on ``toy_server(in_place=True)``.
 The ``build_*`` functions are what a :class:`~flyte_checkpoint.testing.StoreRecipe` names (a
@@ -26,7 +27,9 @@ from urllib.parse import quote, urlsplit
 from flyte_checkpoint.errors import CheckpointError, NotFoundError
 from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.storage.kit import from_status, transport_failed
+from flyte_checkpoint.storage.stores.local import LocalStore
 from flyte_checkpoint.storage.stores.memory import MemoryStore
+from flyte_checkpoint.uri import local_path
 
 SCHEME = "toy"
 HINT = "check the toy server's credentials"
@@ -194,6 +197,31 @@ class PrefixIgnored(MemoryStore):
         return super().list("memory://")
 
 
+class _InPlaceFileWriter(BlobWriter):
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri)
+        path = local_path(uri)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(path, "wb")  # noqa: SIM115 - closed by commit or abort
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        self.file.write(data)
+        self.file.flush()
+
+    def _commit(self) -> None:
+        self.file.close()
+
+    def _abort(self) -> None:
+        self.file.close()
+
+
+class FileInPlace(LocalStore):
+    """A file store whose writer truncates and fills the object's own file."""
+
+    def open_write(self, uri: str) -> BlobWriter:
+        return _InPlaceFileWriter(uri)
+
+
 # -- recipes' builders (module level: a crash test's child imports them) -------------------
 
 
@@ -207,3 +235,7 @@ def build_parts_in_place(endpoint: str) -> ToyStore:
 
 def build_denied_is_absent(endpoint: str) -> ToyStore:
     return DeniedIsAbsent(endpoint, 256 * 1024, timeout=1.0)
+
+
+def build_file_in_place(endpoint: None) -> LocalStore:
+    return FileInPlace()
