@@ -56,66 +56,63 @@ def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
         return None, exc
 
 
+class FaultBench:
+    """What a fault test works with: the proxy in front of the server, a store on the server
+    itself (to check objects), the empty root, and :meth:`store` for new stores on the proxy."""
+
+    def __init__(self, recipe: StoreRecipe, proxy: FaultProxy, direct: BlobStore, root: str) -> None:
+        self.recipe, self.proxy, self.direct, self.root = recipe, proxy, direct, root
+        self.built: list[BlobStore] = []
+
+    def store(self) -> BlobStore:
+        """A new store (a new connection pool) whose requests go through the proxy."""
+        self.built.append(self.recipe.build(self.proxy.url))
+        return self.built[-1]
+
+
 class FaultSuite:
     """Interrupted saves, cut and stalled downloads, denied and throttled requests.
 
     ``fault_parts``: the parts (``store.part_size`` bytes each; 256 KiB for a store that
-    declares none) of an object in the save tests; the upload is cut after all but half a
-    part have gone to the server, so a writer that sends parts in place has sent at least one.
+    declares none) of an object in the save tests; the upload is cut once all but one part
+    has gone to the server, so a writer that sends parts in place has sent at least one.
     """
 
     fault_parts: int = 4
 
     @pytest.fixture
-    def fault_proxy(self, store_recipe: StoreRecipe) -> Iterator[FaultProxy]:
+    def faults(self, store_recipe: StoreRecipe, store_root: str) -> Iterator[FaultBench]:
+        """The proxy in front of the recipe's server, a store on the server itself, the root."""
         assert store_recipe.upstream is not None, (
             "FaultSuite needs a store that talks to a server: its StoreRecipe has no upstream"
         )
+        direct = store_recipe.direct()
         with FaultProxy(store_recipe.upstream) as proxy:
-            yield proxy
-
-    @pytest.fixture
-    def fault_stores(
-        self, store_recipe: StoreRecipe, fault_proxy: FaultProxy
-    ) -> Iterator[Callable[[], BlobStore]]:
-        """Builds a new store (a new connection pool) pointed at the proxy; all closed at the end."""
-        built: list[BlobStore] = []
-
-        def build() -> BlobStore:
-            built.append(store_recipe.build(fault_proxy.url))
-            return built[-1]
-
-        yield build
-        for store in built:
-            store.close()
-
-    @pytest.fixture
-    def direct_store(self, store_recipe: StoreRecipe) -> Iterator[BlobStore]:
-        store = store_recipe.direct()
-        yield store
-        store.close()
-
-    @pytest.fixture
-    def fault_root(self, direct_store: BlobStore, store_root: str) -> str:
-        if direct_store.supports_list:
-            found = list(direct_store.list(store_root))
-            assert all(u.startswith(store_root) for u in found), (
-                f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
-                f" list({store_root!r}) yielded {found[:3]}"
-            )
-            assert found == [], f"store_root {store_root} is not empty: {found[:3]}"
-        return store_root
+            bench = FaultBench(store_recipe, proxy, direct, store_root)
+            try:
+                if direct.supports_list:
+                    found = list(direct.list(store_root))
+                    assert all(u.startswith(store_root) for u in found), (
+                        f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
+                        f" list({store_root!r}) yielded {found[:3]}"
+                    )
+                    assert found == [], f"store_root {store_root} is not empty: {found[:3]}"
+                yield bench
+            finally:
+                for store in [*bench.built, direct]:
+                    store.close()
 
     # -- saves ---------------------------------------------------------------------------
 
-    def _cut_save(self, store: BlobStore, proxy: FaultProxy, uri: str) -> None:
-        """Save ``fault_parts`` and a half parts at ``uri``, the upload cut half a part before
-        its end (every connection reset from then on); the save must raise a project error."""
+    def _cut_save(self, faults: FaultBench, uri: str) -> None:
+        """Save ``fault_parts`` and a half parts at ``uri``, the upload cut one part before its
+        end (every connection reset from then on); the save must raise a project error."""
+        store = faults.store()
         part = part_of(store)
         size = self.fault_parts * part + part // 2
-        proxy.cut("up", size - part)
+        faults.proxy.cut("up", size - part)
         _, error = outcome(lambda: write_in_chunks(store, uri, _data(size, seed=2)))
-        assert proxy.fired, (
+        assert faults.proxy.fired, (
             f"the cut never fired: the store sent less than {size - part} bytes for a {size}-byte save"
         )
         assert error is not None, (
@@ -126,71 +123,53 @@ class FaultSuite:
             f" {type(error).__name__}: {error}"
         )
 
-    def test_interrupted_save_leaves_the_previous_object_whole(
-        self,
-        fault_stores: Callable[[], BlobStore],
-        fault_proxy: FaultProxy,
-        direct_store: BlobStore,
-        fault_root: str,
-    ) -> None:
+    def test_interrupted_save_leaves_the_previous_object_whole(self, faults: FaultBench) -> None:
         """A save reset mid-upload (after more than one part went to the server) leaves the
         previous object exactly as it was, and no other object under the prefix."""
-        uri = join(fault_root, "interrupted")
+        uri = join(faults.root, "interrupted")
         previous = _data(100_000, seed=1)
-        direct_store.write_bytes(uri, previous)
-        self._cut_save(fault_stores(), fault_proxy, uri)
-        size = direct_store.stat(uri)
-        assert size == len(previous) and direct_store.read_bytes(uri) == previous, (
+        faults.direct.write_bytes(uri, previous)
+        self._cut_save(faults, uri)
+        size = faults.direct.stat(uri)
+        assert size == len(previous) and faults.direct.read_bytes(uri) == previous, (
             f"promise broken: an interrupted save leaves the previous object whole; {uri} now holds"
             f" {size} bytes, not the previous {len(previous)} (the writer sent parts in place?)"
         )
-        if direct_store.supports_list:
-            left = list(direct_store.list(fault_root))
+        if faults.direct.supports_list:
+            left = list(faults.direct.list(faults.root))
             assert left == [uri], (
                 f"promise broken: an interrupted save leaves no partial object; listed {left}"
             )
 
-    def test_interrupted_save_leaves_no_partial_object(
-        self,
-        fault_stores: Callable[[], BlobStore],
-        fault_proxy: FaultProxy,
-        direct_store: BlobStore,
-        fault_root: str,
-    ) -> None:
+    def test_interrupted_save_leaves_no_partial_object(self, faults: FaultBench) -> None:
         """A first save of a URI reset mid-upload leaves no object there."""
-        uri = join(fault_root, "never-whole")
-        self._cut_save(fault_stores(), fault_proxy, uri)
-        size = direct_store.stat(uri)
+        uri = join(faults.root, "never-whole")
+        self._cut_save(faults, uri)
+        size = faults.direct.stat(uri)
         assert size is None, (
             f"promise broken: an interrupted save leaves no partial object; {uri} holds {size} bytes"
         )
-        if direct_store.supports_list:
-            left = list(direct_store.list(fault_root))
+        if faults.direct.supports_list:
+            left = list(faults.direct.list(faults.root))
             assert left == [], f"promise broken: an interrupted save leaves no partial object; listed {left}"
 
     # -- downloads -----------------------------------------------------------------------
 
-    def _stored(self, direct_store: BlobStore, fault_root: str, name: str) -> tuple[str, bytes]:
-        uri = join(fault_root, name)
-        data = _data(self.fault_parts * part_of(direct_store) + 12_345, seed=4)
-        direct_store.write_bytes(uri, data)
+    def _stored(self, faults: FaultBench, name: str) -> tuple[str, bytes]:
+        uri = join(faults.root, name)
+        data = _data(self.fault_parts * part_of(faults.direct) + 12_345, seed=4)
+        faults.direct.write_bytes(uri, data)
         return uri, data
 
-    def test_cut_download_is_retried_or_raised_never_returned_short(
-        self,
-        fault_stores: Callable[[], BlobStore],
-        fault_proxy: FaultProxy,
-        direct_store: BlobStore,
-        fault_root: str,
-    ) -> None:
+    def test_cut_download_is_retried_or_raised_never_returned_short(self, faults: FaultBench) -> None:
         """A download reset or ended early (a FIN) mid-body either comes back whole (the store
         retried inside the stream) or raises a project error; it never ends the stream early.
         Cut for good, it raises (and not ``NotFoundError``: the object exists)."""
-        uri, data = self._stored(direct_store, fault_root, "cut-download")
+        uri, data = self._stored(faults, "cut-download")
         for fault in (Fault.reset("down", after=MID_BODY), Fault.truncate("down", after=MID_BODY)):
-            fault_proxy.reset_records()
-            fault_proxy.fail(fault, times=1)
-            store = fault_stores()
+            faults.proxy.reset_records()
+            faults.proxy.fail(fault, times=1)
+            store = faults.store()
             for name, read in (("open_read", read_to_end), ("read_bytes", BlobStore.read_bytes)):
                 got, error = outcome(lambda: read(store, uri))  # noqa: B023 - called at once
                 if error is None:
@@ -204,11 +183,11 @@ class FaultSuite:
                         f"promise broken: a cut download raises a project error other than NotFoundError;"
                         f" {name} after a {fault.action} raised {type(error).__name__}: {error}"
                     )
-            assert fault_proxy.fired == 1, (
+            assert faults.proxy.fired == 1, (
                 f"the {fault.action} never fired: the object is smaller than {MID_BODY} bytes?"
             )
-        fault_proxy.cut("down", len(data) // 2)
-        got, error = outcome(lambda: read_to_end(fault_stores(), uri))
+        faults.proxy.cut("down", len(data) // 2)
+        got, error = outcome(lambda: read_to_end(faults.store(), uri))
         assert error is not None, (
             f"promise broken: a download cut for good raises; open_read returned"
             f" {len(got)} of {len(data)} bytes"
@@ -218,20 +197,14 @@ class FaultSuite:
             f" it raised {type(error).__name__}: {error}"
         )
 
-    def test_stalled_download_ends_by_a_timeout(
-        self,
-        fault_stores: Callable[[], BlobStore],
-        fault_proxy: FaultProxy,
-        direct_store: BlobStore,
-        fault_root: str,
-    ) -> None:
+    def test_stalled_download_ends_by_a_timeout(self, faults: FaultBench) -> None:
         """A download whose every connection stops sending mid-body raises ``TransientError``
         once the store's read timeout passes (build the recipe's store with a short one); it
         never hangs. (The proxy's hang guard is not the timeout under test.)"""
-        uri, _ = self._stored(direct_store, fault_root, "stalled")
-        fault_proxy.fail(Fault.stall("down", after=MID_BODY))
-        got, error = outcome(lambda: read_to_end(fault_stores(), uri))
-        assert fault_proxy.fired, "the stall never fired"
+        uri, _ = self._stored(faults, "stalled")
+        faults.proxy.fail(Fault.stall("down", after=MID_BODY))
+        got, error = outcome(lambda: read_to_end(faults.store(), uri))
+        assert faults.proxy.fired, "the stall never fired"
         assert error is not None, (
             f"promise broken: a download that stalls for good raises; it returned {len(got)} bytes"
         )
@@ -242,30 +215,24 @@ class FaultSuite:
 
     # -- refusals ------------------------------------------------------------------------
 
-    def test_denied_request_is_a_permission_error_never_no_checkpoint(
-        self,
-        fault_stores: Callable[[], BlobStore],
-        fault_proxy: FaultProxy,
-        direct_store: BlobStore,
-        fault_root: str,
-    ) -> None:
+    def test_denied_request_is_a_permission_error_never_no_checkpoint(self, faults: FaultBench) -> None:
         """Every operation answered HTTP 403 raises ``CheckpointPermissionError``, never
         ``NotFoundError`` or ``None``: a load through ``Checkpoint`` then fails instead of
         starting training from zero."""
-        uri = join(fault_root, "denied")
-        direct_store.write_bytes(uri, b"exists")
-        fault_proxy.fail(Fault.answer(403))
-        store = fault_stores()
+        uri = join(faults.root, "denied")
+        faults.direct.write_bytes(uri, b"exists")
+        faults.proxy.fail(Fault.answer(403))
+        store = faults.store()
         operations: dict[str, Callable[[], Any]] = {
             "stat": lambda: store.stat(uri),
-            "stat of an absent object": lambda: store.stat(join(fault_root, "absent")),
+            "stat of an absent object": lambda: store.stat(join(faults.root, "absent")),
             "open_read": lambda: read_to_end(store, uri),
             "read_range": lambda: store.read_range(uri, 0, 3),
-            "write": lambda: store.write_bytes(join(fault_root, "new"), b"x"),
-            "Checkpoint.load_sync": lambda: load_through(store, uri, join(fault_root, "next")),
+            "write": lambda: store.write_bytes(join(faults.root, "new"), b"x"),
+            "Checkpoint.load_sync": lambda: load_through(store, uri, join(faults.root, "next")),
         }
         if store.supports_list:
-            operations["list"] = lambda: list(store.list(fault_root + "/"))
+            operations["list"] = lambda: list(store.list(faults.root + "/"))
         for name, operation in operations.items():
             got, error = outcome(operation)
             assert isinstance(error, CheckpointPermissionError), (
@@ -273,27 +240,21 @@ class FaultSuite:
                 f" 'no checkpoint'; {name} "
                 + (f"returned {got!r}" if error is None else f"raised {type(error).__name__}: {error}")
             )
-        assert fault_proxy.fired >= len(operations)
+        assert faults.proxy.fired >= len(operations)
 
-    def test_throttling_and_server_errors_are_retried_by_the_core(
-        self,
-        fault_stores: Callable[[], BlobStore],
-        fault_proxy: FaultProxy,
-        direct_store: BlobStore,
-        fault_root: str,
-    ) -> None:
+    def test_throttling_and_server_errors_are_retried_by_the_core(self, faults: FaultBench) -> None:
         """HTTP 429, 500 and 503 raise ``TransientError`` (a store that returns after one such
         answer retried it itself: build the recipe's store without SDK retries), and the
         core's retry policy then gets the operation through: the proxy answers the first two
         requests with the status and passes the rest, and the object is whole."""
-        uri = join(fault_root, "throttled")
-        direct_store.write_bytes(uri, b"first")
+        uri = join(faults.root, "throttled")
+        faults.direct.write_bytes(uri, b"first")
         for status in (429, 500, 503):
-            fault_proxy.reset_records()
-            fault_proxy.fail(Fault.answer(status), times=1)
-            got, error = outcome(lambda: fault_stores().read_bytes(uri))
-            assert fault_proxy.fired == 1, (
-                f"the proxy answered {fault_proxy.fired} requests with {status}, not 1"
+            faults.proxy.reset_records()
+            faults.proxy.fail(Fault.answer(status), times=1)
+            got, error = outcome(lambda: faults.store().read_bytes(uri))
+            assert faults.proxy.fired == 1, (
+                f"the proxy answered {faults.proxy.fired} requests with {status}, not 1"
             )
             assert isinstance(error, TransientError), (
                 f"promise broken: HTTP {status} raises TransientError, which the core retries; the read "
@@ -304,26 +265,26 @@ class FaultSuite:
                     else f"raised {type(error).__name__}: {error}"
                 )
             )
-            data = _data(part_of(direct_store) + 1000, seed=status)
+            data = _data(part_of(faults.direct) + 1000, seed=status)
             for name, operation in (
-                ("save", lambda: write_in_chunks(fault_stores(), uri, data)),  # noqa: B023
-                ("load", lambda: fault_stores().read_bytes(uri)),
+                ("save", lambda: write_in_chunks(faults.store(), uri, data)),  # noqa: B023
+                ("load", lambda: faults.store().read_bytes(uri)),
             ):
-                fault_proxy.reset_records()
-                fault_proxy.fail(Fault.answer(status), times=2)
+                faults.proxy.reset_records()
+                faults.proxy.fail(Fault.answer(status), times=2)
                 got, error = outcome(lambda: QUICK_RETRY.call(operation, f"{name} under HTTP {status}"))  # noqa: B023
                 assert error is None, (
                     f"promise broken: the core retries HTTP {status}; a {name} failed after two such"
                     f" answers: {type(error).__name__}: {error}"
                 )
-                assert fault_proxy.fired == 2, (
-                    f"the proxy answered {fault_proxy.fired} requests with {status}, not 2"
+                assert faults.proxy.fired == 2, (
+                    f"the proxy answered {faults.proxy.fired} requests with {status}, not 2"
                 )
                 if name == "load":
                     assert got == data, (
                         f"promise broken: a retried load returns the object whole ({len(got)} bytes)"
                     )
-            assert direct_store.read_bytes(uri) == data, (
+            assert faults.direct.read_bytes(uri) == data, (
                 "promise broken: a retried save stores the object whole"
             )
 
