@@ -41,7 +41,8 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 
 ``FaultSuite`` and ``CrashSuite`` build their stores from the ``store_recipe`` fixture (a
 :class:`StoreRecipe`: the server's endpoint and how to build a store pointed at any endpoint,
-with SDK retries off and short timeouts). A failing test's message starts with
+with SDK retries off and short timeouts: a backend on the kit's ``CloudConfig`` passes
+:data:`RECIPE_SETTINGS`). A failing test's message starts with
 ``promise broken:`` and names the promise.
 
 Class attributes adapt the suites to the backend:
@@ -58,10 +59,11 @@ Class attributes adapt the suites to the backend:
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
 from .faults import FaultSuite
-from .recipe import StoreRecipe
+from .recipe import RECIPE_SETTINGS, StoreRecipe
 from .suite import BlobStoreSuite, CheckpointSuite
 
 __all__ = [
+    "RECIPE_SETTINGS",
     "BlobStoreSuite",
     "CheckpointSuite",
     "CrashSuite",

@@ -10,6 +10,17 @@ from ..storage.blobstore import BlobStore
 
 #: Bytes of one "part" for a store that declares no ``part_size`` (it holds the whole object).
 FALLBACK_PART = 256 * 1024
+#: Settings of the kit's ``CloudConfig`` for a recipe's store: no SDK retry (the core's retry is
+#: under test), a 2 s read timeout (a stalled transfer ends), 256 KiB parts and ranges, two in
+#: flight (an upload cut near its end has sent whole parts). Lay a cloud's own limits over it.
+RECIPE_SETTINGS: dict[str, Any] = {
+    "part_size": 256 * 1024,
+    "read_range_size": 256 * 1024,
+    "max_concurrency": 2,
+    "read_concurrency": 2,
+    "request_attempts": 1,
+    "read_timeout": 2.0,
+}
 
 
 @dataclass(frozen=True)

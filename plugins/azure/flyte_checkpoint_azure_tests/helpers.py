@@ -64,23 +64,13 @@ def config(env: dict[str, str] | None = None, **settings: Any) -> Any:
 
 def fault_store(endpoint: str) -> Any:
     """The store of the fault and crash suites' recipe: Azurite's account by key on ``endpoint``
-    (the server or the fault proxy, with the account's path), no SDK retry (the core's is under
-    test), 2 s read timeouts (a stall ends), 320 KiB blocks, two in flight. Module level: a crash
-    test's child process imports it."""
+    (the server or the fault proxy, with the account's path), with the suites'
+    ``RECIPE_SETTINGS``. Module level: a crash test's child imports it."""
     from flyte_checkpoint_azure.store import AzureStore
+
+    from flyte_checkpoint.testing import RECIPE_SETTINGS
 
     from .server import ACCOUNT_KEY, ACCOUNT_NAME
 
-    return AzureStore(
-        config(
-            account_name=ACCOUNT_NAME,
-            account_key=ACCOUNT_KEY,
-            endpoint_url=endpoint,
-            part_size=320 * 1024,
-            read_range_size=256 * 1024,
-            max_concurrency=2,
-            read_concurrency=2,
-            request_attempts=1,
-            read_timeout=2.0,
-        )
-    )
+    keys = {"account_name": ACCOUNT_NAME, "account_key": ACCOUNT_KEY}
+    return AzureStore(config(endpoint_url=endpoint, **keys, **RECIPE_SETTINGS))

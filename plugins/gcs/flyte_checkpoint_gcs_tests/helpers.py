@@ -80,7 +80,9 @@ class RecordingSession(AuthorizedSession):
 
 
 def fault_store(endpoint: str) -> GCSStore:
-    """The store of the fault and crash suites' recipe: :func:`make_store` (one SDK try per
-    request) with 2 s read timeouts (a stall ends) and two ranges in flight. Module level: a
-    crash test's child process imports it."""
-    return make_store(endpoint, read_timeout=2.0, read_concurrency=2)
+    """The store of the fault and crash suites' recipe: :func:`make_store` with the suites'
+    ``RECIPE_SETTINGS``, one chunk in flight (a resumable session takes them in order). Module
+    level: a crash test's child imports it."""
+    from flyte_checkpoint.testing import RECIPE_SETTINGS
+
+    return make_store(endpoint, **{**RECIPE_SETTINGS, "max_concurrency": 1})

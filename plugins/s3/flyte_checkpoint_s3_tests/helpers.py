@@ -50,19 +50,10 @@ def round_trip(store: Any) -> None:
 
 def fault_store(endpoint: str) -> Any:
     """The store of the fault and crash suites' recipe: on ``endpoint`` (the server or the fault
-    proxy), no SDK retry (the core's is under test), 2 s read timeouts (a stall ends), 256 KiB
-    parts, two in flight. Module level: a crash test's child process imports it."""
+    proxy), with the suites' ``RECIPE_SETTINGS``. Module level: a crash test's child imports it."""
     from flyte_checkpoint_s3.store import S3Store
 
-    return S3Store(
-        endpoint_url=endpoint,
-        access_key_id=ACCESS_KEY,
-        secret_access_key=SECRET_KEY,
-        region="us-east-1",
-        part_size=256 * 1024,
-        read_range_size=256 * 1024,
-        max_concurrency=2,
-        read_concurrency=2,
-        request_attempts=1,
-        read_timeout=2.0,
-    )
+    from flyte_checkpoint.testing import RECIPE_SETTINGS
+
+    keys = {"access_key_id": ACCESS_KEY, "secret_access_key": SECRET_KEY, "region": "us-east-1"}
+    return S3Store(endpoint_url=endpoint, **keys, **RECIPE_SETTINGS)
