@@ -195,7 +195,8 @@ class BlobStore(abc.ABC):
     """A backend for one or more URI schemes. See the module docstring for the contract."""
 
     #: Bytes a writer holds before it sends any to the server (one part, block or chunk);
-    #: ``None``: unknown, or the writer holds the whole object until its commit. The fault
+    #: ``None``: unknown, or the writer holds the whole object until its commit; ``0``: each
+    #: write is sent as it comes. The fault
     #: suite interrupts a save after more than this many bytes, so that the write has sent at
     #: least one part: a store whose parts land in place on the server then fails it.
     part_size: int | None = None
