@@ -33,7 +33,7 @@ from typing import IO
 from ..uri import join
 from .faultproxy import HANG_GUARD, FaultProxy
 from .recipe import StoreRecipe, part_of
-from .suite import _data
+from .suite import _data, check_empty_root
 
 #: The child: ``python -c CHILD <spec file>``.
 CHILD = "import sys; from flyte_checkpoint.testing.crash import child_main; child_main(sys.argv[1])"
@@ -74,7 +74,7 @@ class CrashSuite:
         direct = store_recipe.direct()
         try:
             if direct.supports_list:
-                assert list(direct.list(store_root)) == [], f"store_root {store_root} is not empty"
+                check_empty_root(direct, store_root)
             uri = join(store_root, "killed")
             previous = _data(100_000, seed=1)
             direct.write_bytes(uri, previous)

@@ -21,7 +21,7 @@ from ..storage.blobstore import BlobStore
 from ..uri import join, scheme_of
 from .faultproxy import HANG_GUARD, Fault, FaultProxy
 from .recipe import StoreRecipe, part_of
-from .suite import _data
+from .suite import _data, check_empty_root
 
 #: Bytes into a connection at which a download fault fires: past the headers and a stat's
 #: answer, inside the body of the object (or of its first ranges).
@@ -91,12 +91,7 @@ class FaultSuite:
             bench = FaultBench(store_recipe, proxy, direct, store_root)
             try:
                 if direct.supports_list:
-                    found = list(direct.list(store_root))
-                    assert all(u.startswith(store_root) for u in found), (
-                        f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
-                        f" list({store_root!r}) yielded {found[:3]}"
-                    )
-                    assert found == [], f"store_root {store_root} is not empty: {found[:3]}"
+                    check_empty_root(direct, store_root)
                 yield bench
             finally:
                 for store in [*bench.built, direct]:

@@ -59,6 +59,18 @@ class _RewrittenAfterFirstRead(SourceFile):
         return data
 
 
+def check_empty_root(store: BlobStore, root: str) -> None:
+    """Fail unless ``store`` lists nothing under ``root``, blaming ``list`` when what it yields
+    lies outside ``root`` and the fixture when ``root`` really holds objects."""
+    found = list(store.list(root))
+    outside = [u for u in found if not u.startswith(root)]
+    assert not outside, (
+        f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
+        f" list({root!r}) yielded {outside[:3]}"
+    )
+    assert found == [], f"store_root {root} is not empty (the fixture must give a fresh prefix): {found[:3]}"
+
+
 class BlobStoreSuite:
     """The :class:`BlobStore` contract: streams, atomic writes, stat, delete, list.
 
@@ -81,15 +93,7 @@ class BlobStoreSuite:
     @pytest.fixture
     def root(self, store: BlobStore, store_root: str) -> str:
         if self.supports_list:
-            found = list(store.list(store_root))
-            outside = [u for u in found if not u.startswith(store_root)]
-            assert not outside, (
-                f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
-                f" list({store_root!r}) yielded {outside[:3]}"
-            )
-            assert found == [], (
-                f"store_root {store_root} is not empty (the fixture must give a fresh prefix): {found[:3]}"
-            )
+            check_empty_root(store, store_root)
         return store_root
 
     def test_stat_of_absent_object_is_none(self, store: BlobStore, root: str) -> None:
