@@ -96,6 +96,26 @@ class BlobStoreSuite:
             check_empty_root(store, store_root)
         return store_root
 
+    def test_capability_flags_say_what_the_store_does(self, store: BlobStore) -> None:
+        """``supports_list_details`` is True exactly where ``list_details`` is the store's own,
+        ``supports_ranges`` only where ``read_range`` is, and ``part_size`` is ``None`` or a
+        number of bytes (the fault and crash suites size their saves from it)."""
+        kind = type(store)
+        native_details = kind.list_details is not BlobStore.list_details
+        assert store.supports_list_details == native_details, (
+            f"promise broken: supports_list_details says whether list_details is native;"
+            f" {kind.__name__} says {store.supports_list_details}, its list_details is"
+            f" {'its own' if native_details else 'the default'}"
+        )
+        assert not store.supports_ranges or kind.read_range is not BlobStore.read_range, (
+            f"promise broken: supports_ranges means a real ranged read; {kind.__name__} keeps"
+            " the default read_range"
+        )
+        part = store.part_size
+        assert part is None or (isinstance(part, int) and part >= 0), (
+            f"part_size must be None or bytes: {part!r}"
+        )
+
     def test_stat_of_absent_object_is_none(self, store: BlobStore, root: str) -> None:
         assert store.stat(join(root, "absent")) is None
 
