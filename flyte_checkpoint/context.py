@@ -250,13 +250,16 @@ def task(
     function's name in its module, as Flyte's own resolver finds tasks.
 
     Raises:
-        ValueError: ``retries`` is negative.
+        ValueError: ``retries`` is negative, or ``run_name`` is not one plain folder name.
         TypeError: given a Flyte task that does not run a Python function.
         RunInUseError: (on a call) the named run is running in another process.
         ConfigurationError: (on a call) ``$FLYTE_CHECKPOINT_KEEP_RUNS`` is invalid.
     """
     if retries is not None and retries < 0:
         raise ValueError("retries must be 0 or more")
+    from .runs import check_run_name
+
+    check_run_name(run_name)
 
     def decorate(target: Any) -> Any:
         flyte_task = _function_task(target)

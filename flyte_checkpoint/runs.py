@@ -56,6 +56,23 @@ def keep_from_env() -> bool:
     )
 
 
+def check_run_name(name: str | None) -> None:
+    """Refuse a ``run_name`` that is not one plain folder name: it names the run's folder under
+    the root, which a finished run removes, so ``..`` or a ``/`` would reach outside the root.
+
+    Raises:
+        ValueError: naming the value and what a run name may be.
+    """
+    if name is None or name == "":
+        return  # no name: a random one
+    if name.strip() != name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError(
+            f"run_name {name!r} is not a plain folder name: it names the run's folder under the"
+            " checkpoint root (removed when the run finishes), so it may not contain '/' or '\\',"
+            " be '.' or '..', or start or end with a space. Use letters, digits, '-', '_' and '.'"
+        )
+
+
 class Run:
     """One call of a local task: its folder, lock and attempt numbers."""
 

@@ -202,3 +202,22 @@ def test_keeping_a_finished_runs_checkpoints(tmp_path, monkeypatch):
     with pytest.raises(ConfigurationError) as info:
         by_env()
     assert "FLYTE_CHECKPOINT_KEEP_RUNS='maybe' is not valid: set it to 1 to keep" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["../victim", "..", ".", "a/b", "a\\b", " padded", "nul\0"])
+def test_a_run_name_that_would_reach_outside_the_root_is_refused(tmp_path, name):
+    """Proves: a finished run removes ``{root}/{run_name}/{function}``, so a ``run_name`` that is
+    not one plain folder name is refused when the task is made, and nothing beside the root goes."""
+    root, victim = tmp_path / "root", tmp_path / "victim" / "train"
+    root.mkdir()
+    victim.mkdir(parents=True)
+    (victim / "mine.txt").write_text("not the run's")
+    with pytest.raises(ValueError) as info:
+
+        @fc.task(checkpoint_root=str(root), run_name=name)
+        def train() -> None:
+            fc.ctx().checkpoint.save_sync(b"x")
+
+        train()
+    assert f"run_name {name!r} is not a plain folder name" in str(info.value)
+    assert (victim / "mine.txt").read_text() == "not the run's"
