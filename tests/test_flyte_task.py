@@ -495,6 +495,20 @@ def test_restart_check_that_cannot_read_the_destination_raises_naming_it(denying
     assert "pod restart 1" in message and "credentials" in message
 
 
+def test_local_mode_that_cannot_read_the_destination_raises_not_starts_fresh(denying_scheme):
+    """Proves: in Flyte's local mode the destination may hold the newest checkpoint (a re-run
+    after a SIGTERM save), so a failed check of it is raised, never read as "no checkpoint"."""
+    dest = f"{denying_scheme}://bucket/r/_flytecheckpoints"
+    for prev in (None, "memory://p"):
+        with pytest.raises(PermissionError) as info:
+            resolve_source(dest, prev, local_mode=True)
+        message = str(info.value)
+        assert (
+            "Flyte's local mode: could not check" in message
+            and "deny://bucket/r/_flytecheckpoints" in message
+        )
+
+
 def test_blank_previous_path_and_an_unreadable_destination_start_fresh(denying_scheme, caplog):
     dest = f"{denying_scheme}://bucket/r/_flytecheckpoints"
     with caplog.at_level("WARNING", logger="flyte_checkpoint"):

@@ -228,9 +228,10 @@ def resolve_source(
     ``prev`` is blank, or in Flyte's local mode.
 
     Raises:
-        OSError: with ``restart_attempt > 0``, the size of the object at ``dest`` could not
-            be read (after retries of transient errors). With a blank ``prev`` and no restart
-            the error is logged and ``None`` returned, which is what Flyte itself would load.
+        OSError: with ``restart_attempt > 0`` or in local mode, the size of the object at
+            ``dest`` could not be read (after retries of transient errors). With a blank ``prev``
+            and no restart (on a cluster) the error is logged and ``None`` returned, which is what
+            Flyte itself would load.
     """
     prev = _blank_to_none(prev)
     restarted = restart_attempt is not None and restart_attempt > 0
@@ -238,9 +239,12 @@ def resolve_source(
         try:
             size = _size_of(dest, retry)
         except OSError as exc:
-            if restarted:
+            if restarted or local_mode:  # there, the destination may hold the newest checkpoint
+                where = (
+                    f"pod restart {restart_attempt} of this attempt" if restarted else "Flyte's local mode"
+                )
                 raise type(exc)(
-                    f"pod restart {restart_attempt} of this attempt: could not check for this "
+                    f"{where}: could not check for this "
                     f"attempt's own checkpoint at {redact(dest)} ({exc}); check the store's "
                     "credentials and that the task may read its checkpoint destination"
                 ) from exc
