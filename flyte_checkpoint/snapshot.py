@@ -10,6 +10,10 @@ copy (``os.copy_file_range``, then ``shutil``'s fast copy). The folder is:
 - else beside the source, in the folder that holds it;
 - else (that folder cannot be written) under the local root all the same, by plain copy.
 
+A staging folder is named for its machine and process (``.fcp-staging-HOST-PID-*``): making a
+new one removes those beside it whose process on this machine is gone (:func:`sweep`), so
+uploads cut by a kill leave nothing behind for long.
+
 Each file is copied through one descriptor whose size and times are compared before and after
 (as a save does, :mod:`flyte_checkpoint.sources`), so a file rewritten while it is copied fails
 the snapshot instead of being staged torn. Links that stay inside the folder are copied as
@@ -25,6 +29,7 @@ import errno
 import os
 import secrets
 import shutil
+import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -86,19 +91,58 @@ def stage(
 
 
 def _make_folder(src: Path, local_root: Callable[[], str]) -> str:
-    name = PREFIX + secrets.token_hex(6)
+    name = f"{PREFIX}{_host()}-{os.getpid()}-{secrets.token_hex(6)}"
     source_dev = os.stat(src).st_dev
     root = local_root()
     if os.stat(root).st_dev != source_dev:
-        beside = os.path.join(os.path.dirname(os.path.abspath(src)), name)
+        parent = os.path.dirname(os.path.abspath(src))
         try:
-            os.mkdir(beside, 0o700)
-            return beside
+            os.mkdir(os.path.join(parent, name), 0o700)
+            sweep(parent)
+            return os.path.join(parent, name)
         except OSError:
             pass  # a folder we may not write: a plain copy under the root
     folder = os.path.join(root, name)
     os.mkdir(folder, 0o700)
+    sweep(root)
     return folder
+
+
+def _host() -> str:
+    """This machine's name as it goes into a staging folder's name (no ``-``: it separates)."""
+    return "".join(c for c in socket.gethostname() if c.isalnum())[:40] or "host"
+
+
+def sweep(parent: str) -> int:
+    """Remove the staging folders in ``parent`` left by processes of this machine that are gone
+    (killed mid-upload: SIGKILL, out of memory); the number removed. A folder of a live process,
+    of another machine (a shared volume) or of unknown shape is kept. Best effort: never raises."""
+    removed = 0
+    try:
+        with os.scandir(parent) as it:
+            names = [e.name for e in it if e.name.startswith(PREFIX)]
+    except OSError:
+        return 0
+    for name in names:
+        host, _, rest = name[len(PREFIX) :].partition("-")
+        pid, _, token = rest.partition("-")
+        if host != _host() or not pid.isdigit() or len(token) != 12 or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else (EPERM)
+    return True
 
 
 class _Copier:

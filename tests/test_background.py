@@ -514,6 +514,40 @@ if REFLINK_DIR:
             shutil.rmtree(base, ignore_errors=True)
 
 
+def test_staging_folders_of_killed_processes_are_removed_by_the_next_snapshot(tmp_path):
+    """Proves: a process killed while its snapshot was staged (SIGKILL: no cleanup ran) leaves its
+    staging folder; the next snapshot made in that place removes it, and keeps the folders of a
+    live process and of another machine (a volume shared between machines)."""
+    import subprocess
+    import sys
+
+    from flyte_checkpoint import snapshot
+
+    folder = tmp_path / "model"
+    make_folder(folder, 6)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from flyte_checkpoint import snapshot;"
+         f" s = snapshot.stage(Path({str(folder)!r}), True, lambda: {str(tmp_path)!r});"
+         " print(s.folder, flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    killed = Path(child.stdout.readline().strip())  # staged: the child waits on stdin
+    child.kill()
+    child.wait()
+    assert killed.is_dir() and killed.parent == tmp_path
+    live = tmp_path / f"{snapshot.PREFIX}{snapshot._host()}-{os.getppid()}-{'a' * 12}"
+    elsewhere = tmp_path / f"{snapshot.PREFIX}othermachine-{child.pid}-{'b' * 12}"
+    live.mkdir()
+    elsewhere.mkdir()
+    staged = snapshot.stage(folder, True, lambda: str(tmp_path))
+    try:
+        assert not killed.exists(), "the killed process's staging folder was left behind"
+        assert live.is_dir() and elsewhere.is_dir() and Path(staged.folder).is_dir()
+    finally:
+        staged.remove()
+
+
 def test_the_staging_folder_goes_beside_the_source_when_the_root_is_elsewhere(monkeypatch, tmp_path):
     """Proves: when the checkpoint's local root is on another filesystem than the source (told by
     ``st_dev``), the staging folder is made beside the source, so a reflink is possible."""
