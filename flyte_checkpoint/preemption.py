@@ -303,6 +303,9 @@ def install() -> bool:
             signal.signal(signal.SIGTERM, _handle)
         _state.reset()  # a forked child's state is its parent's
         _state.installed_pid, _state.previous = os.getpid(), previous
+        from .signalrelay import start
+
+        start(signal.SIGTERM)  # a SIGTERM landing on another thread still reaches the handler
         return True
 
 

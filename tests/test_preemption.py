@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -424,3 +425,54 @@ def test_with_sig_ign_before_it_the_process_goes_on_after_the_save(tmp_path):
     child.proc.stdin.close()
     assert child.next() == "ENDED 2"
     assert child.end()[0] == 0
+
+
+ELSEWHERE = r"""
+import os, select, signal, sys, threading
+import flyte_checkpoint as fc
+
+cp = fc.Checkpoint(sys.argv[1])
+
+
+def state():
+    print("SAVING", flush=True)
+    return b"saved"
+
+
+cp.on_terminate(state)
+never, _ = os.pipe()
+threading.Thread(target=os.read, args=(never, 1), daemon=True).start()  # a thread that takes signals
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # so the kernel gives SIGTERM to another thread
+print("READY", flush=True)
+select.select([never], [], [])  # the main thread waits where nothing but a signal to it ends the wait
+print("WOKEN", flush=True)
+"""
+
+
+def blocked_in_a_system_call(pid: int) -> bool:
+    """Whether the process's main thread sleeps in a system call (Linux's /proc)."""
+    task = Path(f"/proc/{pid}/task/{pid}")
+    state = (task / "stat").read_text().rsplit(") ", 1)[1].split()[0]
+    return state == "S" and (task / "syscall").read_text().split()[0] != "running"
+
+
+def test_a_sigterm_delivered_to_another_thread_still_runs_the_final_save(tmp_path):
+    """Proves: the kernel may give a SIGTERM to any thread; CPython runs the Python handler only
+    in the main thread, and a main thread waiting in a system call (an idle asyncio loop) is not
+    woken by a signal another thread took. The relay (flyte_checkpoint.signalrelay) wakes it, so
+    the final save runs and the process then ends by SIGTERM. Here the main thread blocks SIGTERM,
+    so the delivery to another thread is certain, and the test signals only once the main thread
+    sleeps in its select (read from /proc)."""
+    dest = tmp_path / "ckpt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(preemption.GRACE_ENV, None)
+    child = Child([sys.executable, "-c", ELSEWHERE, str(dest)], env, ROOT)
+    assert child.next() == "READY"
+    guard = time.monotonic() + HANG  # a hang guard: the child sleeps in select at once
+    while not blocked_in_a_system_call(child.proc.pid):
+        assert time.monotonic() < guard, "the child's main thread never waited in select"
+    child.proc.send_signal(signal.SIGTERM)
+    assert child.next() == "SAVING"
+    code, output = child.end()
+    assert code == -signal.SIGTERM, output
+    assert dest.read_bytes() == b"saved"
