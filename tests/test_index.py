@@ -210,7 +210,10 @@ def forge(obj: Path, edit) -> None:
     doc = {
         "version": 1,
         "members": [[m.clen, m.ulen, m.crc] for m in index.members],
-        "files": [[e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.sha256] for e in index.files.values()],
+        "files": [
+            [e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.sha256]
+            for e in index.files.values()
+        ],
     }
     edit(doc)
     payload = zlib.compress(json.dumps(doc).encode())
@@ -221,7 +224,9 @@ def forge(obj: Path, edit) -> None:
 def _encode(payload: bytes, data_end: int) -> bytes:
     parts = [ix._empty_member(ix._INDEX_ID, payload[i : i + 65000]) for i in range(0, len(payload), 65000)]
     body = b"".join(parts)
-    packed = ix._TRAILER_BODY.pack(b"FCIX", 1, data_end, len(body), len(payload), hashlib.sha256(payload).digest(), 0)
+    packed = ix._TRAILER_BODY.pack(
+        b"FCIX", 1, data_end, len(body), len(payload), hashlib.sha256(payload).digest(), 0
+    )
     packed = packed[:-4] + struct.pack("<I", zlib.crc32(packed[:-4]))
     return body + ix._empty_member(ix._TRAILER_ID, packed)
 
@@ -244,10 +249,25 @@ def _set(field: int, value):
         (_set(7, "00"), CorruptCheckpointError, "hash .* is malformed"),
         (lambda d: d["members"].append([100, 1, 0]), CorruptCheckpointError, "do not end where the index"),
         (lambda d: d["members"][0].__setitem__(0, 10**12), CorruptCheckpointError, "do not end where"),
-        (lambda d: d.__setitem__("files", [["f", 0, 0, 0, 0, 0, 0, "0" * 64]] * 2_000_000), CorruptCheckpointError, "more than"),
+        (
+            lambda d: d.__setitem__("files", [["f", 0, 0, 0, 0, 0, 0, "0" * 64]] * 2_000_000),
+            CorruptCheckpointError,
+            "more than",
+        ),
         (lambda d: d.__setitem__("version", 9), CorruptCheckpointError, "version differs"),
     ],
-    ids=["dotdot", "absolute", "member-range", "offset", "size", "hash", "extra-member", "member-length", "count", "version"],
+    ids=[
+        "dotdot",
+        "absolute",
+        "member-range",
+        "offset",
+        "size",
+        "hash",
+        "extra-member",
+        "member-length",
+        "count",
+        "version",
+    ],
 )
 def test_a_forged_index_is_refused(saved, edit, error, match):
     _, obj = saved
@@ -284,7 +304,9 @@ def test_the_index_splits_across_members_when_larger_than_one_extra_field():
     builder = ix.IndexBuilder()
     builder.add_member(20, 10**6, 0)
     for i in range(20000):
-        builder.add_file(f"f{i:05}-{os.urandom(8).hex()}", i * 10, 10, 0, 0o644, hashlib.sha256(os.urandom(4)).hexdigest())
+        builder.add_file(
+            f"f{i:05}-{os.urandom(8).hex()}", i * 10, 10, 0, 0o644, hashlib.sha256(os.urandom(4)).hexdigest()
+        )
     tail = builder.encode()
     assert tail.count(b"\x1f\x8b\x08\x04") >= 3  # at least two index members and the trailer
     assert gzip.decompress(tail) == b""

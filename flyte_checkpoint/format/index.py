@@ -173,7 +173,9 @@ def read_index(store: BlobStore, uri: str, size: int | None = None) -> Index | N
         raise _damaged(uri, "the trailer's checksum does not match")
     _, version, data_end, index_len, payload_len, digest, _ = _TRAILER_BODY.unpack(body)
     if version != VERSION:
-        raise _damaged(uri, f"index version {version}, this library reads {VERSION}: upgrade flyte-checkpoint")
+        raise _damaged(
+            uri, f"index version {version}, this library reads {VERSION}: upgrade flyte-checkpoint"
+        )
     if index_len > _MAX_INDEX or data_end + index_len != size - TRAILER_SIZE or payload_len > index_len:
         raise _damaged(uri, "the trailer places the index outside the object")
     raw = store.read_range(uri, data_end, index_len) if index_len else b""
@@ -292,4 +294,13 @@ def file_names(index: Index) -> list[str]:
     return sorted(index.files)
 
 
-__all__ = ["ALIGN_MIN", "TRAILER_SIZE", "FileEntry", "Index", "IndexBuilder", "Member", "read_file", "read_index"]
+__all__ = [
+    "ALIGN_MIN",
+    "TRAILER_SIZE",
+    "FileEntry",
+    "Index",
+    "IndexBuilder",
+    "Member",
+    "read_file",
+    "read_index",
+]

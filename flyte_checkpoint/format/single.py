@@ -18,7 +18,9 @@ def member_name(name: str) -> str:
     leave the tree."""
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
     if not parts or name.startswith("/") or ".." in parts:
-        raise UnsafeArchiveError(f"{name!r} is not a path inside a checkpoint: give a relative path such as 'a/b.bin'")
+        raise UnsafeArchiveError(
+            f"{name!r} is not a path inside a checkpoint: give a relative path such as 'a/b.bin'"
+        )
     return "/".join(parts)
 
 
@@ -92,7 +94,7 @@ def restore_file_to(store: BlobStore, uri: str, size: int, name: str, path: str)
     fd, tmp = tempfile.mkstemp(prefix=".restore-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            indexed = restore_file(store, uri, size, name, f)  # type: ignore[arg-type]
+            indexed = restore_file(store, uri, size, name, f)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
