@@ -310,3 +310,20 @@ def test_the_index_splits_across_members_when_larger_than_one_extra_field():
     tail = builder.encode()
     assert tail.count(b"\x1f\x8b\x08\x04") >= 3  # at least two index members and the trailer
     assert gzip.decompress(tail) == b""
+
+
+def test_inspect_tells_whether_the_object_is_indexed(saved, tmp_path, capsys):
+    from flyte_checkpoint.cli import main
+
+    src, obj = saved
+    plain = tmp_path / "plain.tgz"
+    with tarfile.open(plain, "w:gz") as tf:
+        tf.add(src, arcname=".")
+    assert main(["inspect", str(obj)]) == 0
+    assert "index:     6 files (one file loads by ranged reads)" in capsys.readouterr().out
+    assert main(["inspect", str(plain)]) == 0
+    assert "index:     none (written by Flyte" in capsys.readouterr().out
+    forge(obj, _set(0, "../evil"))
+    assert main(["inspect", str(obj), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["indexed_files"] is None and "outside the checkpoint" in out["index_error"]
