@@ -25,6 +25,7 @@ from flyte_checkpoint.format import index as ix
 from flyte_checkpoint.storage.registry import store_for
 
 from .helpers import tree
+from .reliability.backends import backend, backend_pool  # noqa: F401
 from .spystore import spying
 
 
@@ -327,3 +328,19 @@ def test_inspect_tells_whether_the_object_is_indexed(saved, tmp_path, capsys):
     assert main(["inspect", str(obj), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["indexed_files"] is None and "outside the checkpoint" in out["index_error"]
+
+
+def test_on_every_backend_one_file_loads_by_ranged_reads(backend, tmp_path):  # noqa: F811
+    src = make_tree(tmp_path / "src")
+    uri = backend.fresh("ckpt")
+    fc.Checkpoint(uri).save_sync(str(src))
+    with spying(uri.split("://", 1)[0] if "://" in uri else "file") as spy:
+        cp = fc.Checkpoint(str(tmp_path / "n"), spy.uri_for(uri))
+        got = cp.load_file_sync("big.bin")
+        assert got is not None and got.read_bytes() == (src / "big.bin").read_bytes()
+        assert spy.count("open_read") == 0
+        index = ix.read_index(store_for(uri), uri)
+        assert index is not None
+        entry = index.files["big.bin"]
+        assert spy.count("read_range") == 2 + entry.last - entry.first + 1
+    assert tree(fc.Checkpoint(str(tmp_path / "w"), uri).load_sync()) == tree(src)
