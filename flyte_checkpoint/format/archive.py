@@ -13,6 +13,7 @@ checked, so no member is ever written through a link.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 import struct
@@ -288,21 +289,13 @@ class _Packer:
 
     def _indexed_copy(self, fd: int, path: str, arcname: str, size: int, meta: dict) -> None:
         """Copy the file as :func:`_copy_fd` does, hashing it, in members of its own if large."""
-        import hashlib
-
         assert self.index is not None
         aligned = self._cut is not None and size >= ALIGN_MIN
         if aligned:
             self._cut()  # type: ignore[misc]
         start = self.offset
         digest = hashlib.sha256()
-
-        def write(data: bytes | bytearray | memoryview) -> None:
-            if self.offset - start < size:
-                digest.update(data)  # the data; the padding comes in a separate write
-            self.write(data)
-
-        _copy_fd(fd, path, size, write, self.on_data)
+        _copy_fd(fd, path, size, self.write, self.on_data, digest.update)
         if aligned:
             self._cut()  # type: ignore[misc]
         self.index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest.hexdigest())
@@ -381,9 +374,17 @@ def _sorted_entries(path: str) -> list[os.DirEntry[str]]:
         return sorted(it, key=lambda e: e.name)
 
 
-def _copy_fd(fd: int, path: str, size: int, write, on_data: Callable[[int], None] | None = None) -> None:
+def _copy_fd(
+    fd: int,
+    path: str,
+    size: int,
+    write,
+    on_data: Callable[[int], None] | None = None,
+    on_chunk: Callable[[bytes], None] | None = None,
+) -> None:
     """Write exactly ``size`` bytes of the open file, then its padding; a file that is
-    shorter or longer than ``size`` by now is an error (it changed while being saved)."""
+    shorter or longer than ``size`` by now is an error (it changed while being saved).
+    ``on_chunk`` (if given) gets each piece of the data (not the padding) before it is written."""
     left = size
     while True:
         want = min(left + 1, _CHUNK)  # one byte more than expected: a short read proves the end
@@ -392,6 +393,8 @@ def _copy_fd(fd: int, path: str, size: int, write, on_data: Callable[[int], None
             left = -1
             break
         if chunk:
+            if on_chunk is not None:
+                on_chunk(chunk)
             write(chunk)
             left -= len(chunk)
             if on_data is not None:
