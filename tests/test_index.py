@@ -249,7 +249,8 @@ def _set(field: int, value):
         (_set(4, 10**12), CorruptCheckpointError, "outside its members"),
         (_set(7, "00"), CorruptCheckpointError, "hash .* is malformed"),
         (lambda d: d["members"].append([100, 1, 0]), CorruptCheckpointError, "do not end where the index"),
-        (lambda d: d["members"][0].__setitem__(0, 10**12), CorruptCheckpointError, "do not end where"),
+        (lambda d: d["members"][0].__setitem__(0, 10**12), CorruptCheckpointError, "impossible length"),
+        (lambda d: d["members"][0].__setitem__(1, 10**9), CorruptCheckpointError, "impossible length"),
         (
             lambda d: d.__setitem__("files", [["f", 0, 0, 0, 0, 0, 0, "0" * 64]] * 2_000_000),
             CorruptCheckpointError,
@@ -266,6 +267,7 @@ def _set(field: int, value):
         "hash",
         "extra-member",
         "member-length",
+        "member-size",
         "count",
         "version",
     ],

@@ -39,6 +39,9 @@ _HEADER = b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff"  # deflate, FEXTRA, no mti
 _EMPTY_DEFLATE = b"\x03\x00"
 _EMPTY_TRAILER = b"\x00" * 8  # CRC-32 and size of no data
 _MAX_INDEX = 256 * 1024 * 1024  # the most index bytes a reader accepts (hostile objects)
+#: The largest member a reader accepts (writers make them of at most 6 MiB): a ranged read of
+#: one member is held in memory.
+MAX_MEMBER = 16 * 1024 * 1024
 
 
 def _empty_member(sub_id: bytes, payload: bytes) -> bytes:
@@ -206,7 +209,12 @@ def _parse(payload: bytes, data_end: int, uri: str) -> Index:
         members: list[Member] = []
         coff = uoff = 0
         for clen, ulen, crc in doc["members"]:
-            if not all(type(v) is int and v >= 0 for v in (clen, ulen, crc)) or clen < 18:
+            if (
+                not all(type(v) is int and v >= 0 for v in (clen, ulen, crc))
+                or not 18 <= clen <= MAX_MEMBER + 65536
+            ):
+                raise _damaged(uri, "a member has an impossible length")
+            if ulen > MAX_MEMBER:
                 raise _damaged(uri, "a member has an impossible length")
             members.append(Member(coff, clen, uoff, ulen, crc))
             coff += clen
