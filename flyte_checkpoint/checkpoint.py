@@ -235,7 +235,7 @@ class Checkpoint(BaseCheckpoint):
 
         An object with an index (folder saves of this library) is read by ranged reads of
         that file's gzip members only, and the file's SHA-256 is verified; one without (Flyte's,
-        older ones) is streamed from the start up to that file. See docs/FORMAT.md.
+        older ones) is streamed to its end (every member's CRC checked). See docs/FORMAT.md.
 
         Raises:
             NotFoundError: the checkpoint holds no regular file ``name``.

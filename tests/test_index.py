@@ -346,3 +346,20 @@ def test_on_every_backend_one_file_loads_by_ranged_reads(backend, tmp_path):  # 
         entry = index.files["big.bin"]
         assert spy.count("read_range") == 2 + entry.last - entry.first + 1
     assert tree(fc.Checkpoint(str(tmp_path / "w"), uri).load_sync()) == tree(src)
+
+
+def test_streaming_fallback_checks_the_whole_stream_before_keeping_the_file(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_bytes(b"a" * 1000)
+    (src / "b").write_bytes(os.urandom(50_000))
+    obj = tmp_path / "plain.tgz"
+    with tarfile.open(obj, "w:gz") as tf:
+        tf.add(src, arcname=".")
+    raw = bytearray(obj.read_bytes())
+    raw[-6] ^= 0xFF  # the gzip trailer's CRC-32, after the data of "a"
+    obj.write_bytes(bytes(raw))
+    cp = fc.Checkpoint(str(tmp_path / "n"), str(obj))
+    with pytest.raises(CorruptCheckpointError, match="damaged"):
+        cp.load_file_sync("a", tmp_path / "a.out")
+    assert not (tmp_path / "a.out").exists()

@@ -26,7 +26,8 @@ def member_name(name: str) -> str:
 
 def restore_file(store: BlobStore, uri: str, size: int, name: str, out: BinaryIO) -> bool:
     """Write the data of the regular file ``name`` of the folder checkpoint at ``uri`` to
-    ``out``; returns True when the index was used, False when the archive was streamed.
+    ``out``; returns True when the index was used, False when the archive was streamed (to
+    its end, so that every gzip member's CRC is checked before the file is kept).
 
     Raises:
         NotFoundError: the checkpoint holds no regular file ``name`` (or is not a folder).
@@ -72,7 +73,8 @@ def _stream(store: BlobStore, uri: str, name: str, out: BinaryIO) -> None:
                     return data
                 return raw.read(n)
 
-        reader = ExactReader(decompressor(_Joined()))  # type: ignore[arg-type]
+        inflated = decompressor(_Joined())  # type: ignore[arg-type]
+        reader = ExactReader(inflated)  # type: ignore[arg-type]
         for member in read_members(reader):
             if member.header.typeflag in (ts.REGTYPE, ts.AREGTYPE) and member_name(member.name) == name:
                 left = member.size
@@ -80,6 +82,9 @@ def _stream(store: BlobStore, uri: str, name: str, out: BinaryIO) -> None:
                     chunk = reader.read_some(min(left, 4 << 20))
                     out.write(chunk)
                     left -= len(chunk)
+                # the rest of the stream, so every member's CRC is checked: nothing unverified is kept
+                while inflated.read(4 << 20):
+                    pass
                 return
             reader.skip(member.size)
     raise _absent(uri, name)
