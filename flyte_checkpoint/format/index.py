@@ -122,7 +122,7 @@ class IndexBuilder:
             files.append([name, first, last, offset - starts[first], size, mtime, mode, digest])
         members = [[m.clen, m.ulen, m.crc] for m in self.members]
         doc = {"version": VERSION, "members": members, "files": files}
-        payload = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 6)
+        payload = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
         parts = [_empty_member(_INDEX_ID, payload[i : i + _CHUNK]) for i in range(0, len(payload), _CHUNK)]
         body = b"".join(parts)
         fields = (_MAGIC, VERSION, self._coff, len(body), len(payload), hashlib.sha256(payload).digest())
