@@ -21,7 +21,13 @@ from .kit.locations import parse_location
 
 
 class Profiles:
-    """Every backend's per-process and per-prefix settings (not thread-safe: the registry locks)."""
+    """Every backend's per-process and per-prefix settings.
+
+    Writers are serialised by the registry's lock; readers take none. A write never changes a
+    table in place: it replaces it with a new one, so a reader sees the tables before or after
+    the write, never one being changed (the final save on SIGTERM looks its store up while the
+    thread the signal stopped may hold the registry's lock).
+    """
 
     def __init__(self) -> None:
         self._process: dict[str, dict[str, Any]] = {}
@@ -31,15 +37,14 @@ class Profiles:
         """Make ``settings`` the profile of ``backend`` (``prefix=""``) or of one of its prefixes;
         empty ``settings`` remove that profile."""
         if prefix:
-            table = self._prefixes.setdefault(backend, {})
+            table = {p: s for p, s in self._prefixes.get(backend, {}).items() if p != prefix}
             if settings:
                 table[prefix] = dict(settings)
-            else:
-                table.pop(prefix, None)
+            self._prefixes = {**self._prefixes, backend: table}
         elif settings:
-            self._process[backend] = dict(settings)
+            self._process = {**self._process, backend: dict(settings)}
         else:
-            self._process.pop(backend, None)
+            self._process = {b: s for b, s in self._process.items() if b != backend}
 
     def merged(self, backend: str, prefix: str, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The settings a store for ``prefix`` (``""``: the backend's default store) receives, with

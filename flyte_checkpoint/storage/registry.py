@@ -234,6 +234,9 @@ class Registry:
 
     def backends(self) -> list[Backend]:
         """Every registered backend, winners first for each scheme."""
+        built = self._backends  # built only after the entry points were loaded
+        if built is not None:
+            return list(built)  # without the lock: see store_for
         with self._lock.get():
             self.load_entry_points()
             if self._backends is None:
@@ -265,12 +268,18 @@ class Registry:
         from .storelog import wrap
 
         backend = self.backend_for(uri)
-        with self._lock.get():
-            prefix, settings = self._profiles.match(backend.name, uri)
-            store = self._stores.get((backend.name, prefix))
-            if store is None:
-                store = self._build(backend, settings)
-                self._stores[backend.name, prefix] = store
+        # A store already built is found without the lock: the final save on SIGTERM looks its
+        # store up while the thread the signal stopped (which never goes on while the handler
+        # runs) may hold it. Writers replace what readers see, never change it in place.
+        prefix, _ = self._profiles.match(backend.name, uri)
+        store = self._stores.get((backend.name, prefix))
+        if store is None:
+            with self._lock.get():
+                prefix, settings = self._profiles.match(backend.name, uri)
+                store = self._stores.get((backend.name, prefix))
+                if store is None:
+                    store = self._build(backend, settings)
+                    self._stores = {**self._stores, (backend.name, prefix): store}
         return wrap(store)
 
     def configure(self, target: str, settings: dict[str, Any]) -> None:
@@ -290,8 +299,8 @@ class Registry:
                 config.resolve(origin=origin(target), **merged)  # raises ConfigurationError
             self._profiles.set(spec.name, prefix, settings)
             # Stores built with the old settings are not closed here: they may be in use.
-            for key in [k for k in self._stores if k[0] == spec.name]:
-                self._retired.append(self._stores.pop(key))
+            self._retired += [store for key, store in self._stores.items() if key[0] == spec.name]
+            self._stores = {key: store for key, store in self._stores.items() if key[0] != spec.name}
 
     def close(self) -> None:
         """Close every store built so far (they are rebuilt on next use)."""
