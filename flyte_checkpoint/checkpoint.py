@@ -172,8 +172,10 @@ class Checkpoint(BaseCheckpoint):
         if self._src is None:
             return None
         from .cancellation import Scope
+        from .preemption import deferring
 
-        return self._load(Scope(f"load of {redact(self._src)}"))
+        with deferring():
+            return self._load(Scope(f"load of {redact(self._src)}"))
 
     async def load(self) -> Path | None:
         """Restore the previous attempt's checkpoint, in a worker thread.
@@ -261,10 +263,12 @@ class Checkpoint(BaseCheckpoint):
     def save_sync(self, data: Data) -> None:
         """See :meth:`save`."""
         from .cancellation import Scope
+        from .preemption import deferring
         from .saveorder import take
 
         self._raise_unseen()
-        self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}"))
+        with deferring():
+            self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}"))
 
     async def save(self, data: Data) -> None:
         """Store bytes, a file or a directory as this attempt's checkpoint, in a worker thread.
@@ -296,13 +300,19 @@ class Checkpoint(BaseCheckpoint):
             self._upload(self._prepare(data), turn, scope)
 
     def _upload(self, action: Callable[[], int], turn: Turn, scope: Scope) -> None:
+        log_transfer("saved", self._dest, *self._transfer(action, turn, scope))
+
+    def _transfer(self, action: Callable[[], int], turn: Turn, scope: Scope) -> tuple[int, float]:
+        """Run the upload in its turn; its size and seconds (not logged: the final save on
+        SIGTERM logs from the handler's thread, as a logging handler's lock may be held by the
+        thread the signal stopped)."""
         from .cancellation import using
 
         turn.wait(scope)
         started = time.monotonic()
         with using(scope):
             size = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
-        log_transfer("saved", self._dest, size, time.monotonic() - started)
+        return size, time.monotonic() - started
 
     # -- background saves ------------------------------------------------------
 
@@ -324,11 +334,17 @@ class Checkpoint(BaseCheckpoint):
             the error of an earlier background save that failed unseen (nothing is started);
             NotFoundError, UnsupportedDataError, SourceChangedError, OSError: from the snapshot.
         """
+        from .preemption import deferring
+
+        self._raise_unseen()
+        with deferring():
+            return self._start_background(data)
+
+    def _start_background(self, data: Data) -> SaveHandle:
         from .background import Job, SaveHandle
         from .cancellation import Scope
         from .saveorder import take
 
-        self._raise_unseen()
         what = f"save to {redact(self._dest)}"
         turn = take(self._dest)  # now, so the order is that of the calls
         staged = None

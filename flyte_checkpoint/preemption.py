@@ -18,8 +18,9 @@ The handler:
   with ``SIG_DFL`` (or a handler set outside Python) the default action is re-raised, so the
   process ends by SIGTERM; with ``SIG_IGN`` the process goes on;
 - runs the saves once: a SIGTERM arriving while they run is ignored, a later one only chains;
-- works whatever the main thread is doing (sync code, an ``asyncio`` loop, a save of its
-  own: that save, stopped by the handler, is cancelled and the final save goes first);
+- works whatever the main thread is doing (sync code, an ``asyncio`` loop); inside a save
+  or load of its own (:class:`deferring`) the signal is handled when that call ends, since
+  the thread may hold locks any save needs;
 - aborts a save that has not finished when the budget is spent: a cancelled save commits
   nothing, so the previous checkpoint stays whole.
 
@@ -30,6 +31,7 @@ the process. An entry goes when its :class:`Registration` is removed, when its o
 
 from __future__ import annotations
 
+import _thread
 import math
 import os
 import signal
@@ -142,7 +144,52 @@ class _State:
         self.running = False
         self.fired = False
         self.pending: tuple[int, Any] | None = None  # a SIGTERM that came during preempt()
+        # A SIGTERM that came while the main thread was in a save of its own: handled when
+        # that save ends (see deferring()), with the time it came.
+        self.deferred: tuple[int, Any, float] | None = None
         self.outcomes: list[Outcome] = []
+
+
+class _Depth:
+    """How deep the main thread is in saves of its own (only the main thread changes it)."""
+
+    value = 0
+
+
+_depth = _Depth()
+
+
+class deferring:
+    """``with deferring():`` around a save made in the main thread; elsewhere it does nothing.
+
+    SIGTERM stops the main thread wherever it is, and the handler runs the final saves while
+    it stays stopped: inside a save of its own it may hold locks that any save needs (the
+    line of its destination, a thread pool's, a logging handler's), and the final save would
+    wait for them until the budget is spent. So a SIGTERM that comes while the main thread
+    is inside one is handled as soon as that save ends (committed, failed or cancelled),
+    with the budget that is left: that save keeps its place in the order, and the final
+    save goes after it.
+    """
+
+    __slots__ = ("_main",)
+
+    def __enter__(self) -> None:
+        self._main = threading.get_ident() == threading.main_thread().ident
+        if self._main:
+            _depth.value += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._main:
+            return
+        _depth.value -= 1
+        if _depth.value == 0 and _state.deferred is not None:
+            signum, frame, since = _state.deferred
+            _state.deferred = None
+            logger().warning(
+                "SIGTERM came %.2f s ago, during a save of the main thread, which has now ended",
+                time.monotonic() - since,
+            )
+            _handle_now(signum, frame, since)
 
 
 _state = _State()
@@ -325,6 +372,17 @@ def _remove(match: Callable[[_Entry], bool]) -> None:
 
 def _handle(signum: int, frame: Any) -> None:
     with _lock:
+        if _state.deferred is not None:
+            return  # the first one is handled when the main thread's save ends
+        if _depth.value > 0 and not _state.running and not _state.fired:
+            # Nothing is logged here: the main thread may be inside a logging call.
+            _state.deferred = (signum, frame, time.monotonic())
+            return
+    _handle_now(signum, frame, time.monotonic())
+
+
+def _handle_now(signum: int, frame: Any, since: float) -> None:
+    with _lock:
         if _state.running:
             if not _state.fired:  # preempt() is running them: end the process once it is done
                 _state.pending = (signum, frame)
@@ -338,7 +396,7 @@ def _handle(signum: int, frame: Any) -> None:
         except ConfigurationError as exc:
             logger().error("SIGTERM: %s; using %g s", exc, DEFAULT_GRACE)
             budget = DEFAULT_GRACE
-        _run(budget, threading.get_ident(), "SIGTERM")
+        _run(max(budget - (time.monotonic() - since), 0.0), threading.get_ident(), "SIGTERM")
     _chain(signum, frame)
 
 
@@ -410,6 +468,30 @@ def _within(done: threading.Event, budget: float) -> bool:
     return done.wait(budget)
 
 
+#: The final saves' worker threads still running (tests wait for them: see test_preemption).
+workers: set[threading.Event] = set()
+
+
+def start_thread(fn: Callable[[], None]) -> threading.Event:
+    """Run ``fn`` in a new thread; an event set when it has returned.
+
+    A low-level thread: ``threading.Thread.start`` takes a lock that the thread the signal
+    stopped may hold (it was starting a thread of its own), and would then wait for ever.
+    """
+    ended = threading.Event()
+    workers.add(ended)
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            ended.set()
+            workers.discard(ended)
+
+    _thread.start_new_thread(run, ())
+    return ended
+
+
 def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | None) -> str:
     """Save ``fn()`` to ``cp`` in a worker thread; cancel it if ``budget`` runs out.
 
@@ -425,37 +507,48 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
     scope = Scope(f"final save to {redact(dest)}")
     done = threading.Event()
     result: list[Any] = []
+    # The thread the signal stopped never goes on while this runs, and it may hold any lock of
+    # a save of its own. So the work on the destination's line (whose lock is reentrant) is
+    # done here, in the handler's thread, which is that thread; the worker only uploads, on
+    # paths that take no lock a save may hold across a step (see test_preemption).
+    if interrupted is not None:
+        # A save of the stopped thread can never end while this one waits for it: cancel it,
+        # so it cannot commit its older state after this one either (before taking this
+        # save's turn, which is taken by the same thread).
+        drop_thread(dest, interrupted)
+    turn = take(dest)
+    try:
 
-    def work() -> None:
-        try:
-            data = fn()
-            if data is None:
-                result.append("skipped")
-                return
-            turn = take(dest)
-            if interrupted is not None:
-                # A save of the stopped thread can never end while this one waits for it:
-                # cancel it, so it cannot commit its older state after this one either.
-                drop_thread(dest, interrupted)
-            cp._save(data, turn, scope)
-            result.append("done")
-        except BaseException as exc:
-            result.append(exc)
-        finally:
-            done.set()
+        def work() -> None:
+            try:
+                data = fn()
+                if data is None:
+                    result.append("skipped")
+                    return
+                result.append(cp._transfer(cp._prepare(data), turn, scope))
+            except BaseException as exc:
+                result.append(exc)
+            finally:
+                done.set()
 
-    worker = threading.Thread(target=work, name="flyte-checkpoint-final-save", daemon=True)
-    worker.start()
-    if not _within(done, budget):
-        scope.cancel()
-        done.wait(ABORT_WAIT)
-        raise TimeoutError(
-            f"the final save to {redact(dest)} did not finish within the {budget:.2g} s left of the grace"
-            f" budget ({GRACE_ENV}) and was cancelled: nothing was committed; give it more time, or"
-            " save less at the end"
-        )
+        start_thread(work)
+        if not _within(done, budget):
+            scope.cancel()
+            done.wait(ABORT_WAIT)
+            raise TimeoutError(
+                f"the final save to {redact(dest)} did not finish within the {budget:.2g} s left of the"
+                f" grace budget ({GRACE_ENV}) and was cancelled: nothing was committed; give it more"
+                " time, or save less at the end"
+            )
+    finally:
+        turn.leave()
     if isinstance(result[0], BaseException):
         raise result[0]
+    if isinstance(result[0], tuple):
+        from .checkpoint import log_transfer
+
+        log_transfer("saved", dest, *result[0])
+        return "done"
     return str(result[0])
 
 
@@ -464,6 +557,7 @@ __all__ = [
     "GRACE_ENV",
     "Outcome",
     "Registration",
+    "deferring",
     "forget",
     "grace_seconds",
     "install",

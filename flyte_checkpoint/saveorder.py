@@ -113,21 +113,34 @@ def take(dest: str) -> Turn:
 def drop_thread(dest: str, thread: int) -> int:
     """Take every turn of ``thread`` out of ``dest``'s line, cancelling its save; how many.
 
-    For the final save on SIGTERM: the thread the signal handler stopped cannot end a save
-    while the handler runs, so its turns would block the line. Its save, if it ever goes
-    on, raises :class:`~flyte_checkpoint.errors.OperationCancelledError` and commits nothing
-    (unless its commit had begun).
+    For the final save on SIGTERM, called by the signal handler in the thread it stopped:
+    that thread cannot end a save while the handler runs, so its turns would block the line.
+    Its save, if it ever goes on, raises :class:`~flyte_checkpoint.errors.OperationCancelledError`
+    and commits nothing (unless its commit had begun).
+
+    The stopped thread may hold any lock of its save at that moment. The line's lock is
+    reentrant; the locks that cancelling and waking its save take (its scope's, its events')
+    are not, so a separate thread does that, and nothing here waits for it: it finishes
+    when the stopped thread goes on, if it ever does.
     """
     lines = _lines.get()
     with lines.lock:
         turns = [t for ref in lines.queues.get(dest, ()) if (t := ref()) is not None and t.thread == thread]
     for turn in turns:
         turn._dropped = True
+        turn.leave()
+    if turns:
+        from .preemption import start_thread
+
+        start_thread(lambda: _wake_dropped(turns))
+    return len(turns)
+
+
+def _wake_dropped(turns: list[Turn]) -> None:
+    for turn in turns:
         if turn._scope is not None:
             turn._scope.cancel()
         turn._ready.set()
-        turn.leave()
-    return len(turns)
 
 
 def waiting(dest: str) -> int:

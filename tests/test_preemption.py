@@ -9,6 +9,7 @@ point they reach on stdout; the test acts on those lines, never on time.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -327,10 +328,8 @@ def test_on_terminate_needs_something_to_do(tmp_path):
 
 
 def join_final_save_threads() -> None:
-    for thread in threading.enumerate():
-        if thread.name == "flyte-checkpoint-final-save":
-            thread.join(HANG)
-            assert not thread.is_alive()
+    for ended in list(preemption.workers):
+        assert ended.wait(HANG), "a final save's thread did not end"
 
 
 # -- in child processes -------------------------------------------------------------------
@@ -476,3 +475,110 @@ def test_a_sigterm_delivered_to_another_thread_still_runs_the_final_save(tmp_pat
     code, output = child.end()
     assert code == -signal.SIGTERM, output
     assert dest.read_bytes() == b"saved"
+
+
+# -- the thread SIGTERM stops may hold any lock of its own save ---------------------------
+
+
+def _registry_lock():
+    from flyte_checkpoint.storage.registry import get_registry
+
+    return get_registry()._lock.get()
+
+
+def _line_lock(dest: str):
+    saveorder.waiting(dest)  # builds this process's lines
+    return saveorder._lines.get().lock
+
+
+def _scope_lock(dest: str):
+    """The lock of the save's own scope, as held inside ``Turn.wait`` (``on_cancel``/``forget``)."""
+    from flyte_checkpoint.cancellation import Scope
+
+    turn, scope = saveorder.take(dest), Scope("the interrupted save")
+    turn._scope = scope
+    _scope_lock.keep = turn  # alive until the final save drops it
+    return scope._lock
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def info_handler():
+    """A handler of the project's logger at INFO, as a task that logs its saves has."""
+    log = logging.getLogger("flyte_checkpoint")
+    handler, level = _Records(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+@pytest.mark.parametrize("held", ["registry", "line", "scope", "logging"])
+def test_the_final_save_needs_no_lock_the_interrupted_thread_holds(
+    held, previous_handler, info_handler, tmp_path, monkeypatch
+):
+    """SIGTERM stops the main thread wherever it is, maybe holding a lock of its own save (the
+    registry's, the destination's line, its scope's). The final save must not wait for it: the
+    main thread never goes on while the handler runs, so that wait would spend the whole budget
+    (found by sending SIGTERM to the README's task at random steps)."""
+    monkeypatch.setenv(preemption.GRACE_ENV, str(HANG))  # a deadlock fails the test, late
+    dest = str(tmp_path / "ckpt")
+    cp = fc.Checkpoint(dest)
+    cp.save_sync(b"step 1")
+    cp.on_terminate(lambda: b"step 2")
+    lock = {
+        "registry": _registry_lock,
+        "line": lambda: _line_lock(dest),
+        "scope": lambda: _scope_lock(dest),
+        "logging": lambda: info_handler.lock,  # held while a record of the main thread is written
+    }[held]()
+    with lock:
+        signal.raise_signal(signal.SIGTERM)
+    join_final_save_threads()
+    [outcome] = preemption._state.outcomes
+    assert outcome.status == "done", outcome
+    assert Path(dest).read_bytes() == b"step 2"
+    assert saveorder.waiting(dest) == 0
+    assert any(m.startswith(f"saved checkpoint {dest}: 6 bytes") for m in info_handler.messages)
+
+
+def test_a_sigterm_during_a_save_of_the_main_thread_is_handled_when_that_save_ends(
+    previous_handler, tmp_path
+):
+    """Inside a save of its own, the main thread may hold any lock a save takes (a thread
+    pool's while it starts a worker: found by the README's task with a folder, SIGTERM at
+    random steps). The handler then only notes the signal; the save goes on to its commit,
+    and the final saves run when it returns, before the handler found first is called."""
+    dest = str(tmp_path / "ckpt")
+    order: list[str] = []
+
+    def sigterm_at_first_write(op: str, *args: object) -> None:
+        if not order and threading.current_thread() is threading.main_thread():
+            order.append("SIGTERM")
+            signal.raise_signal(signal.SIGTERM)
+            order.append("the save goes on")
+
+    with spying("file", sigterm_at_first_write) as spy:
+        cp = fc.Checkpoint(spy.uri_for(dest))
+        cp.on_terminate(lambda: (order.append("final save"), b"final")[1])
+        cp.save_sync(b"regular")
+        order.append(f"save_sync returned, previous handler called {len(previous_handler)} time(s)")
+    assert order == [
+        "SIGTERM",
+        "the save goes on",
+        "final save",
+        "save_sync returned, previous handler called 1 time(s)",
+    ]
+    [outcome] = preemption._state.outcomes
+    assert outcome.status == "done" and Path(dest).read_bytes() == b"final"
