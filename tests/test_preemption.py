@@ -470,6 +470,7 @@ def test_a_sigterm_delivered_to_another_thread_still_runs_the_final_save(tmp_pat
     guard = time.monotonic() + HANG  # a hang guard: the child sleeps in select at once
     while not blocked_in_a_system_call(child.proc.pid):
         assert time.monotonic() < guard, "the child's main thread never waited in select"
+        os.sched_yield()  # let the child run on a busy machine
     child.proc.send_signal(signal.SIGTERM)
     assert child.next() == "SAVING"
     code, output = child.end()
