@@ -231,6 +231,62 @@ class Checkpoint(BaseCheckpoint):
             log_transfer("loaded", self._src, result[1], time.monotonic() - started)
         return result[0]
 
+    def load_file_sync(self, name: str, dest: str | os.PathLike[str] | None = None) -> Path | None:
+        """Restore the one file ``name`` (a path inside the previous folder checkpoint) to
+        ``dest`` (default: that path under :attr:`path`); None when there is no checkpoint.
+
+        An object with an index (folder saves of this library) is read by ranged reads of
+        that file's gzip members only, and the file's SHA-256 is verified; one without (Flyte's,
+        older ones) is streamed to its end (every member's CRC checked). See docs/FORMAT.md.
+
+        Raises:
+            NotFoundError: the checkpoint holds no regular file ``name``.
+            UnsafeArchiveError: ``name`` is not a relative path inside the tree, or the index
+                names one that is not.
+            CorruptCheckpointError: the index or the file's data does not match.
+        """
+        if self._src is None:
+            return None
+        from .cancellation import Scope
+
+        return self._load_file(name, dest, Scope(f"load of {redact(self._src)}"))
+
+    async def load_file(self, name: str, dest: str | os.PathLike[str] | None = None) -> Path | None:
+        """:meth:`load_file_sync` in a worker thread."""
+        if self._src is None:
+            return None
+        import asyncio
+
+        from .cancellation import Scope
+
+        scope = Scope(f"load of {redact(self._src)}")
+        try:
+            return await asyncio.to_thread(self._load_file, name, dest, scope)
+        except asyncio.CancelledError:
+            scope.cancel()
+            raise
+
+    def _load_file(self, name: str, dest: str | os.PathLike[str] | None, scope: Scope) -> Path | None:
+        from .cancellation import using
+        from .format.single import member_name, restore_file_to
+        from .storage.registry import store_for
+
+        src = self._src
+        assert src is not None
+        rel = member_name(name)
+        target = Path(dest) if dest is not None else self.path / rel
+
+        def fetch() -> Path | None:
+            store = store_for(src)
+            size = store.stat(src)
+            if not size:
+                return None
+            restore_file_to(store, src, size, rel, str(target))
+            return target
+
+        with using(scope):
+            return self._retry.call(fetch, f"load of {rel!r} from {redact(src)}", scope=scope)
+
     def _download(self) -> tuple[Path | None, int]:
         from .format.pipeline import ReadAhead
         from .format.restore import PAYLOAD, restore
@@ -474,14 +530,16 @@ class Checkpoint(BaseCheckpoint):
 
             def put_tree() -> int:
                 from .format.archive import pack_directory, tree_size
+                from .format.index import IndexBuilder
                 from .format.pipeline import ParallelGzipWriter
                 from .storage.stores.local import leave_out_for
 
                 counter = _Counter(progress, tree_size(src)) if progress else None
                 with store_for(dest).open_write(dest) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
-                    with ParallelGzipWriter(writer) as gz:  # type: ignore[arg-type]
-                        pack_directory(src, gz, leave_out=leave_out, on_data=counter)  # type: ignore[arg-type]
+                    index = IndexBuilder()
+                    with ParallelGzipWriter(writer, index=index) as gz:  # type: ignore[arg-type]
+                        pack_directory(src, gz, leave_out=leave_out, on_data=counter, index=index)  # type: ignore[arg-type]
                     if counter is not None:
                         counter.finish()
                     return writer.bytes_written

@@ -270,6 +270,12 @@ def show_inspect(r: dict[str, Any]) -> None:
     )
     print(f"  members:   {r['members']} ({counts})")
     print(f"  unpacked:  {_size_text(r['unpacked_bytes'])}")
+    if r.get("index_error"):
+        print(f"  index:     refused: {r['index_error']}")
+    elif r.get("indexed_files") is not None:
+        print(f"  index:     {_plural(r['indexed_files'], 'file')} (one file loads by ranged reads)")
+    elif r["format"] == "tar.gz":
+        print("  index:     none (written by Flyte or an older version: load_file streams it)")
     if r["entries"]:
         print("  top entries (largest first):")
         width = max(len(format_bytes(e["size"])) for e in r["entries"])

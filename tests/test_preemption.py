@@ -240,10 +240,18 @@ def test_a_signal_taken_by_another_thread_runs_its_handler_while_a_save_waits_fo
     model.mkdir()
     for k in range(4):
         (model / f"layer{k}").write_bytes(os.urandom(192 * 1024))
-    with spying("file") as spy:
+    by_main: list[bool] = []  # for each write of a sizing save: made by the main thread?
+
+    def record(op: str, uri: str) -> None:
+        if op == "write":
+            by_main.append(threading.current_thread() is threading.main_thread())
+
+    with spying("file", record) as spy:
         fc.Checkpoint(spy.uri_for(str(tmp_path / "sizing"))).save_sync(model)
-        writes = spy.count("write")
-    gate = Gate(writes=writes)  # the last write: the main thread has fed everything and waits
+    last = max(i for i, main in enumerate(by_main, 1) if not main)
+    # The writer thread's last write: the main thread has fed everything and waits for it
+    # (writes the main thread makes itself, such as the index after the members, come later).
+    gate = Gate(writes=last)
     handled, fallback = threading.Event(), threading.Event()
 
     def on_usr1(signum, frame):

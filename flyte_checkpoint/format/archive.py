@@ -13,6 +13,7 @@ checked, so no member is ever written through a link.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 import struct
@@ -34,6 +35,7 @@ from ..paths import LeaveOut, current_umask
 from ..sources import changed_error, check_unchanged
 from ..sparse import SparseWriter
 from . import tarstream as ts
+from .index import ALIGN_MIN, IndexBuilder
 
 _CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
@@ -97,6 +99,7 @@ def pack_directory(
     leave_out: LeaveOut | None = None,
     limits: LoadLimits | None = None,
     on_data: Callable[[int], None] | None = None,
+    index: IndexBuilder | None = None,
 ) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
@@ -106,6 +109,9 @@ def pack_directory(
     file's or a folder's content (as ``tar -h`` does). Nor does the tarball go over the
     ``limits`` of a load (default :meth:`LoadLimits.from_env`: those a load here applies).
     ``on_data`` (if given) is called with the size of each piece of file data as it is read.
+    With an ``index``, ``out`` must have ``cut()`` (a :class:`~.pipeline.ParallelGzipWriter`):
+    the data of each file of at least :data:`~.index.ALIGN_MIN` bytes, with its padding, is
+    cut into gzip members of its own, and each regular file is recorded in ``index``.
 
     Raises:
         UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
@@ -118,7 +124,7 @@ def pack_directory(
     root = os.fspath(src)
     limits = limits or LoadLimits.from_env()
     try:
-        return _Packer(root, out, leave_out, limits, on_data).run()
+        return _Packer(root, out, leave_out, limits, on_data, index).run()
     except OSError as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -143,9 +149,12 @@ class _Packer:
         leave_out: LeaveOut | None,
         limits: LoadLimits,
         on_data: Callable[[int], None] | None = None,
+        index: IndexBuilder | None = None,
     ) -> None:
         self.root = root
         self.on_data = on_data
+        self.index = index
+        self._cut = getattr(out, "cut", None) if index is not None else None
         self.root_real = os.path.realpath(root)
         self._inside_prefix = self.root_real.rstrip("/") + "/"
         self._out = out.write
@@ -261,16 +270,35 @@ class _Packer:
             if st.st_nlink > 1 and key in self.hard_links:
                 linkname = self.hard_links[key]
                 self.header(arcname, size=0, typeflag=ts.LNKTYPE, linkname=linkname, **self.meta(st))
+                if self.index is not None:
+                    self.index.add_alias(arcname, linkname)
                 return True
             if st.st_nlink > 1:
                 self.hard_links[key] = arcname
-            self.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **self.meta(st))
-            _copy_fd(fd, path, st.st_size, self.write, self.on_data)
+            meta = self.meta(st)
+            self.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **meta)
+            if self.index is None:
+                _copy_fd(fd, path, st.st_size, self.write, self.on_data)
+            else:
+                self._indexed_copy(fd, path, arcname, st.st_size, meta)
             check_unchanged(fd, st, path)
             self.total += st.st_size
             return True
         finally:
             os.close(fd)
+
+    def _indexed_copy(self, fd: int, path: str, arcname: str, size: int, meta: dict) -> None:
+        """Copy the file as :func:`_copy_fd` does, hashing it, in members of its own if large."""
+        assert self.index is not None
+        aligned = self._cut is not None and size >= ALIGN_MIN
+        if aligned:
+            self._cut()  # type: ignore[misc]
+        start = self.offset
+        digest = hashlib.sha256()
+        _copy_fd(fd, path, size, self.write, self.on_data, digest.update)
+        if aligned:
+            self._cut()  # type: ignore[misc]
+        self.index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest.hexdigest())
 
     def add_link(self, path: str, arcname: str, st: os.stat_result) -> None:
         target = os.readlink(path)
@@ -346,9 +374,17 @@ def _sorted_entries(path: str) -> list[os.DirEntry[str]]:
         return sorted(it, key=lambda e: e.name)
 
 
-def _copy_fd(fd: int, path: str, size: int, write, on_data: Callable[[int], None] | None = None) -> None:
+def _copy_fd(
+    fd: int,
+    path: str,
+    size: int,
+    write,
+    on_data: Callable[[int], None] | None = None,
+    on_chunk: Callable[[bytes], None] | None = None,
+) -> None:
     """Write exactly ``size`` bytes of the open file, then its padding; a file that is
-    shorter or longer than ``size`` by now is an error (it changed while being saved)."""
+    shorter or longer than ``size`` by now is an error (it changed while being saved).
+    ``on_chunk`` (if given) gets each piece of the data (not the padding) before it is written."""
     left = size
     while True:
         want = min(left + 1, _CHUNK)  # one byte more than expected: a short read proves the end
@@ -357,6 +393,8 @@ def _copy_fd(fd: int, path: str, size: int, write, on_data: Callable[[int], None
             left = -1
             break
         if chunk:
+            if on_chunk is not None:
+                on_chunk(chunk)
             write(chunk)
             left -= len(chunk)
             if on_data is not None:

@@ -99,6 +99,10 @@ class Inspection:
     unpacked_bytes: int = 0
     entries: list[Entry] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    #: files in the object's index (docs/FORMAT.md); None without one
+    indexed_files: int | None = None
+    #: why the index was refused, if it was (a full load ignores the index)
+    index_error: str | None = None
 
     @property
     def kind(self) -> str:
@@ -281,4 +285,14 @@ def inspect_uri(
                 progress(done, size)
 
         with ReadAhead(raw, on_chunk=counted) as ahead:
-            return _inspect(head, fmt, ahead, size, uri, on_member)  # type: ignore[arg-type]
+            result = _inspect(head, fmt, ahead, size, uri, on_member)  # type: ignore[arg-type]
+    if fmt == "tar.gz":
+        from ..errors import CorruptCheckpointError, UnsafeArchiveError
+        from .index import read_index
+
+        try:
+            index = read_index(store, uri, size)
+            result.indexed_files = None if index is None else len(index.files)
+        except (CorruptCheckpointError, UnsafeArchiveError) as exc:
+            result.index_error = str(exc)
+    return result

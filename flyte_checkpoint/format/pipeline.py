@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import os
 import queue
+import struct
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..interrupts import finish
 from .compression import DEFAULT_LEVEL, compress_member, stored_member
+
+if TYPE_CHECKING:
+    from .index import IndexBuilder
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _SAMPLE = 64 * 1024
@@ -87,8 +91,9 @@ class _GzipState:
     before closing it can be collected, which stops the threads (see :func:`_abandon`).
     """
 
-    def __init__(self, sink: BinaryIO, depth: int) -> None:
+    def __init__(self, sink: BinaryIO, depth: int, on_member: Callable[[int, int, int], None] | None) -> None:
         self.sink = sink
+        self.on_member = on_member  # (compressed length, uncompressed length, CRC-32) of each member
         self.pending: queue.Queue[Future[list[bytes | memoryview]] | _Stop] = queue.Queue(maxsize=depth)
         self.closing = threading.Event()  # nothing more will be queued: write the rest, then stop
         self.aborted = threading.Event()  # drop what is queued, and stop
@@ -112,8 +117,12 @@ def _drain(state: _GzipState) -> None:
             item.cancel()
             continue
         try:
-            for piece in item.result():
+            pieces = item.result()
+            for piece in pieces:
                 state.sink.write(piece)
+            if state.on_member is not None:
+                crc, isize = struct.unpack("<II", bytes(pieces[-1][-8:]))
+                state.on_member(sum(len(p) for p in pieces), isize, crc)
         except BaseException as exc:
             state.error = exc
 
@@ -130,7 +139,9 @@ class ParallelGzipWriter:
 
     ``on_block`` (if given) is called with the size of each block of input as it is queued.
     ``close()`` flushes, waits for the writer thread and raises its error if it had one;
-    ``abort()`` drops what is pending. Neither closes ``sink``. Inside a cancelled
+    ``abort()`` drops what is pending. With an ``index`` (:class:`~.index.IndexBuilder`), each
+    member written is recorded there and ``close()`` appends the index after the last one;
+    ``cut()`` ends a member early (so the next byte starts one). Neither closes ``sink``. Inside a cancelled
     operation (:mod:`flyte_checkpoint.cancellation`) ``write()`` raises its error.
 
     No interrupt leaves a thread behind: ``close()`` and ``abort()`` first tell the threads
@@ -146,6 +157,7 @@ class ParallelGzipWriter:
         block_size: int = BLOCK_SIZE,
         workers: int | None = None,
         on_block: Callable[[int], None] | None = None,
+        index: IndexBuilder | None = None,
     ) -> None:
         import weakref
 
@@ -156,7 +168,8 @@ class ParallelGzipWriter:
         self._block = block_size
         self._scope = current()
         n = workers or default_workers()
-        self._state = _GzipState(sink, n + 2)
+        self._index = index
+        self._state = _GzipState(sink, n + 2, index.add_member if index is not None else None)
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
         self._finalizer = weakref.finalize(self, _abandon, self._state, self._pool)
         self._buf = bytearray()
@@ -192,6 +205,12 @@ class ParallelGzipWriter:
 
     def flush(self) -> None:
         pass
+
+    def cut(self) -> None:
+        """End the current gzip member here: what is written next starts a new one."""
+        if self._buf:
+            self._submit(bytes(self._buf))
+            self._buf = bytearray()
 
     def _submit(self, block: bytes | memoryview) -> None:
         if self._on_block is not None:
@@ -229,6 +248,8 @@ class ParallelGzipWriter:
             finish(self._stop_threads)
         if self._state.error is not None:
             raise self._state.error
+        if self._index is not None:
+            self._state.sink.write(self._index.encode())
 
     def abort(self) -> None:
         """Stop: pending blocks are dropped; the sink gets nothing more."""
