@@ -9,9 +9,10 @@ shows), and last the Install section's second block (``pip install . ./plugins/s
 checkout), after which the missing-backend hint names the checkout's plugin folder.
 
 Outputs are compared after replacing what a run cannot repeat: durations (``0.08s``), rates
-(``12.9 MB/s``), ``ls -l``'s modification times, a few bytes of a tarball's size (its headers
-hold sub-second modification times) and the walkthrough's folder (``/tmp/cp-demo`` is this
-test's own). To refresh the README's outputs after a change, run with
+(``12.9 MB/s``), ``ls -l``'s modification times, a few bytes of a tarball's size (its tar headers
+hold the files' modification times, and gzip compresses them; the index after them has a
+length fixed by the tree's names and layout, docs/FORMAT.md) and the walkthrough's folder
+(``/tmp/cp-demo`` is this test's own). To refresh the README's outputs after a change, run with
 ``FCP_README_RECORD=/some/file``: the transcript of the run is written there, in the README's form.
 
 Needs the package index (pip installs the extras' dependencies and fetches the build backend):
@@ -203,7 +204,8 @@ def test_the_command_line_walkthrough_runs_top_to_bottom_with_the_outputs_shown(
 
 def same(actual: list[str], shown: list[str]) -> bool:
     """Equal, but for byte counts of six digits or more, which may differ by a few bytes: a
-    tarball's size depends on its files' modification times (sub-second digits in its headers)."""
+    tarball's size depends on its files' modification times (whole seconds in its compressed
+    tar headers)."""
     if len(actual) != len(shown):
         return False
     for got, want in zip(actual, shown, strict=True):

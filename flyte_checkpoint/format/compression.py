@@ -13,6 +13,7 @@ import gzip
 import importlib
 import struct
 import zlib
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import BinaryIO
 
@@ -127,6 +128,20 @@ def _member_decoder():
     return _ZlibMember()
 
 
+@dataclass
+class Tail:
+    """The empty gzip members after the last member that held data, as a reader met them."""
+
+    start: int = 0  # where they begin in the compressed stream
+    data: bytes = b""  # their bytes, to the stream's end
+    starts: list[int] = field(default_factory=list)  # where each begins in ``data``
+    members_before: int = 0  # the members before them
+    overflow: bool = False  # more than _MAX_TAIL bytes: ``data`` was not kept
+
+
+_MAX_TAIL = 256 * 1024 * 1024 + 1024
+
+
 class GzipMembers:
     """A readable of the data held in a series of gzip members, read strictly.
 
@@ -136,7 +151,9 @@ class GzipMembers:
     what a wiped member looks like, and skipping it would drop the data it held unnoticed.
 
     ``read`` raises :class:`~flyte_checkpoint.errors.CorruptCheckpointError` for a damaged
-    member, bytes between or after members, or input that ends inside a member.
+    member, bytes between or after members, or input that ends inside a member. Once read to
+    the end, :attr:`tail` holds the empty members that follow the last one holding data
+    (where a folder object keeps its index: :func:`.index.check_tail`).
     """
 
     def __init__(self, fileobj: BinaryIO) -> None:
@@ -148,6 +165,28 @@ class GzipMembers:
         self._start = 0  # where the current member begins in the compressed stream
         self._members = 1
         self._done = False
+        # the run of empty members at the end so far: raw pieces kept (references, no copies)
+        # from the start of the first member after the last one that gave data
+        self._kept: list[bytes | memoryview] | None = []
+        self._kept_len = 0
+        self._gave = False  # the current member gave data
+        self._tail = Tail(starts=[0])
+
+    @property
+    def tail(self) -> Tail:
+        """The empty members after the last one holding data (read to the end first)."""
+        if self._kept is not None and not self._tail.data:
+            self._tail.data = b"".join(self._kept)
+        return self._tail
+
+    def _read_raw(self, n: int) -> bytes | memoryview:
+        data = self._raw_read(n)
+        if self._kept is not None and data:
+            self._kept.append(data)
+            self._kept_len += len(data)
+            if self._kept_len > _MAX_TAIL:
+                self._kept, self._tail.overflow = None, True
+        return data
 
     def readable(self) -> bool:
         return True
@@ -166,7 +205,7 @@ class GzipMembers:
                 continue
             data: bytes | memoryview = b""
             if d.needs_input:
-                data, self._pending = self._pending or self._raw_read(_RAW_CHUNK), b""
+                data, self._pending = self._pending or self._read_raw(_RAW_CHUNK), b""
                 if not data:
                     out = self._decode(b"", n)  # what the decoder still holds, if anything
                     if out:
@@ -183,17 +222,26 @@ class GzipMembers:
 
     def _decode(self, data: bytes | memoryview, n: int) -> bytes:
         try:
-            return self._d.decompress(data, n)
+            out = self._d.decompress(data, n)
         except GZIP_ERRORS as exc:
             raise self._damage(
                 f"gzip member {self._members} (starting at byte {self._start}) is damaged ({exc})"
             ) from None
+        if out and not self._gave:
+            self._gave = True
+            self._kept, self._kept_len = None, 0  # a member with data: not part of the tail
+        return out
 
     def _next_member(self, rest: bytes | memoryview) -> None:
         """After a member's end: start the next one, or end the stream if nothing follows."""
         self._start += self._fed - len(rest)
+        tail = self._tail
+        if self._gave:  # the member that ended held data: a new run of empty ones may begin
+            self._gave = False
+            tail.start, tail.starts, tail.members_before = self._start, [], self._members
+            self._kept, self._kept_len, tail.overflow = [rest], len(rest), False
         while len(rest) < 2:
-            more = self._raw_read(_RAW_CHUNK)
+            more = self._read_raw(_RAW_CHUNK)
             if not more:
                 break
             rest = bytes(rest) + bytes(more)
@@ -207,6 +255,8 @@ class GzipMembers:
                 " follow each other with nothing between or after them (a wiped or cut member, or"
                 " data appended)"
             )
+        if self._kept is not None:
+            tail.starts.append(self._start - tail.start)
         self._members += 1
         self._d = _member_decoder()
         self._fed = 0

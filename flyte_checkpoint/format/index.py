@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import CheckpointError, CorruptCheckpointError, UnsafeArchiveError
+from ..errors import CorruptCheckpointError, UnsafeArchiveError
 
 if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
+    from .compression import Tail
 
 VERSION = 1
 #: Files at least this large start (and end) at a gzip member boundary; smaller ones share.
@@ -35,6 +36,11 @@ _TRAILER_ID = b"FT"
 _CHUNK = 65000  # index bytes per extra field (an extra field holds at most 65,535 bytes)
 # magic, version, index offset, index length (compressed), payload length, payload SHA-256, CRC-32
 _TRAILER_BODY = struct.Struct("<4sHQQQ32sI")
+# The index payload (fixed-width, not compressed, so that its length is a function of the
+# tree's names and layout only): member and file counts, each member, then each file.
+_COUNTS = struct.Struct("<II")
+_MEMBER = struct.Struct("<III")  # clen, ulen, crc32
+_FILE = struct.Struct("<IIIQqI32sI")  # first, last, offset, size, mtime, mode, sha256, name length
 _HEADER = b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff"  # deflate, FEXTRA, no mtime, unknown OS
 _EMPTY_DEFLATE = b"\x03\x00"
 _EMPTY_TRAILER = b"\x00" * 8  # CRC-32 and size of no data
@@ -93,7 +99,7 @@ class IndexBuilder:
         self.members: list[Member] = []
         self._coff = 0
         self._uoff = 0
-        self._files: list[tuple[str, int, int, int, int, str]] = []
+        self._files: list[tuple[str, int, int, int, int, str | Callable[[], str]]] = []
 
     def add_member(self, clen: int, ulen: int, crc: int) -> None:
         """Called by the gzip writer thread, in order, for each member written."""
@@ -101,8 +107,11 @@ class IndexBuilder:
         self._coff += clen
         self._uoff += ulen
 
-    def add_file(self, name: str, offset: int, size: int, mtime: int, mode: int, sha256: str) -> None:
-        """A regular file whose data starts at ``offset`` in the tar stream."""
+    def add_file(
+        self, name: str, offset: int, size: int, mtime: int, mode: int, sha256: str | Callable[[], str]
+    ) -> None:
+        """A regular file whose data starts at ``offset`` in the tar stream; ``sha256`` is its
+        hex digest, or a function that gives it once the data is hashed (called by :meth:`encode`)."""
         self._files.append((name, offset, size, mtime, mode, sha256))
 
     def add_alias(self, name: str, target: str) -> None:
@@ -117,26 +126,45 @@ class IndexBuilder:
         starts = [m.uoff for m in self.members]
         files = []
         for name, offset, size, mtime, mode, digest in self._files:
+            digest = digest if isinstance(digest, str) else digest()
             first = bisect.bisect_right(starts, offset) - 1
             last = bisect.bisect_right(starts, offset + max(size, 1) - 1) - 1
-            files.append([name, first, last, offset - starts[first], size, mtime, mode, digest])
-        members = [[m.clen, m.ulen, m.crc] for m in self.members]
-        doc = {"version": VERSION, "members": members, "files": files}
-        payload = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
-        parts = [_empty_member(_INDEX_ID, payload[i : i + _CHUNK]) for i in range(0, len(payload), _CHUNK)]
-        body = b"".join(parts)
-        fields = (_MAGIC, VERSION, self._coff, len(body), len(payload), hashlib.sha256(payload).digest())
-        packed = _TRAILER_BODY.pack(*fields, 0)
-        packed = packed[:-4] + struct.pack("<I", zlib.crc32(packed[:-4]))
-        return body + _empty_member(_TRAILER_ID, packed)
+            files.append((name, first, last, offset - starts[first], size, mtime, mode, digest))
+        payload = pack_payload([(m.clen, m.ulen, m.crc) for m in self.members], files)
+        return encode_tail(payload, self._coff)
+
+
+def pack_payload(members: list[tuple[int, int, int]], files: list[tuple]) -> bytes:
+    """The index payload of ``members`` (clen, ulen, crc32) and ``files`` (the fields of
+    :class:`FileEntry`, in order): fixed-width fields, names as UTF-8 (docs/FORMAT.md)."""
+    out = [_COUNTS.pack(len(members), len(files))]
+    out += [_MEMBER.pack(*m) for m in members]
+    for name, first, last, offset, size, mtime, mode, digest in files:
+        raw = name.encode("utf-8", "surrogateescape")
+        out += [_FILE.pack(first, last, offset, size, mtime, mode, bytes.fromhex(digest), len(raw)), raw]
+    return b"".join(out)
+
+
+def encode_tail(payload: bytes, data_end: int) -> bytes:
+    """The index members carrying ``payload`` and the trailer, for members ending at ``data_end``."""
+    parts = [_empty_member(_INDEX_ID, payload[i : i + _CHUNK]) for i in range(0, len(payload), _CHUNK)]
+    body = b"".join(parts)
+    fields = (_MAGIC, VERSION, data_end, len(body), len(payload), hashlib.sha256(payload).digest())
+    packed = _TRAILER_BODY.pack(*fields, 0)
+    packed = packed[:-4] + struct.pack("<I", zlib.crc32(packed[:-4]))
+    return body + _empty_member(_TRAILER_ID, packed)
+
+
+class _Bad(Exception):
+    """A check of the index failed (turned into a CorruptCheckpointError naming the object)."""
 
 
 def _damaged(uri: str, what: str) -> CorruptCheckpointError:
     from ..uri import redact
 
     return CorruptCheckpointError(
-        f"the index of {redact(uri)} is damaged ({what}); load the whole checkpoint with load(),"
-        " or save it again"
+        f"the index of {redact(uri)} is damaged ({what}): the object is not as it was saved;"
+        " save the checkpoint again"
     )
 
 
@@ -144,14 +172,14 @@ def _subfield(data: bytes, at: int, sub_id: bytes, uri: str) -> tuple[bytes, int
     """The payload of the empty member at ``at`` with subfield ``sub_id``, and where it ends."""
     head = data[at : at + 16]
     if len(head) < 16 or head[:10] != _HEADER:
-        raise _damaged(uri, f"no index member at byte {at} of the index")
+        raise _Bad(f"no index member at byte {at} of the index")
     (xlen,) = struct.unpack_from("<H", head, 10)
     sid, slen = head[12:14], struct.unpack_from("<H", head, 14)[0]
     end = at + 12 + xlen + len(_EMPTY_DEFLATE) + len(_EMPTY_TRAILER)
     if sid != sub_id or slen + 4 != xlen or end > len(data):
-        raise _damaged(uri, f"malformed index member at byte {at}")
+        raise _Bad(f"malformed index member at byte {at}")
     if data[at + 12 + xlen : end] != _EMPTY_DEFLATE + _EMPTY_TRAILER:
-        raise _damaged(uri, f"index member at byte {at} is not empty")
+        raise _Bad(f"index member at byte {at} is not empty")
     return data[at + 16 : at + 16 + slen], end
 
 
@@ -171,67 +199,131 @@ def read_index(store: BlobStore, uri: str, size: int | None = None) -> Index | N
     tail = store.read_range(uri, size - TRAILER_SIZE, TRAILER_SIZE)
     if len(tail) != TRAILER_SIZE or tail[:10] != _HEADER or tail[16:20] != _MAGIC:
         return None  # not ours: no index
+    try:
+        data_end, index_len, payload_len, digest = _trailer(tail, size, uri)
+        raw = store.read_range(uri, data_end, index_len) if index_len else b""
+        if len(raw) != index_len:
+            raise _Bad("the object ends inside the index")
+        return _parse(_payload(raw, payload_len, digest, uri), data_end, uri)
+    except _Bad as exc:
+        raise _damaged(uri, str(exc)) from None
+
+
+def _trailer(tail: bytes, size: int, uri: str) -> tuple[int, int, int, bytes]:
+    """``data_end``, the index members' length, the payload's length and its SHA-256, from
+    the trailer member ``tail`` of an object of ``size`` bytes, checked."""
     body, _ = _subfield(tail, 0, _TRAILER_ID, uri)
     if len(body) != _TRAILER_BODY.size or zlib.crc32(body[:-4]) != struct.unpack("<I", body[-4:])[0]:
-        raise _damaged(uri, "the trailer's checksum does not match")
+        raise _Bad("the trailer's checksum does not match")
     _, version, data_end, index_len, payload_len, digest, _ = _TRAILER_BODY.unpack(body)
     if version != VERSION:
-        raise _damaged(
-            uri, f"index version {version}, this library reads {VERSION}: upgrade flyte-checkpoint"
-        )
+        raise _Bad(f"index version {version}, this library reads {VERSION}: upgrade flyte-checkpoint")
     if index_len > _MAX_INDEX or data_end + index_len != size - TRAILER_SIZE or payload_len > index_len:
-        raise _damaged(uri, "the trailer places the index outside the object")
-    raw = store.read_range(uri, data_end, index_len) if index_len else b""
-    if len(raw) != index_len:
-        raise _damaged(uri, "the object ends inside the index")
+        raise _Bad("the trailer places the index outside the object")
+    return data_end, index_len, payload_len, digest
+
+
+def _payload(raw: bytes, payload_len: int, digest: bytes, uri: str) -> bytes:
+    """The index payload carried by the index members ``raw``, its length and hash checked."""
     chunks, at = [], 0
-    while at < index_len:
+    while at < len(raw):
         chunk, at = _subfield(raw, at, _INDEX_ID, uri)
         chunks.append(chunk)
     payload = b"".join(chunks)
     if len(payload) != payload_len or hashlib.sha256(payload).digest() != digest:
-        raise _damaged(uri, "its SHA-256 does not match the trailer's")
-    return _parse(payload, data_end, uri)
+        raise _Bad("its SHA-256 does not match the trailer's")
+    return payload
+
+
+def check_tail(tail: Tail, uri: str) -> Index | None:
+    """Check what a full load found after the tar's last gzip member holding data.
+
+    ``tail`` (from :attr:`~.compression.GzipMembers.tail`) holds the empty gzip members that
+    follow the tar, to the object's end. None of them carrying an extra field whose first
+    subfield is ours (``FI``, ``FT``) is an object without an index (Flyte's, older ones, and
+    the empty members some writers end with): None. Otherwise the tail must be exactly an
+    index and trailer that verify and describe the members before it. Gzip readers skip extra
+    fields, so this is the only check that sees a damaged byte there; a flip cannot hide the
+    index, which has at least two members of ours (one ``FI``, the trailer).
+
+    Raises:
+        CorruptCheckpointError: anything else.
+        UnsafeArchiveError: the index names a file outside the tree.
+    """
+    try:
+        return _check_tail(tail, uri)
+    except _Bad as exc:
+        raise _damaged(uri, str(exc)) from None
+
+
+def _check_tail(tail: Tail, uri: str) -> Index | None:
+    data = tail.data
+    if tail.overflow:
+        raise _Bad("over 256 MiB of empty gzip members follow the tar")
+    if not any(_carries_ours(data, at) for at in tail.starts):
+        return None
+    size = tail.start + len(data)
+    if len(data) < TRAILER_SIZE:
+        raise _Bad("the object ends inside its trailer")
+    data_end, index_len, payload_len, digest = _trailer(data[-TRAILER_SIZE:], size, uri)
+    if data_end != tail.start:
+        raise _Bad(f"the trailer says the tar's members end at byte {data_end}, not {tail.start}")
+    index = _parse(_payload(data[:index_len], payload_len, digest, uri), data_end, uri)
+    if len(index.members) != tail.members_before:
+        raise _Bad(f"it lists {len(index.members)} gzip members where the object has {tail.members_before}")
+    return index
+
+
+def _carries_ours(data: bytes, at: int) -> bool:
+    """The member at ``at`` has an extra field (FLG.FEXTRA) whose first subfield is ours."""
+    return (
+        len(data) >= at + 14
+        and bool(data[at + 3] & 0x04)
+        and data[at + 12 : at + 14] in (_INDEX_ID, _TRAILER_ID)
+    )
 
 
 def _parse(payload: bytes, data_end: int, uri: str) -> Index:
     from ..limits import LoadLimits
 
     limits = LoadLimits.from_env()
-    try:
-        d = zlib.decompressobj()
-        text = d.decompress(payload, _MAX_INDEX)
-        if d.unconsumed_tail or not d.eof:
-            raise _damaged(uri, "it inflates to more than a checkpoint's index may hold")
-        doc = json.loads(text)
-        if doc["version"] != VERSION:
-            raise _damaged(uri, "its version differs from the trailer's")
-        members: list[Member] = []
-        coff = uoff = 0
-        for clen, ulen, crc in doc["members"]:
-            if (
-                not all(type(v) is int and v >= 0 for v in (clen, ulen, crc))
-                or not 18 <= clen <= MAX_MEMBER + 65536
-            ):
-                raise _damaged(uri, "a member has an impossible length")
-            if ulen > MAX_MEMBER:
-                raise _damaged(uri, "a member has an impossible length")
-            members.append(Member(coff, clen, uoff, ulen, crc))
-            coff += clen
-            uoff += ulen
-        if coff != data_end:
-            raise _damaged(uri, "its members do not end where the index begins")
-        if len(doc["files"]) > limits.max_members:
-            raise _damaged(uri, f"it lists more than {limits.max_members:,} files")
-        files: dict[str, FileEntry] = {}
-        for row in doc["files"]:
-            entry = FileEntry(*row)
-            _check_entry(entry, members, uri)
-            files[entry.name] = entry
-    except CheckpointError:
-        raise
-    except (ValueError, KeyError, TypeError, zlib.error) as exc:
-        raise _damaged(uri, f"unreadable: {exc}") from None
+    if len(payload) < _COUNTS.size:
+        raise _Bad("it is shorter than its counts")
+    n_members, n_files = _COUNTS.unpack_from(payload, 0)
+    at = _COUNTS.size
+    if n_files > limits.max_members:
+        raise _Bad(f"it lists more than {limits.max_members:,} files")
+    if at + n_members * _MEMBER.size + n_files * _FILE.size > len(payload):
+        raise _Bad("it is shorter than its counts say")
+    members: list[Member] = []
+    coff = uoff = 0
+    for clen, ulen, crc in _MEMBER.iter_unpack(payload[at : at + n_members * _MEMBER.size]):
+        if not 18 <= clen <= MAX_MEMBER + 65536 or ulen > MAX_MEMBER:
+            raise _Bad("a member has an impossible length")
+        members.append(Member(coff, clen, uoff, ulen, crc))
+        coff += clen
+        uoff += ulen
+    at += n_members * _MEMBER.size
+    if coff != data_end:
+        raise _Bad("its members do not end where the index begins")
+    files: dict[str, FileEntry] = {}
+    for _ in range(n_files):
+        if at + _FILE.size > len(payload):
+            raise _Bad("it ends inside a file entry")
+        first, last, offset, size, mtime, mode, digest, name_len = _FILE.unpack_from(payload, at)
+        at += _FILE.size
+        if at + name_len > len(payload):
+            raise _Bad("it ends inside a file name")
+        try:
+            name = payload[at : at + name_len].decode("utf-8", "surrogateescape")
+        except UnicodeDecodeError:  # pragma: no cover - surrogateescape decodes any bytes
+            raise _Bad("a file name is not UTF-8") from None
+        at += name_len
+        entry = FileEntry(name, first, last, offset, size, mtime, mode, digest.hex())
+        _check_entry(entry, members, uri)
+        files[entry.name] = entry
+    if at != len(payload):
+        raise _Bad("bytes follow its last file entry")
     return Index(members, files, data_end)
 
 
@@ -242,7 +334,7 @@ def _check_entry(e: FileEntry, members: list[Member], uri: str) -> None:
     from ..uri import redact
 
     if not isinstance(e.name, str) or not all(type(getattr(e, f)) is int for f in _INT_FIELDS):
-        raise _damaged(uri, "a file entry has fields of the wrong type")
+        raise _Bad("a file entry has fields of the wrong type")
     parts = e.name.split("/")
     if not e.name or e.name.startswith("/") or ".." in parts or "\0" in e.name:
         raise UnsafeArchiveError(
@@ -250,16 +342,16 @@ def _check_entry(e: FileEntry, members: list[Member], uri: str) -> None:
             " refusing. The object is forged or damaged: save it again"
         )
     if not isinstance(e.sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", e.sha256):
-        raise _damaged(uri, f"the hash of {e.name[:200]!r} is malformed")
+        raise _Bad(f"the hash of {e.name[:200]!r} is malformed")
     if not (0 <= e.first <= e.last < len(members)) or e.offset < 0 or e.size < 0:
-        raise _damaged(uri, f"{e.name[:200]!r} lies outside the object's members")
+        raise _Bad(f"{e.name[:200]!r} lies outside the object's members")
     start = members[e.first].uoff + e.offset
     end = start + e.size
     last = members[e.last]
     if e.offset >= max(members[e.first].ulen, 1) or end > last.uoff + last.ulen:
-        raise _damaged(uri, f"{e.name[:200]!r} lies outside its members")
+        raise _Bad(f"{e.name[:200]!r} lies outside its members")
     if e.size and end <= last.uoff:
-        raise _damaged(uri, f"{e.name[:200]!r} ends before its last member")
+        raise _Bad(f"{e.name[:200]!r} ends before its last member")
 
 
 def read_file(store: BlobStore, uri: str, index: Index, name: str, out) -> int:

@@ -161,10 +161,12 @@ def restore(
     head = read_head(raw)
     stream = CountingReader(head, raw)
     kind = sniff(head, expected_size)
+    members = None
     try:
         if kind == "tar.gz":
+            members = decompressor(stream)  # type: ignore[arg-type]
             # decompression (which releases the GIL) runs in its own thread, ahead of unpacking
-            with ReadAhead(decompressor(stream), chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
+            with ReadAhead(members, chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
                 unpack(inflated, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
         elif kind == "tar":
             unpack(stream, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
@@ -176,6 +178,11 @@ def restore(
         raise
     if stream.count != expected_size:
         raise length_error(stream.count, expected_size)
+    if members is not None:
+        from .index import check_tail
+
+        # the index after the tar is in extra fields, which decoding skips: checked here
+        check_tail(members.tail, uri or source)
     return kind in ("tar.gz", "tar")
 
 

@@ -85,6 +85,9 @@ def _stream(store: BlobStore, uri: str, name: str, out: BinaryIO) -> None:
                 # the rest of the stream, so every member's CRC is checked: nothing unverified is kept
                 while inflated.read(4 << 20):
                     pass
+                from .index import check_tail
+
+                check_tail(inflated.tail, uri)  # and whatever follows the tar
                 return
             reader.skip(member.size)
     raise _absent(uri, name)
