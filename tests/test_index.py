@@ -469,3 +469,48 @@ def test_the_size_of_a_folder_object_depends_on_names_and_sizes_not_on_times_or_
     assert len(sizes) == 1, sizes
     tails = {save(f"s{k}", 1_600_000_000 + 12345 * k)[1] for k in range(6)}
     assert tails == {sizes.pop()[1]}
+
+
+def test_file_data_is_hashed_off_the_thread_that_reads_the_files(tmp_path, monkeypatch):
+    """Hashing on the packer's thread made it the slowest stage of small-file saves."""
+    import threading
+
+    real = hashlib.sha256
+    threads: set[str] = set()
+
+    class Recording:
+        def __init__(self, *args) -> None:
+            self._h = real(*args)
+
+        def update(self, data) -> None:
+            threads.add(threading.current_thread().name)
+            self._h.update(data)
+
+        def hexdigest(self) -> str:
+            return self._h.hexdigest()
+
+        def digest(self) -> bytes:
+            return self._h.digest()
+
+    monkeypatch.setattr(hashlib, "sha256", Recording)
+    src = make_tree(tmp_path / "src")
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    monkeypatch.setattr(hashlib, "sha256", real)
+    assert threads and threading.current_thread().name not in threads, threads
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    assert index.files["big.bin"].sha256 == real((src / "big.bin").read_bytes()).hexdigest()
+
+
+def test_a_failed_folder_save_leaves_no_hashing_thread(tmp_path):
+    import threading
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a").write_bytes(b"a" * 100)
+    (src / "fifo").mkdir()
+    os.mkfifo(src / "fifo" / "pipe")  # refused: the save fails after hashing "a"
+    with pytest.raises(fc.errors.CheckpointError):
+        fc.Checkpoint(str(tmp_path / "obj.tgz")).save_sync(str(src))
+    assert not [t for t in threading.enumerate() if t.name == "fcp-hash"]

@@ -13,12 +13,12 @@ checked, so no member is ever written through a link.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import IO, BinaryIO
 
 from ..errors import (
@@ -35,6 +35,7 @@ from ..paths import LeaveOut, current_umask
 from ..sources import changed_error, check_unchanged
 from ..sparse import SparseWriter
 from . import tarstream as ts
+from .hashing import Hasher
 from .index import ALIGN_MIN, IndexBuilder
 
 _CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
@@ -155,6 +156,7 @@ class _Packer:
         self.on_data = on_data
         self.index = index
         self._cut = getattr(out, "cut", None) if index is not None else None
+        self._hasher: Hasher | None = None  # SHA-256 of file data off this thread (with an index)
         self.root_real = os.path.realpath(root)
         self._inside_prefix = self.root_real.rstrip("/") + "/"
         self._out = out.write
@@ -194,8 +196,18 @@ class _Packer:
         self.write(block)
 
     def run(self) -> int:
-        self.add_entries(self.root, "", os.stat(self.root), None)
-        self.write(ts.end_of_archive())
+        if self.index is None:
+            self.add_entries(self.root, "", os.stat(self.root), None)
+            self.write(ts.end_of_archive())
+            return self.total
+        self._hasher = hasher = Hasher()
+        try:
+            self.add_entries(self.root, "", os.stat(self.root), None)
+            self.write(ts.end_of_archive())
+        except BaseException:
+            hasher.abort()
+            raise
+        hasher.close()  # every file's digest is final before the index is encoded
         return self.total
 
     def meta(self, st: os.stat_result) -> dict:
@@ -288,17 +300,20 @@ class _Packer:
             os.close(fd)
 
     def _indexed_copy(self, fd: int, path: str, arcname: str, size: int, meta: dict) -> None:
-        """Copy the file as :func:`_copy_fd` does, hashing it, in members of its own if large."""
+        """Copy the file as :func:`_copy_fd` does, hashed on the hasher's thread, in members of
+        its own if large."""
         assert self.index is not None
         aligned = self._cut is not None and size >= ALIGN_MIN
         if aligned:
             self._cut()  # type: ignore[misc]
         start = self.offset
-        digest = hashlib.sha256()
-        _copy_fd(fd, path, size, self.write, self.on_data, digest.update)
+        hasher = self._hasher
+        assert hasher is not None
+        digest = hasher.new()
+        _copy_fd(fd, path, size, self.write, self.on_data, partial(hasher.update, digest))
         if aligned:
             self._cut()  # type: ignore[misc]
-        self.index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest.hexdigest())
+        self.index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest.hexdigest)
 
     def add_link(self, path: str, arcname: str, st: os.stat_result) -> None:
         target = os.readlink(path)
