@@ -114,8 +114,20 @@ def tree_bytes(path: Path) -> int:
 
 def local_suite(name: str, data: Path, work: Path, runs: int, approaches: list[str]) -> list[dict]:
     """Save and load of one data set with each approach; returns one row per approach."""
-    save_op = {"ours": "ours_save", "reference": "reference_save", "tar": "tar_save", "flyte": "flyte_save"}
-    load_op = {"ours": "ours_load", "reference": "reference_load", "tar": "tar_load", "flyte": "flyte_load"}
+    save_op = {
+        "ours": "ours_save",
+        "streamed": "ours_save",
+        "reference": "reference_save",
+        "tar": "tar_save",
+        "flyte": "flyte_save",
+    }
+    load_op = {
+        "ours": "ours_load",
+        "streamed": "ours_load_stream",
+        "reference": "reference_load",
+        "tar": "tar_load",
+        "flyte": "flyte_load",
+    }
     results: dict[str, dict[str, list]] = {a: {"save": [], "load": []} for a in approaches}
     warm = warm_bytes(data)
     sizes: dict[str, int] = {}
@@ -208,7 +220,7 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
         # CRC32 (our default, which reads verify) costs moto two extra copies of the object;
         # a composite one (boto3's default) does not.
         composite = dict(env, FLYTE_CHECKPOINT_S3_CHECKSUM_TYPE="COMPOSITE")
-        keys = ("ours_save", "ours_save_composite", "ours_load", "up_full", "up", "down", "get")
+        keys = ("ours_save", "ours_save_composite", "ours_load", "ours_load_stream", "up_full", "up", "down", "get")
         res: dict[str, list] = {k: [] for k in keys}
 
         def m(op: str, *args: str, env: dict[str, str] = env, inputs: tuple[str, ...] = ()) -> dict:
@@ -222,6 +234,7 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
                 res["ours_save_composite"].append(m("ours_save", src, uri, env=composite, inputs=(src,)))
                 res["ours_save"].append(m("ours_save", src, uri, inputs=(src,)))
                 res["ours_load"].append(m("ours_load", uri))
+                res["ours_load_stream"].append(m("ours_load_stream", uri))
 
             def theirs(base: str = base) -> None:
                 res["up"].append(m("boto3_upload", tgz, base, inputs=(tgz,)))
@@ -279,15 +292,16 @@ def fmt_ratios(rows: list[dict]) -> str:
     by = {(r["data"], r["approach"]): r for r in rows}
     lines = [
         "| data | save vs reference | load vs reference | save vs tar cf | load vs tar xf"
-        " | object size vs reference | save vs flyte | load vs flyte |",
-        "|---|---|---|---|---|---|---|---|",
+        " | load vs streamed | object size vs reference | save vs flyte | load vs flyte |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for data in dict.fromkeys(r["data"] for r in rows):
-        o, ref, tar = by[(data, "ours")], by[(data, "reference")], by[(data, "tar")]
+        o, ref, tar, st = (by[(data, a)] for a in ("ours", "reference", "tar", "streamed"))
         fl = by.get((data, "flyte"))
         lines.append(
             f"| {data} | {ref['save_s'] / o['save_s']:.1f}x faster | {ref['load_s'] / o['load_s']:.1f}x faster"
             f" | {o['save_s'] / tar['save_s']:.2f}x its time | {o['load_s'] / tar['load_s']:.2f}x its time"
+            f" | {o['load_s'] / st['load_s']:.2f}x its time"
             f" | {o['object_bytes'] / ref['object_bytes']:.2f}x"
             + (
                 f" | {fl['save_s'] / o['save_s']:.1f}x faster | {fl['load_s'] / o['load_s']:.1f}x faster |"
@@ -301,8 +315,9 @@ def fmt_ratios(rows: list[dict]) -> str:
 def fmt_s3(rows: list[dict]) -> str:
     lines = [
         "| data | our save s | upload_file s | ratio | our save, composite s | upload_file, composite s | ratio"
-        " | our load s | best of download_file/GET s | ratio | peak RSS save/load MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " | our load s | best of download_file/GET s | ratio | streamed load s | load vs streamed"
+        " | peak RSS save/load MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         best = min(r["down"], r["get"])
@@ -310,6 +325,7 @@ def fmt_s3(rows: list[dict]) -> str:
             f"| {r['data']} | {r['ours_save']:.2f} | {r['up_full']:.2f} | {r['ours_save'] / r['up_full']:.2f}x"
             f" | {r['ours_save_composite']:.2f} | {r['up']:.2f} | {r['ours_save_composite'] / r['up']:.2f}x"
             f" | {r['ours_load']:.2f} | {best:.2f} | {r['ours_load'] / best:.2f}x"
+            f" | {r['ours_load_stream']:.2f} | {r['ours_load'] / r['ours_load_stream']:.2f}x"
             f" | {r['save_rss']:.0f} / {r['load_rss']:.0f} |"
         )
     return "\n".join(lines)
@@ -343,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     with_flyte = not args.no_flyte and importlib.util.find_spec("flyte") is not None
     approaches = (
-        ["ours"] if args.only_ours else ["ours", "reference", "tar"] + (["flyte"] if with_flyte else [])
+        ["ours"]
+        if args.only_ours
+        else ["ours", "streamed", "reference", "tar"] + (["flyte"] if with_flyte else [])
     )
     from flyte_checkpoint.format.compression import BACKEND
 

@@ -70,6 +70,14 @@ def ours_load(obj: str, _unused: str = "") -> None:
     _keep.append(cp)  # cleaned after the clock stops
 
 
+def ours_load_stream(obj: str, _unused: str = "") -> None:
+    """``ours_load`` by the streamed path (one inflate thread), as before parallel inflate."""
+    from flyte_checkpoint.format import inflate
+
+    inflate.PARALLEL_MIN = 2**63
+    ours_load(obj)
+
+
 def reference_save(src: str, dest: str) -> None:
     """Flyte 2.12.1's approach: tarfile, gzip level 9, into a temp file, then a copy."""
     import tarfile
@@ -181,7 +189,7 @@ def _warm_up(op: str, args: list[str]) -> None:
     import importlib
 
     if op.startswith("ours") or op == "training_loop":
-        for name in ("archive", "pipeline", "restore", "compression"):
+        for name in ("archive", "pipeline", "restore", "compression", "inflate", "index"):
             importlib.import_module(f"flyte_checkpoint.format.{name}")
         for name in ("background", "snapshot", "saveorder", "sources"):
             importlib.import_module(f"flyte_checkpoint.{name}")

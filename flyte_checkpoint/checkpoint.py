@@ -288,6 +288,7 @@ class Checkpoint(BaseCheckpoint):
             return self._retry.call(fetch, f"load of {rel!r} from {redact(src)}", scope=scope)
 
     def _download(self) -> tuple[Path | None, int]:
+        from .format.inflate import restore_indexed
         from .format.pipeline import ReadAhead
         from .format.restore import PAYLOAD, restore
         from .storage.registry import store_for
@@ -305,8 +306,11 @@ class Checkpoint(BaseCheckpoint):
         try:
             progress = self._progress
             counter = _Counter(progress, size) if progress else None
-            with store.open_read(self._src) as raw, ReadAhead(raw, on_chunk=counter) as ahead:
-                is_tar = restore(ahead, staging, size, uri=self._src)  # type: ignore[arg-type]
+            # an indexed folder object inflates on several threads; anything else streams
+            is_tar = restore_indexed(store, self._src, size, staging, on_chunk=counter)
+            if not is_tar:
+                with store.open_read(self._src) as raw, ReadAhead(raw, on_chunk=counter) as ahead:
+                    is_tar = restore(ahead, staging, size, uri=self._src)  # type: ignore[arg-type]
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:

@@ -39,6 +39,8 @@ class SpyStore(BlobStore):
         self.hook = hook
         self.calls: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+        # as the target's store (a test may turn it off, to see what a store without them gets)
+        self.supports_ranges = store_for(f"{target}://spy/x" if target != "file" else "/x").supports_ranges  # type: ignore[misc]
 
     def uri_for(self, uri: str) -> str:
         """The ``spy://`` URI of a ``target`` URI (or, for the ``file`` target, a local path)."""

@@ -601,6 +601,7 @@ def unpack(
     limits: LoadLimits | None = None,
     budget: DiskBudget | None = None,
     source: str = "the checkpoint",
+    on_file: Callable[[str, int, int], None] | None = None,
 ) -> UnpackStats:
     """Extract a tar stream under ``dest`` (an existing, empty directory of ours).
 
@@ -612,6 +613,8 @@ def unpack(
     remembered (links to create last, folders' modes and times) goes to an unnamed file
     in ``dest``, and the tree itself answers what is already there. On an error, ``dest``
     may hold part of the tree (never a link that leaves it): the caller discards it.
+    ``on_file`` (if given) is called with each regular file's path, the offset of its data in
+    the tar stream and its size before the file is written; it may raise to refuse it.
 
     Raises:
         UnsafeArchiveError: a member would land outside ``dest``, is a device or FIFO,
@@ -627,7 +630,7 @@ def unpack(
     import tempfile
 
     with tempfile.TemporaryFile(dir=root, buffering=256 * 1024) as spill:  # O_TMPFILE: never named
-        return _Extractor(root, limits, budget, source, spill).run(ExactReader(stream))
+        return _Extractor(root, limits, budget, source, spill, on_file).run(ExactReader(stream))
 
 
 _PLACEHOLDER_MODE = 0o400  # no owner write: no restored file has that (they get at least 0o600)
@@ -654,9 +657,16 @@ class _Extractor:
     """
 
     def __init__(
-        self, root: str, limits: LoadLimits, budget: DiskBudget, source: str, spill: IO[bytes]
+        self,
+        root: str,
+        limits: LoadLimits,
+        budget: DiskBudget,
+        source: str,
+        spill: IO[bytes],
+        on_file: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.root = root
+        self.on_file = on_file
         self.limits = limits
         self.budget = budget
         self.source = source
@@ -706,6 +716,8 @@ class _Extractor:
         if t in (ts.REGTYPE, ts.AREGTYPE, ts.CONTTYPE) and not (t == ts.AREGTYPE and name.endswith("/")):
             if not rel:
                 raise UnsafeArchiveError(f"file member {_shown(name)} names the destination itself")
+            if self.on_file is not None:
+                self.on_file(rel, reader.offset, size)
             mode = (h.mode & 0o777) | 0o600
             fd = self._create(rel, name, mode)
             try:

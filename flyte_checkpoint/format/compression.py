@@ -122,7 +122,8 @@ class _ZlibMember:
         return out
 
 
-def _member_decoder():
+def member_decoder():
+    """A decoder of one gzip member (``decompress(data, max_length)``, ``eof``, ``unused_data``)."""
     if _isal_zlib is not None and _igzip_lib is not None:
         return _igzip_lib.IgzipDecompressor(flag=_igzip_lib.DECOMP_GZIP)
     return _ZlibMember()
@@ -159,7 +160,7 @@ class GzipMembers:
     def __init__(self, fileobj: BinaryIO) -> None:
         # read1 hands out what the source holds without copying it
         self._raw_read = getattr(fileobj, "read1", fileobj.read)
-        self._d = _member_decoder()
+        self._d = member_decoder()
         self._pending: bytes | memoryview = b""  # read, not yet given to a decoder
         self._fed = 0  # compressed bytes given to the current member's decoder
         self._start = 0  # where the current member begins in the compressed stream
@@ -258,7 +259,7 @@ class GzipMembers:
         if self._kept is not None:
             tail.starts.append(self._start - tail.start)
         self._members += 1
-        self._d = _member_decoder()
+        self._d = member_decoder()
         self._fed = 0
         self._pending = rest
 

@@ -1,0 +1,252 @@
+"""Full loads of indexed folder objects inflate their gzip members on several threads
+(format/inflate.py): the same tree as a streamed load, every member and every file verified,
+the archive-safety rules unchanged; objects without an index, small ones and stores without
+ranged reads stream as before."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+import flyte_checkpoint as fc
+from flyte_checkpoint.errors import CorruptCheckpointError, UnsafeArchiveError
+from flyte_checkpoint.format import index as ix
+from flyte_checkpoint.format import inflate
+from flyte_checkpoint.storage.registry import store_for
+
+from .helpers import tree
+from .reliability.backends import backend_pool  # noqa: F401
+from .spystore import spying
+from .test_index import _set, forge
+
+MiB = 1024 * 1024
+
+
+def make_tree(root: Path) -> Path:
+    """Many small files, large files over several members (compressible and not), hard
+    links, empty files, a symbolic link: over :data:`inflate.PARALLEL_MIN` compressed."""
+    for i in range(300):
+        d = root / f"part-{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"item-{i:04d}.txt").write_bytes(f"line {i}\n".encode() * (i % 50) + os.urandom(i % 3))
+    (root / "empty").mkdir()
+    (root / "empty" / "zero").write_bytes(b"")
+    (root / "zero-top").write_bytes(b"")
+    (root / "weights.bin").write_bytes(os.urandom(13 * MiB + 7))  # stored members
+    (root / "log.jsonl").write_bytes(b'{"step": 1, "loss": 0.25}\n' * 400_000)  # compressed, ~10 MiB
+    (root / "exact").write_bytes(b"e" * ix.ALIGN_MIN)
+    os.link(root / "weights.bin", root / "weights-link.bin")
+    os.link(root / "part-0" / "item-0007.txt", root / "hard-small")
+    (root / "sym").symlink_to("part-1/item-0001.txt")
+    return root
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    return make_tree(tmp_path_factory.mktemp("inflate") / "src")
+
+
+@pytest.fixture(params=["file", "memory", "s3"])
+def target(request, tmp_path, backend_pool):  # noqa: F811
+    """(spy target scheme, a fresh URI on it) for the file and memory stores and moto's S3."""
+    if request.param == "file":
+        yield "file", str(tmp_path / "obj.tgz")
+    elif request.param == "memory":
+        yield "memory", f"memory://inflate/{os.urandom(6).hex()}/ckpt"
+    else:
+        b = backend_pool.get("s3")
+        with b.activated():
+            yield "s3", b.fresh("ckpt")
+
+
+def test_indexed_loads_inflate_in_parallel_and_restore_the_same_tree(src, target, tmp_path, monkeypatch):
+    scheme, uri = target
+    fc.Checkpoint(uri).save_sync(str(src))
+    index = ix.read_index(store_for(uri), uri)
+    assert index is not None
+    assert len(inflate._batches(index.members)) >= 3
+    # the first member inflated waits until another thread inflates one: only a load that
+    # inflates on more than one thread gets past it
+    other = threading.Event()
+    first: list[int] = []
+    real = inflate.inflate_member
+
+    def gated(*args):
+        me = threading.get_ident()
+        if not first:
+            first.append(me)
+            assert other.wait(60), "no other thread inflated a member while the first one waited"
+        elif me != first[0]:
+            other.set()
+        return real(*args)
+
+    monkeypatch.setattr(inflate, "inflate_member", gated)
+    with spying(scheme) as spy:
+        cp = fc.Checkpoint(str(tmp_path / "d"), spy.uri_for(uri))
+        got = cp.load_sync()
+        assert got is not None and tree(got) == tree(src)
+        assert other.is_set()
+        assert spy.count("open_read") == 1  # one stream of the members
+        assert spy.count("read_range") == 2  # the trailer and the index
+    restored = Path(got)
+    assert os.path.samefile(restored / "weights.bin", restored / "weights-link.bin")
+    assert os.path.samefile(restored / "hard-small", restored / "part-0" / "item-0007.txt")
+    assert os.readlink(restored / "sym") == "part-1/item-0001.txt"
+    cp.close()
+
+
+def test_every_file_and_member_is_verified(src, tmp_path):
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    stats = inflate.LoadStats()
+    dest = tmp_path / "out"
+    dest.mkdir()
+    assert inflate.restore_indexed(store_for(str(obj)), str(obj), obj.stat().st_size, str(dest), stats=stats)
+    assert stats.members == len(index.members)
+    assert stats.files_verified == len(index.files)
+    assert stats.reads == len(inflate._batches(index.members)) and stats.threads >= 2
+    assert tree(dest) == tree(src)
+
+
+def _no_staging_left(cp: fc.Checkpoint) -> None:
+    root = cp.path.parent
+    assert not [p for p in root.iterdir() if p.name.startswith(".restore-")]
+    assert list(cp.path.iterdir()) == []
+
+
+def test_a_flipped_byte_in_a_data_member_raises_and_keeps_nothing(src, tmp_path):
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    entry = index.files["log.jsonl"]
+    m = index.members[(entry.first + entry.last) // 2]
+    raw = bytearray(obj.read_bytes())
+    raw[m.coff + m.clen // 2] ^= 0x10
+    obj.write_bytes(bytes(raw))
+    cp = fc.Checkpoint(str(tmp_path / "d"), str(obj))
+    with pytest.raises(CorruptCheckpointError, match=rf"{obj} is damaged: gzip member \d+ .*save the checkpoint"):
+        cp.load_sync()
+    _no_staging_left(cp)
+
+
+def test_a_wrong_sha256_in_a_rebuilt_index_raises(src, tmp_path):
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+
+    def wrong_hash(doc):
+        row = next(r for r in doc["files"] if r[0] == "log.jsonl")
+        row[7] = hashlib.sha256(b"something else").hexdigest()
+
+    forge(obj, wrong_hash)
+    cp = fc.Checkpoint(str(tmp_path / "d"), str(obj))
+    with pytest.raises(CorruptCheckpointError, match=r"'log.jsonl' does not match the SHA-256 its index"):
+        cp.load_sync()
+    _no_staging_left(cp)
+
+
+def test_a_file_the_index_does_not_place_there_raises(src, tmp_path):
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    forge(obj, lambda doc: doc["files"].sort(key=lambda r: r[0] != "exact") or _set(0, "elsewhere")(doc))
+    with pytest.raises(CorruptCheckpointError, match=r"file 'exact' .* is not where its index places it"):
+        fc.Checkpoint(str(tmp_path / "d"), str(obj)).load_sync()
+
+
+def test_on_s3_a_damaged_member_raises_naming_the_uri(src, backend_pool, tmp_path):  # noqa: F811
+    b = backend_pool.get("s3")
+    with b.activated():
+        uri = b.fresh("ckpt")
+        fc.Checkpoint(uri).save_sync(str(src))
+        store = store_for(uri)
+        index = ix.read_index(store, uri)
+        assert index is not None
+        m = index.members[index.files["weights.bin"].first + 1]
+        raw = bytearray(store.read_bytes(uri))
+        raw[m.coff + m.clen // 3] ^= 0x01
+        store.write_bytes(uri, bytes(raw))
+        with pytest.raises(CorruptCheckpointError) as err:
+            fc.Checkpoint(str(tmp_path / "d"), uri).load_sync()
+    assert f"{uri} is damaged: gzip member" in str(err.value)
+    assert not any(secret in str(err.value) for secret in b.secrets)
+
+
+def _indexed_tar(obj: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> None:
+    """An object framed and indexed as a folder save is, holding a tar written by hand: a
+    large file (to pass the threshold), then ``members``."""
+    from flyte_checkpoint.format.pipeline import ParallelGzipWriter
+
+    buf = io.BytesIO()
+    builder = ix.IndexBuilder()
+    big = tarfile.TarInfo("big")
+    big.size = inflate.PARALLEL_MIN + MiB
+    data = os.urandom(big.size)
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        tf.addfile(big, io.BytesIO(data))  # one header block, then the data
+        builder.add_file("big", 512, big.size, 0, 0o644, hashlib.sha256(data).hexdigest())
+        for info, content in members:
+            tf.addfile(info, io.BytesIO(content))
+    with open(obj, "wb") as f:
+        w = ParallelGzipWriter(f, index=builder)
+        w.write(buf.getvalue())
+        w.close()
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, linkname, 0 if kind != tarfile.REGTYPE else 3
+    return info, b"abc"[: info.size]
+
+
+@pytest.mark.parametrize(
+    ("members", "match"),
+    [
+        ([_member("../evil")], "climbs out"),
+        ([_member("/etc/evil")], "absolute name"),
+        ([_member("up", tarfile.SYMTYPE, "../../outside")], "resolves outside the checkpoint"),
+        ([_member("dev", tarfile.CHRTYPE)], "device file"),
+        ([_member("h", tarfile.LNKTYPE, "/etc/passwd")], "absolute name"),
+    ],
+    ids=["dotdot", "absolute", "symlink-out", "device", "hardlink-out"],
+)
+def test_the_archive_safety_rules_apply_to_parallel_loads(tmp_path, members, match):
+    obj = tmp_path / "obj.tgz"
+    _indexed_tar(obj, members)
+    with spying("file") as spy:
+        cp = fc.Checkpoint(str(tmp_path / "d"), spy.uri_for(str(obj)))
+        with pytest.raises(UnsafeArchiveError, match=match):
+            cp.load_sync()
+        assert spy.count("read_range") == 2  # the parallel path refused it
+    _no_staging_left(cp)
+
+
+def test_objects_without_an_index_small_ones_and_stores_without_ranges_stream(src, tmp_path):
+    plain = tmp_path / "plain.tgz"
+    with tarfile.open(plain, "w:gz") as tf:  # Flyte's kind of object: no index
+        for child in sorted(src.iterdir()):
+            tf.add(child, arcname=child.name)
+    small_src = tmp_path / "small"
+    small_src.mkdir()
+    (small_src / "a").write_bytes(b"a" * 1000)
+    small = tmp_path / "small.tgz"
+    fc.Checkpoint(str(small)).save_sync(str(small_src))
+    assert small.stat().st_size < inflate.PARALLEL_MIN
+    indexed = tmp_path / "indexed.tgz"
+    fc.Checkpoint(str(indexed)).save_sync(str(src))
+    cases = [(plain, src, 1, True), (small, small_src, 0, True), (indexed, src, 0, False)]
+    for obj, expected, tail_reads, ranges in cases:  # none reads an index
+        with spying("file") as spy:
+            spy.supports_ranges = ranges
+            with fc.Checkpoint(str(tmp_path / f"d-{obj.name}"), spy.uri_for(str(obj))) as cp:
+                got = cp.load_sync()
+                assert got is not None and tree(got) == tree(expected)
+            assert spy.count("open_read") == 1, obj
+            assert spy.count("read_range") == tail_reads, obj
