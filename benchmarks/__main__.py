@@ -220,7 +220,16 @@ def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
         # CRC32 (our default, which reads verify) costs moto two extra copies of the object;
         # a composite one (boto3's default) does not.
         composite = dict(env, FLYTE_CHECKPOINT_S3_CHECKSUM_TYPE="COMPOSITE")
-        keys = ("ours_save", "ours_save_composite", "ours_load", "ours_load_stream", "up_full", "up", "down", "get")
+        keys = (
+            "ours_save",
+            "ours_save_composite",
+            "ours_load",
+            "ours_load_stream",
+            "up_full",
+            "up",
+            "down",
+            "get",
+        )
         res: dict[str, list] = {k: [] for k in keys}
 
         def m(op: str, *args: str, env: dict[str, str] = env, inputs: tuple[str, ...] = ()) -> dict:

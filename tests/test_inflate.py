@@ -133,7 +133,9 @@ def test_a_flipped_byte_in_a_data_member_raises_and_keeps_nothing(src, tmp_path)
     raw[m.coff + m.clen // 2] ^= 0x10
     obj.write_bytes(bytes(raw))
     cp = fc.Checkpoint(str(tmp_path / "d"), str(obj))
-    with pytest.raises(CorruptCheckpointError, match=rf"{obj} is damaged: gzip member \d+ .*save the checkpoint"):
+    with pytest.raises(
+        CorruptCheckpointError, match=rf"{obj} is damaged: gzip member \d+ .*save the checkpoint"
+    ):
         cp.load_sync()
     _no_staging_left(cp)
 

@@ -37,16 +37,19 @@ if TYPE_CHECKING:
 #: index cost more than parallel inflate saves (benchmarks/, ``--data small``).
 PARALLEL_MIN = 4 * 1024 * 1024
 #: Uncompressed bytes of members per ranged read (at least one member).
-BATCH = 8 * 1024 * 1024
+BATCH = 4 * 1024 * 1024
 _POLL = 0.2
+#: The most handed out at once: the extractor writes what it gets in one ``pwrite``, and
+#: writes of 4 MiB took the kernel 10-20x as long per byte as writes of 1 MiB here (measured
+#: on the JSON-lines set; a streamed load hands out 1 MiB too).
+_PIECE = 1024 * 1024
 
 
 def inflate_threads() -> int:
-    """Threads that read and inflate: one per available core, at least 2 (reads wait on the
-    store while others inflate), at most 8."""
+    """Threads that inflate (and hash): one per available core, at most 8."""
     from .pipeline import default_workers
 
-    return max(2, default_workers())
+    return default_workers()
 
 
 @dataclass
@@ -133,7 +136,9 @@ class _Verifier:
             digest = self._hash.hexdigest()
             for e in entries:
                 if digest != e.sha256:
-                    raise _corrupt(self._uri, f"{e.name[:200]!r} does not match the SHA-256 its index records")
+                    raise _corrupt(
+                        self._uri, f"{e.name[:200]!r} does not match the SHA-256 its index records"
+                    )
             self._stats.files_verified += len(entries)
             self._hash = hashlib.sha256()
             self._at += 1
@@ -144,17 +149,65 @@ class _Verifier:
             raise _corrupt(self._uri, f"the tar ends before {name[:200]!r} as its index places it")
 
 
+class _OrderedHashing:
+    """Feeds inflated batches to a :class:`_Verifier` in batch order, on whichever thread
+    finds the next one ready: a worker that inflated a batch hashes every batch ready from
+    the next one on, unless another thread is already at it (then it leaves its batch to that
+    one). No thread waits for its turn, so no hand-over waits for a thread to be scheduled."""
+
+    def __init__(self, verifier: _Verifier, batches: list[tuple[int, int]], index: Index) -> None:
+        self._verifier = verifier
+        self._batches = batches
+        self._members = index.members
+        self._lock = threading.Condition()
+        self._ready: dict[int, list[bytes]] = {}
+        self._busy = False
+        self.done = 0  # batches hashed
+        self.error: BaseException | None = None
+
+    def add(self, k: int, data: list[bytes]) -> None:
+        with self._lock:
+            self._ready[k] = data
+        self.run(wait=False)
+
+    def run(self, *, wait: bool) -> None:
+        """Hash the ready batches in order; if another thread is at it, return (or, with
+        ``wait``, wait for it to stop and go on)."""
+        with self._lock:
+            while self._busy:
+                if not wait:
+                    return
+                self._lock.wait(_POLL)
+            self._busy = True
+        try:
+            while self.error is None:
+                with self._lock:
+                    data = self._ready.pop(self.done, None)
+                    if data is None:
+                        return
+                members, first = self._members, self._batches[self.done][0]
+                for i, piece in enumerate(data, first):
+                    self._verifier.feed(members[i].uoff, piece)
+                self.done += 1
+        except BaseException as exc:
+            self.error = exc  # raised by the reader (a worker's own batch was fine)
+        finally:
+            with self._lock:
+                self._busy = False
+                self._lock.notify_all()
+
+
 class InflatedStream:
     """A readable of the tar stream of an indexed object, inflated ahead of the reader on
     ``threads`` threads (at most ``2 * threads`` batches held), verified as described in the
     module docstring.
 
     The compressed bytes come from ``raw`` (the store's stream of the object, positioned at
-    its start): each worker reads its batch of members from it in turn, in order, then
-    inflates them while the next worker reads. So the download is the store's own (parallel
-    ranged reads where it makes them) and overlaps the inflate. ``on_chunk`` (if given) gets
-    the compressed size of each batch as the reader reaches it. ``close()`` stops the threads
-    (after the reads in flight), even if interrupted; it does not close ``raw``.
+    its start; the store's own download, with its parallel ranged reads where it makes them),
+    read ahead in a thread of its own; the reader cuts batches of members from it and hands
+    them to the pool. ``on_chunk`` (if given) gets the compressed size of each batch as the
+    reader reaches it. ``close()`` stops the threads, even if interrupted; it does not close
+    ``raw``.
     """
 
     def __init__(
@@ -168,69 +221,63 @@ class InflatedStream:
         stats: LoadStats | None = None,
     ) -> None:
         from ..cancellation import current
+        from .pipeline import ReadAhead
 
-        self._raw, self._uri, self._index = raw, uri, index
+        self._uri, self._index = uri, index
         self.stats = stats or LoadStats()
         self.stats.threads = threads
         self._verifier = _Verifier(index, uri, self.stats)
         self._batches = _batches(index.members)
-        self._next_batch = 0
+        self._hashing = _OrderedHashing(self._verifier, self._batches, index)
+        self._next_batch = 0  # the next batch to read and submit
+        self._taken = 0  # batches handed to the reader
         self._window = 2 * threads
         self._pending: list[Future[list[bytes]]] = []
-        self._turn = threading.Condition()
-        self._reading = 0  # the batch whose turn it is to be read from ``raw``
-        self._broken = False  # a read failed (or the stream closed): later batches are not read
-        self._member = 0  # the next member to hand out
         self._queue: list[bytes] = []  # inflated members of the current batch, not yet handed out
         self._cur = memoryview(b"")
         self._on_chunk = on_chunk
         self._scope = current()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="fcp-inflate")
-        self._fill()
+        self._ahead = ReadAhead(raw)
+        try:
+            self._fill()
+        except BaseException:
+            self.close()
+            raise
+
+    def _length(self, k: int) -> int:
+        first, end = self._batches[k]
+        members = self._index.members
+        return members[end - 1].coff + members[end - 1].clen - members[first].coff
 
     def _fill(self) -> None:
+        """Read batches and hand them to the pool, up to the window."""
         while len(self._pending) < self._window and self._next_batch < len(self._batches):
-            first, end = self._batches[self._next_batch]
-            self._pending.append(self._pool.submit(self._load, self._next_batch, first, end))
+            k = self._next_batch
+            length = self._length(k)
+            raw = self._ahead.read(length)
+            if len(raw) != length:
+                from .restore import length_error
+
+                start = self._index.members[self._batches[k][0]].coff
+                raise length_error(start + len(raw), self._index.data_end)
+            self._pending.append(self._pool.submit(self._load, k, raw))
             self._next_batch += 1
 
-    def _read(self, k: int, length: int) -> bytes:
-        """Batch ``k``'s ``length`` compressed bytes, read from ``raw`` once batch ``k - 1``'s are."""
-        from ..errors import OperationCancelledError
-
-        with self._turn:
-            while self._reading != k and not self._broken:
-                self._turn.wait(_POLL)
-            if self._broken:
-                raise OperationCancelledError("the load stopped before this part was read")
-            try:
-                raw = self._raw.read(length)
-                if len(raw) != length:
-                    from .restore import length_error
-
-                    start = self._index.members[self._batches[k][0]].coff
-                    raise length_error(start + len(raw), self._index.data_end)
-            except BaseException:
-                self._broken = True
-                raise
-            finally:
-                self._reading += 1
-                self._turn.notify_all()
-        return raw
-
-    def _load(self, k: int, first: int, end: int) -> list[bytes]:
-        """Read batch ``k`` (members ``first .. end - 1``) in turn and inflate each member (a worker)."""
+    def _load(self, k: int, raw: bytes) -> list[bytes]:
+        """Inflate batch ``k`` from its compressed bytes ``raw``, and hash what is ready (a worker)."""
+        first, end = self._batches[k]
         members = self._index.members
         start = members[first].coff
-        raw = self._read(k, members[end - 1].coff + members[end - 1].clen - start)
         view = memoryview(raw)
         out = [
             inflate_member(view[m.coff - start : m.coff - start + m.clen], m, i, self._uri)
-            for i, m in zip(range(first, end), members[first:end])
+            for i, m in enumerate(members[first:end], first)
         ]
         with self.stats._lock:
             self.stats.reads += 1
             self.stats.members += end - first
+        self._hashing.add(k, out)
         return out
 
     def _wait(self, fut: Future[list[bytes]]) -> list[bytes]:
@@ -242,35 +289,42 @@ class InflatedStream:
             except TimeoutError:
                 continue
 
+    def _check_hashing(self, *, behind: int) -> None:
+        """Raise what hashing met; with it more than ``behind`` batches behind the reader,
+        hash (or wait for the thread hashing) until it is not."""
+        hashing = self._hashing
+        while hashing.error is None and self._taken - hashing.done > behind:
+            hashing.run(wait=True)
+        if hashing.error is not None:
+            raise hashing.error
+
     def _next(self) -> bool:
         """Make the next member current; False at the end of the tar's members."""
         while not self._queue:
+            self._check_hashing(behind=self._window)  # bounds the batches held for hashing
             if not self._pending:
+                self._check_hashing(behind=0)
                 self._verifier.finish()
                 return False
-            fut = self._pending.pop(0)
-            self._queue = self._wait(fut)
-            first, end = self._batches[self._next_batch - len(self._pending) - 1]
-            self._fill()
+            self._queue = self._wait(self._pending.pop(0))
             if self._on_chunk is not None:
-                members = self._index.members
-                self._on_chunk(members[end - 1].coff + members[end - 1].clen - members[first].coff)
-        data = self._queue.pop(0)
-        self._verifier.feed(self._index.members[self._member].uoff, data)
-        self._member += 1
-        self._cur = memoryview(data)
+                self._on_chunk(self._length(self._taken))
+            self._taken += 1
+            self._fill()
+        self._cur = memoryview(self._queue.pop(0))
         return True
 
     def readable(self) -> bool:
         return True
 
     def read1(self, n: int = -1) -> memoryview:
-        """Up to ``n`` bytes of the current member, as a view (no copy); empty at the end."""
+        """Up to ``n`` bytes (at most :data:`_PIECE`) of the current member, as a view (no
+        copy); empty at the end."""
         while not self._cur:
             if not self._next():
                 return memoryview(b"")
-        if n is None or n < 0:
-            n = len(self._cur)
+        if n is None or n < 0 or n > _PIECE:
+            n = _PIECE
         out = self._cur[:n]
         self._cur = self._cur[n:]
         return out
@@ -287,11 +341,9 @@ class InflatedStream:
         return b"".join(parts)
 
     def close(self) -> None:
-        with self._turn:
-            self._broken = True  # workers waiting for their turn give up
-            self._turn.notify_all()
         for fut in self._pending:
             fut.cancel()
+        self._ahead.close()
         finish(lambda: self._pool.shutdown(wait=True, cancel_futures=True))
 
     def __enter__(self) -> InflatedStream:
@@ -308,7 +360,9 @@ def _check_file(index: Index, uri: str) -> Callable[[str, int, int], None]:
     def check(name: str, offset: int, size: int) -> None:
         e = index.files.get(name)
         if e is None or index.members[e.first].uoff + e.offset != offset or e.size != size:
-            raise _corrupt(uri, f"the tar's file {name[:200]!r} (at byte {offset}) is not where its index places it")
+            raise _corrupt(
+                uri, f"the tar's file {name[:200]!r} (at byte {offset}) is not where its index places it"
+            )
 
     return check
 
