@@ -72,9 +72,13 @@ def ours_load(obj: str, _unused: str = "") -> None:
 
 def ours_load_stream(obj: str, _unused: str = "") -> None:
     """``ours_load`` by the streamed path (one inflate thread), as before parallel inflate."""
-    from flyte_checkpoint.format import inflate
+    os.environ["FLYTE_CHECKPOINT_INFLATE_THREADS"] = "1"
+    ours_load(obj)
 
-    inflate.PARALLEL_MIN = 2**63
+
+def ours_load_parallel(obj: str, _unused: str = "") -> None:
+    """``ours_load`` inflating on one thread per core (at least 2), whatever the default."""
+    os.environ["FLYTE_CHECKPOINT_INFLATE_THREADS"] = str(max(2, os.cpu_count() or 1))
     ours_load(obj)
 
 

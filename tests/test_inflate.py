@@ -28,6 +28,12 @@ from .test_index import _set, forge
 MiB = 1024 * 1024
 
 
+@pytest.fixture(autouse=True)
+def two_threads(monkeypatch):
+    """Parallel loads on 2 threads, whatever the machine's cores (see inflate.MIN_CORES)."""
+    monkeypatch.setenv(inflate.THREADS_ENV, "2")
+
+
 def make_tree(root: Path) -> Path:
     """Many small files, large files over several members (compressible and not), hard
     links, empty files, a symbolic link: over :data:`inflate.PARALLEL_MIN` compressed."""
@@ -230,7 +236,7 @@ def test_the_archive_safety_rules_apply_to_parallel_loads(tmp_path, members, mat
     _no_staging_left(cp)
 
 
-def test_objects_without_an_index_small_ones_and_stores_without_ranges_stream(src, tmp_path):
+def test_objects_without_an_index_small_ones_and_stores_without_ranges_stream(src, tmp_path, monkeypatch):
     plain = tmp_path / "plain.tgz"
     with tarfile.open(plain, "w:gz") as tf:  # Flyte's kind of object: no index
         for child in sorted(src.iterdir()):
@@ -243,12 +249,39 @@ def test_objects_without_an_index_small_ones_and_stores_without_ranges_stream(sr
     assert small.stat().st_size < inflate.PARALLEL_MIN
     indexed = tmp_path / "indexed.tgz"
     fc.Checkpoint(str(indexed)).save_sync(str(src))
-    cases = [(plain, src, 1, True), (small, small_src, 0, True), (indexed, src, 0, False)]
-    for obj, expected, tail_reads, ranges in cases:  # none reads an index
+    cases = [
+        (plain, src, 1, True, "2"),
+        (small, small_src, 0, True, "2"),
+        (indexed, src, 0, False, "2"),
+        (indexed, src, 0, True, "1"),
+    ]
+    for obj, expected, tail_reads, ranges, threads in cases:  # none reads an index
+        monkeypatch.setenv(inflate.THREADS_ENV, threads)
         with spying("file") as spy:
             spy.supports_ranges = ranges
-            with fc.Checkpoint(str(tmp_path / f"d-{obj.name}"), spy.uri_for(str(obj))) as cp:
+            with fc.Checkpoint(str(tmp_path / f"d-{obj.name}-{threads}"), spy.uri_for(str(obj))) as cp:
                 got = cp.load_sync()
                 assert got is not None and tree(got) == tree(expected)
             assert spy.count("open_read") == 1, obj
             assert spy.count("read_range") == tail_reads, obj
+
+
+def test_threads_follow_the_cores_unless_told(monkeypatch):
+    from flyte_checkpoint.format import pipeline
+
+    monkeypatch.delenv(inflate.THREADS_ENV)
+    for cores, threads in [
+        (1, 1),
+        (inflate.MIN_CORES - 1, 1),
+        (inflate.MIN_CORES, inflate.MIN_CORES),
+        (8, 8),
+    ]:
+        monkeypatch.setattr(pipeline, "default_workers", lambda cores=cores: cores)
+        assert inflate.inflate_threads() == threads
+    monkeypatch.setenv(inflate.THREADS_ENV, "0")
+    assert inflate.inflate_threads() == 1
+    monkeypatch.setenv(inflate.THREADS_ENV, "many")
+    with pytest.raises(
+        ValueError, match="FLYTE_CHECKPOINT_INFLATE_THREADS='many' is not a number of threads"
+    ):
+        inflate.inflate_threads()

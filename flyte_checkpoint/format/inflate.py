@@ -11,8 +11,9 @@ each file's data against its SHA-256, and each regular file the tar extracts aga
 entry (name, place, size), so every restored byte is verified. Any mismatch is a
 :class:`~flyte_checkpoint.errors.CorruptCheckpointError`; the caller discards what was restored.
 
-Objects without an index, stores without ranged reads and objects too small for the extra
-reads to pay load by streaming, as before (:func:`~.restore.restore`).
+Objects without an index, stores without ranged reads, objects too small for the extra
+reads to pay, and machines with too few cores for the hashing to pay (:func:`inflate_threads`)
+load by streaming, as before (:func:`~.restore.restore`).
 """
 
 from __future__ import annotations
@@ -45,11 +46,30 @@ _POLL = 0.2
 _PIECE = 1024 * 1024
 
 
+THREADS_ENV = "FLYTE_CHECKPOINT_INFLATE_THREADS"
+#: Cores from which a load inflates in parallel unless told: verifying each file's SHA-256
+#: costs about 0.8x the CPU of inflating JSON, so on 2 cores (both busy either way) the
+#: parallel load is no faster than the streamed one, which inflates on one thread while the
+#: other writes (benchmarks/, JSON-lines set); from 3 cores on, the inflate is spread.
+MIN_CORES = 3
+
+
 def inflate_threads() -> int:
-    """Threads that inflate (and hash): one per available core, at most 8."""
+    """Threads a load of an indexed object inflates on; 1 means it streams (as objects without
+    an index do). ``FLYTE_CHECKPOINT_INFLATE_THREADS`` if set (``0`` or ``1``: stream), else one
+    per available core (at most 8) from :data:`MIN_CORES` cores up, else 1.
+
+    Raises:
+        ValueError: the variable holds something other than a whole number >= 0.
+    """
+    from ..limits import _env_count
     from .pipeline import default_workers
 
-    return default_workers()
+    told = _env_count(THREADS_ENV, "threads")
+    if told is not None:
+        return max(1, min(told, 64))
+    cores = default_workers()
+    return cores if cores >= MIN_CORES else 1
 
 
 @dataclass
@@ -377,8 +397,8 @@ def restore_indexed(
     stats: LoadStats | None = None,
 ) -> bool:
     """Restore the folder object at ``uri`` into the empty folder ``dest`` by parallel inflate;
-    False (``dest`` untouched) where it does not apply: a store without ranged reads, an object
-    under :data:`PARALLEL_MIN` bytes or without an index.
+    False (``dest`` untouched) where it does not apply: :func:`inflate_threads` is 1, a store
+    without ranged reads, an object under :data:`PARALLEL_MIN` bytes or without an index.
 
     Raises:
         CorruptCheckpointError: the index, a member, a file's SHA-256 or the tar is damaged.
@@ -386,7 +406,8 @@ def restore_indexed(
             :func:`~.restore.restore` (the same extractor and limits).
         TransientError: a ranged read came back short.
     """
-    if not getattr(store, "supports_ranges", False) or size < PARALLEL_MIN:
+    threads = inflate_threads()
+    if threads < 2 or not getattr(store, "supports_ranges", False) or size < PARALLEL_MIN:
         return False
     from ..limits import DiskBudget, LoadLimits
     from ..uri import redact
@@ -399,7 +420,7 @@ def restore_indexed(
     limits = LoadLimits.from_env()
     source = redact(uri)
     budget = DiskBudget(dest, limits.disk_reserve, source=source)
-    threads = min(inflate_threads(), max(1, len(_batches(index.members))))
+    threads = min(threads, len(_batches(index.members)))
     with (
         store.open_read(uri) as raw,
         InflatedStream(raw, uri, index, threads=threads, on_chunk=on_chunk, stats=stats) as stream,
@@ -417,4 +438,14 @@ def restore_indexed(
     return True
 
 
-__all__ = ["BATCH", "PARALLEL_MIN", "InflatedStream", "LoadStats", "inflate_member", "restore_indexed"]
+__all__ = [
+    "BATCH",
+    "MIN_CORES",
+    "PARALLEL_MIN",
+    "THREADS_ENV",
+    "inflate_threads",
+    "InflatedStream",
+    "LoadStats",
+    "inflate_member",
+    "restore_indexed",
+]
