@@ -269,6 +269,8 @@ def test_objects_without_an_index_small_ones_and_stores_without_ranges_stream(sr
 def test_threads_follow_the_cores_unless_told(monkeypatch):
     from flyte_checkpoint.format import pipeline
 
+    assert inflate.THREADS_ENV in (Path(__file__).parents[1] / "README.md").read_text()
+
     monkeypatch.delenv(inflate.THREADS_ENV)
     for cores, threads in [
         (1, 1),
@@ -285,3 +287,38 @@ def test_threads_follow_the_cores_unless_told(monkeypatch):
         ValueError, match="FLYTE_CHECKPOINT_INFLATE_THREADS='many' is not a number of threads"
     ):
         inflate.inflate_threads()
+
+
+def test_closing_the_checkpoint_stops_a_parallel_load_and_its_threads(src, tmp_path):
+    from flyte_checkpoint.errors import OperationCancelledError
+
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    reading, release = threading.Event(), threading.Event()
+
+    def hook(op: str, _uri: str) -> None:
+        if op == "read" and not reading.is_set():  # the stream of members, after the index
+            reading.set()
+            assert release.wait(60)
+
+    errors: list[BaseException] = []
+
+    def load(cp: fc.Checkpoint) -> None:
+        try:
+            cp.load_sync()
+        except BaseException as exc:
+            errors.append(exc)
+
+    with spying("file", hook) as spy:
+        cp = fc.Checkpoint(str(tmp_path / "d"), spy.uri_for(str(obj)))
+        worker = threading.Thread(target=load, args=(cp,))
+        worker.start()
+        assert reading.wait(60)
+        assert spy.count("read_range") == 2  # the parallel path
+        cp.close()  # cancels the load without waiting for it
+        release.set()
+        worker.join(60)
+    assert not worker.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], OperationCancelledError)
+    names = ("fcp-inflate", "fcp-read-ahead")
+    assert not [t for t in threading.enumerate() if t.name.startswith(names) and t.is_alive()]
