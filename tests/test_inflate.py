@@ -322,3 +322,23 @@ def test_closing_the_checkpoint_stops_a_parallel_load_and_its_threads(src, tmp_p
     assert len(errors) == 1 and isinstance(errors[0], OperationCancelledError)
     names = ("fcp-inflate", "fcp-read-ahead")
     assert not [t for t in threading.enumerate() if t.name.startswith(names) and t.is_alive()]
+
+
+def test_batches_hashed_after_the_reader_took_them_are_hashed_whole(src, tmp_path, monkeypatch):
+    """The workers leave all hashing to the reader (as when another thread is busy hashing):
+    the reader hashes batches whose pieces it has already handed out, and they must be whole."""
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+
+    def add_only(self, k, data):
+        with self._lock:
+            self._ready[k] = data
+
+    monkeypatch.setattr(inflate._OrderedHashing, "add", add_only)
+    stats = inflate.LoadStats()
+    dest = tmp_path / "out"
+    dest.mkdir()
+    assert inflate.restore_indexed(store_for(str(obj)), str(obj), obj.stat().st_size, str(dest), stats=stats)
+    assert tree(dest) == tree(src)
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None and stats.files_verified == len(index.files)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -104,20 +105,31 @@ def _corrupt(uri: str, what: str) -> CorruptCheckpointError:
     return CorruptCheckpointError(f"{redact(uri)} is damaged: {what}; save the checkpoint again")
 
 
-def inflate_member(raw: memoryview, m: Member, i: int, uri: str) -> bytes:
-    """The data of member ``i``, whose compressed bytes are ``raw``; raises unless it is one
-    complete gzip member holding ``m.ulen`` bytes with CRC-32 ``m.crc``. The decoder checks the
-    data against the member's own CRC-32 and length, which must equal the index's."""
+def inflate_member(raw: memoryview, m: Member, i: int, uri: str) -> list[bytes]:
+    """The data of member ``i``, whose compressed bytes are ``raw``, in pieces of at most
+    :data:`_PIECE` bytes; raises unless it is one complete gzip member holding ``m.ulen`` bytes
+    with CRC-32 ``m.crc``. The decoder checks the data against the member's own CRC-32 and
+    length, which must equal the index's."""
     if len(raw) < 18 or struct.unpack("<II", raw[-8:]) != (m.crc, m.ulen & 0xFFFFFFFF):
         raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) does not match the index")
     d = member_decoder()
+    pieces: list[bytes] = []
+    got = 0
+    data: bytes | memoryview = raw
     try:
-        data = d.decompress(raw, m.ulen + 1)
+        while got <= m.ulen:
+            piece = d.decompress(data, _PIECE)
+            data = b""
+            if piece:
+                pieces.append(piece)
+                got += len(piece)
+            if d.eof or (not piece and d.needs_input):
+                break
     except GZIP_ERRORS as exc:
         raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) is damaged ({exc})") from None
-    if not d.eof or d.unused_data or len(data) != m.ulen:
+    if not d.eof or d.unused_data or got != m.ulen:
         raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) does not match the index")
-    return data
+    return pieces
 
 
 class _Verifier:
@@ -205,9 +217,10 @@ class _OrderedHashing:
                     data = self._ready.pop(self.done, None)
                     if data is None:
                         return
-                members, first = self._members, self._batches[self.done][0]
-                for i, piece in enumerate(data, first):
-                    self._verifier.feed(members[i].uoff, piece)
+                at = self._members[self._batches[self.done][0]].uoff
+                for piece in data:
+                    self._verifier.feed(at, piece)
+                    at += len(piece)
                 self.done += 1
         except BaseException as exc:
             self.error = exc  # raised by the reader (a worker's own batch was fine)
@@ -253,7 +266,7 @@ class InflatedStream:
         self._taken = 0  # batches handed to the reader
         self._window = 2 * threads
         self._pending: list[Future[list[bytes]]] = []
-        self._queue: list[bytes] = []  # inflated members of the current batch, not yet handed out
+        self._queue: deque[bytes] = deque()  # pieces of the current batch, not yet handed out
         self._cur = memoryview(b"")
         self._on_chunk = on_chunk
         self._scope = current()
@@ -291,8 +304,9 @@ class InflatedStream:
         start = members[first].coff
         view = memoryview(raw)
         out = [
-            inflate_member(view[m.coff - start : m.coff - start + m.clen], m, i, self._uri)
+            piece
             for i, m in enumerate(members[first:end], first)
+            for piece in inflate_member(view[m.coff - start : m.coff - start + m.clen], m, i, self._uri)
         ]
         with self.stats._lock:
             self.stats.reads += 1
@@ -326,12 +340,13 @@ class InflatedStream:
                 self._check_hashing(behind=0)
                 self._verifier.finish()
                 return False
-            self._queue = self._wait(self._pending.pop(0))
+            # a copy: the list itself may still be waiting to be hashed
+            self._queue = deque(self._wait(self._pending.pop(0)))
             if self._on_chunk is not None:
                 self._on_chunk(self._length(self._taken))
             self._taken += 1
             self._fill()
-        self._cur = memoryview(self._queue.pop(0))
+        self._cur = memoryview(self._queue.popleft())
         return True
 
     def readable(self) -> bool:
@@ -420,7 +435,7 @@ def restore_indexed(
     limits = LoadLimits.from_env()
     source = redact(uri)
     budget = DiskBudget(dest, limits.disk_reserve, source=source)
-    threads = min(threads, len(_batches(index.members)))
+    threads = min(threads, max(1, len(_batches(index.members))))
     with (
         store.open_read(uri) as raw,
         InflatedStream(raw, uri, index, threads=threads, on_chunk=on_chunk, stats=stats) as stream,
