@@ -48,11 +48,12 @@ _PIECE = 1024 * 1024
 
 
 THREADS_ENV = "FLYTE_CHECKPOINT_INFLATE_THREADS"
-#: Cores from which a load inflates in parallel unless told: verifying each file's SHA-256
-#: costs about 0.8x the CPU of inflating JSON, so on 2 cores (both busy either way) the
-#: parallel load is no faster than the streamed one, which inflates on one thread while the
-#: other writes (benchmarks/, JSON-lines set); from 3 cores on, the inflate is spread.
-MIN_CORES = 3
+#: Cores from which a load inflates in parallel unless told. Verifying each file's SHA-256
+#: costs about 0.8x the CPU of inflating JSON (a parallel load of the JSON-lines set: 1.3 CPU
+#: seconds, a streamed one 0.8), so on 2 cores, busy either way, the parallel load took 2x the
+#: streamed one's time (benchmarks/, 2 cores, load 14). With 4 cores the inflate spreads and
+#: the hashing (one thread, 0.43 s) bounds it; not measured here (a 2-core machine).
+MIN_CORES = 4
 
 
 def inflate_threads() -> int:
