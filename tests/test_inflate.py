@@ -30,13 +30,15 @@ MiB = 1024 * 1024
 
 @pytest.fixture(autouse=True)
 def two_threads(monkeypatch):
-    """Parallel loads on 2 threads, whatever the machine's cores (see inflate.MIN_CORES)."""
+    """Parallel loads on 2 threads, whatever the machine's cores (see inflate.MIN_CORES), of
+    objects from 4 MiB (the trees here) up."""
     monkeypatch.setenv(inflate.THREADS_ENV, "2")
+    monkeypatch.setattr(inflate, "PARALLEL_MIN", 4 * MiB)
 
 
 def make_tree(root: Path) -> Path:
     """Many small files, large files over several members (compressible and not), hard
-    links, empty files, a symbolic link: over :data:`inflate.PARALLEL_MIN` compressed."""
+    links, empty files, a symbolic link: over 4 MiB compressed."""
     for i in range(300):
         d = root / f"part-{i % 7}"
         d.mkdir(parents=True, exist_ok=True)

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
     from .index import FileEntry, Index, Member
 
-#: Objects smaller than this load by streaming: below it, the two ranged reads that find the
-#: index cost more than parallel inflate saves (benchmarks/, ``--data small``).
-PARALLEL_MIN = 4 * 1024 * 1024
+#: Objects smaller than this load by streaming. The index costs two ranged reads before the
+#: download starts (two round trips to a cloud store, tens of ms); 32 MiB of compressed tar
+#: takes about that long to inflate on one core, so below it there is little to win. Chosen,
+#: not measured on a cloud store.
+PARALLEL_MIN = 32 * 1024 * 1024
 #: Uncompressed bytes of members per ranged read (at least one member).
 BATCH = 4 * 1024 * 1024
 _POLL = 0.2
