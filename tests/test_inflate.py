@@ -344,3 +344,23 @@ def test_batches_hashed_after_the_reader_took_them_are_hashed_whole(src, tmp_pat
     assert tree(dest) == tree(src)
     index = ix.read_index(store_for(str(obj)), str(obj))
     assert index is not None and stats.files_verified == len(index.files)
+
+
+@pytest.mark.parametrize("where", ["index", "trailer-body", "trailer-header"])
+def test_damage_after_the_tar_fails_a_parallel_load_too(src, tmp_path, where):
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    raw = bytearray(obj.read_bytes())
+    at = {
+        "index": index.data_end + 20,
+        "trailer-body": len(raw) - 30,
+        "trailer-header": len(raw) - ix.TRAILER_SIZE + 3,  # the index is not found: streamed
+    }[where]
+    raw[at] ^= 0x01
+    obj.write_bytes(bytes(raw))
+    cp = fc.Checkpoint(str(tmp_path / "d"), str(obj))
+    with pytest.raises(CorruptCheckpointError, match=str(obj)):
+        cp.load_sync()
+    _no_staging_left(cp)
