@@ -4,12 +4,13 @@ The index gives every member's compressed offset and length, its uncompressed le
 CRC-32, and every file's place and SHA-256. :func:`restore_indexed` reads the index by two
 ranged reads, then streams the object as a streamed load does (the store's own download),
 cut into batches of members of a few MiB that a pool of threads inflates (the decompressors
-release the GIL) while the next batch downloads, and hands the tar stream, in order, to the same extractor as
-a streamed load (:func:`~.archive.unpack`): headers are parsed and every archive-safety rule
-applies unchanged. On the way, each member's length and CRC-32 are checked against the index,
-each file's data against its SHA-256, and each regular file the tar extracts against its index
-entry (name, place, size), so every restored byte is verified. Any mismatch is a
-:class:`~flyte_checkpoint.errors.CorruptCheckpointError`; the caller discards what was restored.
+release the GIL) while the next batches download, and hands the tar stream, in order, to the
+same extractor as a streamed load (:func:`~.archive.unpack`): headers are parsed and every
+archive-safety rule applies unchanged. On the way, each member's length and CRC-32 are
+checked against the index, each file's data against its SHA-256, and each regular file the
+tar extracts against its index entry (name, place, size), so every restored byte is verified.
+Any mismatch is a :class:`~flyte_checkpoint.errors.CorruptCheckpointError`; the caller
+discards what was restored.
 
 Objects without an index, stores without ranged reads, objects too small for the extra
 reads to pay, and machines with too few cores for the hashing to pay (:func:`inflate_threads`)
@@ -36,11 +37,12 @@ if TYPE_CHECKING:
     from .index import FileEntry, Index, Member
 
 #: Objects smaller than this load by streaming. The index costs two ranged reads before the
-#: download starts (two round trips to a cloud store, tens of ms); 32 MiB of compressed tar
-#: takes about that long to inflate on one core, so below it there is little to win. Chosen,
-#: not measured on a cloud store.
+#: download starts (two round trips to a cloud store); 32 MiB of compressed JSON inflates in
+#: about 0.15 s on one core here, so spreading less than that over cores saves no more than a
+#: few round trips cost. Chosen, not measured on a cloud store.
 PARALLEL_MIN = 32 * 1024 * 1024
-#: Uncompressed bytes of members per ranged read (at least one member).
+#: Uncompressed bytes of members per batch (one read of the stream, one task of the pool; at
+#: least one member).
 BATCH = 4 * 1024 * 1024
 _POLL = 0.2
 #: The most handed out at once: the extractor writes what it gets in one ``pwrite``, and
@@ -78,7 +80,7 @@ def inflate_threads() -> int:
 
 @dataclass
 class LoadStats:
-    """What :func:`restore_indexed` did: ranged reads of members, members inflated, files
+    """What :func:`restore_indexed` did: batches of members read, members inflated, files
     whose SHA-256 was verified, threads in the pool."""
 
     reads: int = 0
