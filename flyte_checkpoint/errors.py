@@ -61,6 +61,12 @@ class TransientError(CheckpointError, ConnectionError):
     """A failure worth retrying: throttling, a 5xx answer, a reset or timed-out connection."""
 
 
+class CopySourceChangedError(TransientError):
+    """The object a save copies byte ranges from (an incremental save's previous checkpoint)
+    was replaced while the save ran: nothing was committed. Retried: the next try plans its
+    copies against the object that is there now."""
+
+
 class OperationCancelledError(CheckpointError, InterruptedError):
     """A save or load was cancelled (its task cancelled, or ``close()`` during a load).
 
@@ -136,6 +142,7 @@ __all__ = [
     "CheckpointPermissionError",
     "ConfigurationError",
     "ContainerNotFoundError",
+    "CopySourceChangedError",
     "CorruptCheckpointError",
     "InvalidURIError",
     "NoTaskContextError",

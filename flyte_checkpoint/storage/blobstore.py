@@ -27,9 +27,35 @@ its own scheme's URIs (:mod:`flyte_checkpoint.storage.kit.locations`).
 
 Capabilities a store declares (class or instance attributes; the defaults are the base
 class's): :attr:`BlobStore.part_size`, :attr:`BlobStore.supports_ranges`,
-:attr:`BlobStore.supports_list` and :attr:`BlobStore.supports_list_details`. The conformance
-suites read them (:mod:`flyte_checkpoint.testing`): the fault tests size an interrupted save
-from ``part_size``.
+:attr:`BlobStore.supports_list`, :attr:`BlobStore.supports_list_details` and
+:attr:`BlobStore.copy_limits`. The conformance suites read them (:mod:`flyte_checkpoint.testing`):
+the fault tests size an interrupted save from ``part_size``.
+
+Server-side range copy (optional; incremental saves use it): a store whose ``copy_limits`` is
+not ``None`` implements :meth:`BlobStore.copy_source` and its writers' :meth:`BlobWriter._copy`.
+A writer then takes, between its ``write`` calls, ``copy(source, start, length)``: the next
+``length`` bytes of the object are bytes ``start .. start + length`` of ``source``, an object
+of the same store, which the server copies (S3 ``UploadPartCopy`` with ``CopySourceRange``,
+Azure ``Put Block From URL`` with a source range, GCS ``compose`` of objects holding the
+ranges, ``copy_file_range`` or a reflink on a local file system). The promises:
+
+- the object committed is exactly the written and copied bytes in the order they were given,
+  and appears only at the commit, atomically, as for any write; an abort leaves nothing (copied
+  parts, blocks and temporary objects included);
+- every copied byte comes from the object as it was when :meth:`BlobStore.copy_source` described
+  it (its ``version``: S3/Azure ETag with ``If-Match``, GCS generation with
+  ``ifGenerationMatch``, a local file's inode and times): a source replaced meanwhile raises
+  :class:`~flyte_checkpoint.errors.CopySourceChangedError` (at the ``copy``, a later ``write``
+  or the commit) and nothing is committed; it never mixes two versions;
+- the server's rules are the writer's business, not the caller's: pieces below the server's
+  minimum (S3: every part but the last at least 5 MiB), above its maximum (S3 5 GiB per part),
+  or more sources than one request takes (GCS: 32 per compose, so composes of composes) are
+  handled inside, by splitting copies, or by reading a few bytes of the source (ranged reads
+  with the same version check) and sending them with the written ones; ``copy_limits`` tells
+  the caller what is cheap so that it plans copies that need little of that;
+- ``bytes_written`` counts the bytes given to ``write`` only, ``bytes_copied`` those given to
+  ``copy``; a copy is checked against the source's size (``ValueError``) and a copy of
+  nothing does nothing. ``source`` may be the object being replaced (the same URI).
 """
 
 from __future__ import annotations
@@ -71,6 +97,49 @@ class ObjectInfo:
     is_folder: bool = False
 
 
+@dataclass(frozen=True)
+class CopyLimits:
+    """What a store's server-side range copy allows (:attr:`BlobStore.copy_limits`).
+
+    Attributes:
+        min_part: every piece of an object but the last, written or copied, must hold at
+            least this many bytes (S3: 5 MiB); ``0``: no minimum (Azure blocks, GCS compose
+            sources, local files). A writer meets it by reading a little of the source where
+            a piece would be short, so a caller copies runs much longer than this.
+        max_copy: the most bytes the server copies in one request (S3: 5 GiB a part; Azure's
+            ``Put Block From URL``: 4,000 MiB a block, 100 MiB on older service versions); the
+            writer splits longer copies.
+            ``None``: no limit.
+        max_pieces: the most pieces (written parts and copies together) one object may hold
+            (S3: 10,000 parts; Azure: 50,000 blocks); ``None``: no limit (GCS composes in
+            rounds of 32). A caller keeps its number of copies well below it.
+        min_copy: copies shorter than this cost more than they save (a request each); a
+            caller writes such ranges instead. Never required for correctness.
+    """
+
+    min_part: int = 0
+    max_copy: int | None = None
+    max_pieces: int | None = None
+    min_copy: int = 0
+
+
+@dataclass(frozen=True)
+class CopySource:
+    """An object that a writer may copy byte ranges from (:meth:`BlobStore.copy_source`).
+
+    Attributes:
+        uri: the object's URI.
+        size: its size in bytes.
+        version: the store's token for this content of the object (S3 or Azure ETag, GCS
+            generation, a local file's device, inode, size and times): a copy from an object
+            whose token changed raises :class:`~flyte_checkpoint.errors.CopySourceChangedError`.
+    """
+
+    uri: str
+    size: int
+    version: str
+
+
 class BlobWriter(abc.ABC):
     """A streaming write of one object.
 
@@ -95,6 +164,8 @@ class BlobWriter(abc.ABC):
         self._lock = threading.Lock()
         self._scope = current()
         self.bytes_written = 0
+        #: Bytes given to :meth:`copy` (copied by the server, not sent).
+        self.bytes_copied = 0
 
     @property
     def closed(self) -> bool:
@@ -117,6 +188,30 @@ class BlobWriter(abc.ABC):
                 self._write(data)
                 self.bytes_written += n
             return n
+
+    def copy(self, source: CopySource, start: int, length: int) -> None:
+        """Append bytes ``start .. start + length`` of ``source`` to the object, copied by the
+        server (a store whose ``copy_limits`` is set; see the module docstring).
+
+        Raises:
+            ValueError: the range is not inside ``source``, or the writer is closed.
+            NotImplementedError: the store cannot copy (its ``copy_limits`` is ``None``).
+            CopySourceChangedError: ``source`` is no longer the object it described (here, at
+                a later write or at the commit).
+        """
+        if start < 0 or length < 0 or start + length > source.size:
+            raise ValueError(
+                f"copy of bytes {start}..{start + length} from {redact(source.uri)}, which has"
+                f" {source.size}: the range must lie inside the object"
+            )
+        with self._lock:
+            if self._state != "open":
+                raise ValueError(f"copy to a {self._state} writer for {redact(self.uri)}")
+            if self._scope is not None:
+                self._scope.check()
+            if length:
+                self._copy(source, start, length)
+                self.bytes_copied += length
 
     def flush(self) -> None:
         """Nothing to do: data is committed by ``close()``, not by flushing."""
@@ -190,6 +285,12 @@ class BlobWriter(abc.ABC):
     def _abort(self) -> None:
         """Discard the bytes written so far and any server-side state."""
 
+    def _copy(self, source: CopySource, start: int, length: int) -> None:
+        """Take the next ``length`` bytes of the object from ``source`` at ``start`` (a range
+        inside it, not empty), server-side; see the module docstring for the promises. Only
+        stores that declare ``copy_limits`` implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot copy ranges on the server")
+
 
 class BlobStore(abc.ABC):
     """A backend for one or more URI schemes. See the module docstring for the contract."""
@@ -207,6 +308,9 @@ class BlobStore(abc.ABC):
     #: :meth:`list_details` is native (sizes and times come with the listing), not the
     #: default's one ``stat`` per object.
     supports_list_details: ClassVar[bool] = False
+    #: The store's writers copy byte ranges of its objects on the server (:meth:`BlobWriter.copy`)
+    #: within these limits; ``None``: they cannot (an incremental save then sends everything).
+    copy_limits: CopyLimits | None = None
 
     @abc.abstractmethod
     def open_read(self, uri: str) -> BinaryIO:
@@ -243,6 +347,15 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def list(self, prefix: str) -> Iterator[str]:
         """Yield the URIs of the objects whose URI starts with ``prefix``, in sorted order."""
+
+    def copy_source(self, uri: str) -> CopySource | None:
+        """Describe the object at ``uri`` for :meth:`BlobWriter.copy` (its size and version), or
+        ``None`` if it is absent. Stores that declare ``copy_limits`` implement it.
+
+        Raises:
+            ContainerNotFoundError: the bucket/container itself does not exist.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot copy ranges on the server")
 
     # Optional fast paths, with defaults built on the streams.
 
@@ -359,6 +472,18 @@ def _read_exactly(f: BinaryIO, n: int) -> bytes:
         buf.write(chunk)
         n -= len(chunk)
     return buf.getvalue()
+
+
+def copy_source_changed(source: CopySource, detail: str = "") -> BaseException:
+    """The error for a copy from ``source`` once the object is no longer the one it describes
+    (replaced or removed): :class:`~flyte_checkpoint.errors.CopySourceChangedError`."""
+    from ..errors import CopySourceChangedError
+
+    return CopySourceChangedError(
+        f"{redact(source.uri)} was replaced or removed while a save copied ranges of it"
+        f"{f' ({detail})' if detail else ''}; nothing was committed. The save is retried against"
+        " the object there now; if this repeats, another writer keeps replacing it"
+    )
 
 
 def ensure_store_error(exc: BaseException, uri: str) -> BaseException:

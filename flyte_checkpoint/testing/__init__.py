@@ -36,6 +36,9 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
   and no partial one; a cut download is retried or raised, never returned short; a stalled one
   ends by the store's timeout; HTTP 403 is ``CheckpointPermissionError``, never "no
   checkpoint"; 429 and 5xx are ``TransientError`` and the core's retry gets through them;
+- :class:`CopySuite` (stores that declare ``copy_limits``): objects built from written bytes
+  and ranges of other objects copied by the server, in order, atomic, never from a source
+  replaced meanwhile;
 - :class:`CrashSuite`: a process SIGKILLed mid-save (mid-upload, through the proxy, for a
   network store) leaves the previous object whole: it catches a server that writes in place.
 
@@ -56,6 +59,7 @@ Class attributes adapt the suites to the backend:
   and crash tests save.
 """
 
+from .copies import CopySuite
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
 from .faults import FaultSuite
@@ -66,6 +70,7 @@ __all__ = [
     "RECIPE_SETTINGS",
     "BlobStoreSuite",
     "CheckpointSuite",
+    "CopySuite",
     "CrashSuite",
     "Fault",
     "FaultProxy",

@@ -14,7 +14,7 @@ import pytest
 
 from ..errors import CheckpointError, NotFoundError, SourceChangedError, TransientError
 from ..sources import SourceFile
-from ..storage.blobstore import BlobStore
+from ..storage.blobstore import BlobStore, CopyLimits
 from ..uri import join
 
 
@@ -110,6 +110,13 @@ class BlobStoreSuite:
         assert not store.supports_ranges or kind.read_range is not BlobStore.read_range, (
             f"promise broken: supports_ranges means a real ranged read; {kind.__name__} keeps"
             " the default read_range"
+        )
+        limits = store.copy_limits
+        assert limits is None or (
+            isinstance(limits, CopyLimits) and kind.copy_source is not BlobStore.copy_source
+        ), (
+            f"promise broken: copy_limits is a CopyLimits where the store copies ranges (and"
+            f" implements copy_source); {kind.__name__} declares {limits!r}"
         )
         part = store.part_size
         assert part is None or (isinstance(part, int) and part >= 0), (

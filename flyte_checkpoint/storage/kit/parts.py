@@ -17,7 +17,7 @@ from typing import Any
 from ... import cancellation
 from ...errors import StoreError
 from ...uri import redact
-from ..blobstore import BlobWriter
+from ..blobstore import BlobWriter, CopyLimits, CopySource
 from .pools import StorePool
 
 Buffer = bytes | bytearray | memoryview
@@ -69,10 +69,23 @@ class PartWriter(BlobWriter):
     - ``_cancel()``: best effort, idempotent: discard what :meth:`_start` began (it is called
       only once ``_start`` has been, even if ``_start`` raised, and never while a part runs).
 
-    Parts are numbered in the order their bytes come; each is one job on the pool. A part whose
-    bytes the server copies from another object (issue 18), or parts numbered from elsewhere
-    for several writers committing one object (issue 19), would be further jobs of the same
-    kind: :meth:`_submit` takes any callable that returns a part's result.
+    Server-side copies (:meth:`BlobWriter.copy`), for a writer given ``copy_limits``: a copy is
+    one part (or several, of at most ``max_copy`` bytes) sent by ``_copy_part``, so it ends the
+    part being filled. Where that part would be shorter than ``min_part``, the first bytes of the
+    copy are read (``_read_source``) and added to it; a copy shorter than ``min_part`` (or than
+    ``min_copy``) is read and written whole. Hooks, for such a writer:
+
+    - ``_copy_part(number, source, start, length) -> result``: make part ``number`` from bytes
+      ``start .. start + length`` of ``source`` on the server, only while ``source.version``
+      still holds (else :class:`~flyte_checkpoint.errors.CopySourceChangedError`); in a pool
+      thread; the result goes to :meth:`_complete` with the others;
+    - ``_read_source(source, start, length) -> bytes``: those bytes, by a ranged read that
+      checks the version the same way.
+
+    Parts are numbered in the order their bytes come; each is one job on the pool (parts
+    numbered from elsewhere for several writers committing one object, issue 19, would be
+    further jobs of the same kind: :meth:`_submit` takes any callable that returns a part's
+    result).
     """
 
     def __init__(
@@ -86,6 +99,7 @@ class PartWriter(BlobWriter):
         max_parts: int,
         max_part_size: int,
         ordered: bool = False,
+        copy_limits: CopyLimits | None = None,
     ) -> None:
         super().__init__(uri)
         if part_size < 1 or max_concurrency < 1:
@@ -99,6 +113,7 @@ class PartWriter(BlobWriter):
         self.max_parts = max_parts
         self.max_part_size = max_part_size
         self.ordered = ordered
+        self.copy_limits = copy_limits
         #: The most parts that were in flight at once.
         self.peak_in_flight = 0
         self._in_flight = 0
@@ -133,6 +148,14 @@ class PartWriter(BlobWriter):
     def _cancel(self) -> None:
         """Discard the upload begun by :meth:`_start` (best effort, idempotent)."""
 
+    def _copy_part(self, number: int, source: CopySource, start: int, length: int) -> Any:
+        """Make part ``number`` from a range of ``source`` on the server; runs in a pool thread."""
+        raise NotImplementedError
+
+    def _read_source(self, source: CopySource, start: int, length: int) -> bytes:
+        """Bytes of ``source`` (a ranged read that checks ``source.version``)."""
+        raise NotImplementedError
+
     # -- BlobWriter ---------------------------------------------------------------------------
 
     def _write(self, data: Buffer) -> None:
@@ -150,6 +173,31 @@ class PartWriter(BlobWriter):
             self._buf[self._fill : self._fill + n] = view[:n]  # type: ignore[index]
             self._fill += n
             view = view[n:]
+
+    def _copy(self, source: CopySource, start: int, length: int) -> None:
+        limits = self.copy_limits
+        if limits is None or self.ordered:
+            raise NotImplementedError(f"{type(self).__name__} cannot copy ranges on the server")
+        self._raise_failed()
+        if 0 < self._fill < limits.min_part:
+            # The part being filled would be too short to precede a copied one: fill it from the copy.
+            take = min(limits.min_part - self._fill, length)
+            self._write(self._read_source(source, start, take))
+            start, length = start + take, length - take
+        if length < max(limits.min_part, limits.min_copy, 1):
+            if length:
+                self._write(self._read_source(source, start, length))
+            return
+        if self._fill:
+            self._send_buffer()
+        pieces = -(-length // limits.max_copy) if limits.max_copy else 1
+        for i in range(pieces):
+            a, b = length * i // pieces, length * (i + 1) // pieces
+            cancellation.check()
+            self._submit(self._copy_job(source, start + a, b - a))
+
+    def _copy_job(self, source: CopySource, start: int, length: int) -> Callable[[int], Any]:
+        return lambda number: self._copy_part(number, source, start, length)
 
     def _commit(self) -> None:
         if not self._started:

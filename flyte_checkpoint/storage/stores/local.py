@@ -17,11 +17,21 @@ from typing import BinaryIO
 from ...errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
 from ...paths import LeaveOut, current_umask
 from ...uri import local_path
-from ..blobstore import BlobStore, BlobWriter, ObjectInfo, details_from_listing
+from ..blobstore import (
+    BlobStore,
+    BlobWriter,
+    CopyLimits,
+    CopySource,
+    ObjectInfo,
+    copy_source_changed,
+    details_from_listing,
+)
 
 _TMP_MARK = ".fcp-tmp-"
 #: Start an early write-back after this many bytes (see ``_LocalWriter._write``).
 _FLUSH_EVERY = 32 * 1024 * 1024
+#: Bytes per read and write where the kernel cannot copy between the files itself.
+_COPY_CHUNK = 8 * 1024 * 1024
 #: A temporary file untouched for this long belongs to a writer that died (SIGKILL, power
 #: loss) without removing it; the next commit in its folder deletes it.
 STALE_TMP_SECONDS = 3600.0
@@ -90,6 +100,7 @@ class _LocalWriter(BlobWriter):
         self._unsynced = 0
         self._flusher: threading.Thread | None = None
         self._file: BinaryIO | None = None
+        self._sources: dict[str, int] = {}  # copy sources: uri -> descriptor, checked when opened
         # The name is kept before the file exists, and the file object is made with the file,
         # so an abort (even of a writer whose constructor was interrupted) removes it.
         self._tmp = target.parent / f"{_temp_prefix(target)}{secrets.token_hex(6)}"
@@ -117,6 +128,45 @@ class _LocalWriter(BlobWriter):
             )
             self._flusher.start()
 
+    def _copy(self, source: CopySource, start: int, length: int) -> None:
+        fd = self._source_fd(source)
+        out = self._file.fileno()
+        try:
+            while length:
+                try:  # in the kernel: a reflink where the file system shares extents, else a copy
+                    n = os.copy_file_range(fd, out, length, start)
+                except OSError as exc:
+                    if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                        raise
+                    n = self._file.write(os.pread(fd, min(length, _COPY_CHUNK), start))
+                if n == 0:  # the source is shorter than it was described
+                    raise copy_source_changed(source, "it ended early")
+                start, length = start + n, length - n
+                self._unsynced += n
+        except OSError as exc:
+            raise _map_os_error(exc, self._target, "write") from exc
+
+    def _source_fd(self, source: CopySource) -> int:
+        """A descriptor of ``source``, opened once and checked against its version: every later
+        copy reads that same file, whatever is renamed over its path meanwhile."""
+        fd = self._sources.get(source.uri)
+        if fd is None:
+            try:
+                fd = os.open(local_path(source.uri), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                raise copy_source_changed(source) from None
+            except OSError as exc:
+                raise _map_os_error(exc, local_path(source.uri), "read") from exc
+            self._sources[source.uri] = fd
+            if _version(os.fstat(fd)) != source.version:
+                raise copy_source_changed(source)
+        return fd
+
+    def _close_sources(self) -> None:
+        while self._sources:
+            _, fd = self._sources.popitem()
+            os.close(fd)
+
     def _join_flusher(self) -> None:
         if self._flusher is not None:
             self._flusher.join()
@@ -124,6 +174,7 @@ class _LocalWriter(BlobWriter):
 
     def _commit(self) -> None:
         self._join_flusher()
+        self._close_sources()
         try:
             os.fsync(self._file.fileno())
             self._file.close()
@@ -136,6 +187,7 @@ class _LocalWriter(BlobWriter):
 
     def _abort(self) -> None:
         self._join_flusher()
+        self._close_sources()
         if self._file is not None:
             self._file.close()
         self._tmp.unlink(missing_ok=True)
@@ -164,6 +216,12 @@ def _quiet_datasync(fd: int) -> None:
         pass  # the fsync of the commit reports any error that matters
 
 
+def _version(st: os.stat_result) -> str:
+    """A local file's version for copies: a commit renames a new file (a new inode) into place,
+    and writing in place changes the times."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
 def _umask() -> int:
     umask = current_umask()
     return 0o022 if umask < 0 else umask
@@ -174,6 +232,7 @@ class LocalStore(BlobStore):
 
     supports_ranges = True
     supports_list_details = True  # sizes and times from os.scandir
+    copy_limits = CopyLimits()  # copy_file_range: any length, in the kernel
     # part_size stays None: a writer fills a temporary file and renames it whole at the commit.
 
     def open_read(self, uri: str) -> BinaryIO:
@@ -197,6 +256,18 @@ class LocalStore(BlobStore):
         if path.is_dir():
             raise _map_os_error(IsADirectoryError(errno.EISDIR, "is a directory"), path, "read")
         return st.st_size
+
+    def copy_source(self, uri: str) -> CopySource | None:
+        path = local_path(uri)
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise _map_os_error(exc, path, "read") from exc
+        if stat.S_ISDIR(st.st_mode):
+            raise _map_os_error(IsADirectoryError(errno.EISDIR, "is a directory"), path, "read")
+        return CopySource(uri, st.st_size, _version(st))
 
     def delete(self, uri: str) -> None:
         path = local_path(uri)

@@ -10,10 +10,20 @@ from typing import BinaryIO
 from ...errors import NotFoundError
 from ...forksafe import lock
 from ...uri import redact
-from ..blobstore import BlobStore, BlobWriter, ObjectInfo, details_from_listing
+from ..blobstore import (
+    BlobStore,
+    BlobWriter,
+    CopyLimits,
+    CopySource,
+    ObjectInfo,
+    copy_source_changed,
+    details_from_listing,
+)
 
 _objects: dict[str, bytes] = {}
 _modified: dict[str, datetime] = {}
+_versions: dict[str, int] = {}  # each commit of an object gets the next number (a copy source's version)
+_next_version = [0]
 _lock = lock()  # a forked child finds it free, whoever held it
 
 
@@ -25,10 +35,19 @@ class _MemoryWriter(BlobWriter):
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         self._buf.write(data)
 
+    def _copy(self, source: CopySource, start: int, length: int) -> None:
+        with _lock.get():
+            data = _objects.get(source.uri)
+            if data is None or str(_versions.get(source.uri)) != source.version:
+                raise copy_source_changed(source)
+            self._buf.write(memoryview(data)[start : start + length])
+
     def _commit(self) -> None:
         with _lock.get():
             _objects[self.uri] = self._buf.getvalue()
             _modified[self.uri] = datetime.now(timezone.utc)
+            _next_version[0] += 1
+            _versions[self.uri] = _next_version[0]
         self._buf = io.BytesIO()
 
     def _abort(self) -> None:
@@ -40,6 +59,7 @@ class MemoryStore(BlobStore):
 
     supports_ranges = True
     supports_list_details = True
+    copy_limits = CopyLimits()  # a copy takes the bytes in memory: no minimum, no maximum
     # part_size stays None: a writer holds the whole object until its commit.
 
     def open_read(self, uri: str) -> BinaryIO:
@@ -53,10 +73,16 @@ class MemoryStore(BlobStore):
             data = _objects.get(uri)
         return None if data is None else len(data)
 
+    def copy_source(self, uri: str) -> CopySource | None:
+        with _lock.get():
+            data = _objects.get(uri)
+            return None if data is None else CopySource(uri, len(data), str(_versions[uri]))
+
     def delete(self, uri: str) -> None:
         with _lock.get():
             _objects.pop(uri, None)
             _modified.pop(uri, None)
+            _versions.pop(uri, None)
 
     def list(self, prefix: str) -> Iterator[str]:
         with _lock.get():
