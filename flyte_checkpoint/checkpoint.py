@@ -24,8 +24,10 @@ from .uri import is_local, local_path, normalize, redact
 if TYPE_CHECKING:
     from .background import Lane, SaveHandle
     from .cancellation import Scope
+    from .format.incremental import Reuse
     from .preemption import Registration, Saver
     from .saveorder import Turn
+    from .storage.blobstore import BlobStore
 
 Data = bytes | bytearray | memoryview | str | os.PathLike
 #: ``progress(done, total)``: bytes done so far, and the total when it is known.
@@ -539,14 +541,32 @@ class Checkpoint(BaseCheckpoint):
                 from .storage.stores.local import leave_out_for
 
                 counter = _Counter(progress, tree_size(src)) if progress else None
-                with store_for(dest).open_write(dest) as writer:
+                store = store_for(dest)
+                reuse = self._reuse(store)
+                with store.open_write(dest) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     index = IndexBuilder()
                     with ParallelGzipWriter(writer, index=index) as gz:  # type: ignore[arg-type]
-                        pack_directory(src, gz, leave_out=leave_out, on_data=counter, index=index)  # type: ignore[arg-type]
+                        pack_directory(
+                            src,
+                            gz,  # type: ignore[arg-type]
+                            leave_out=leave_out,
+                            on_data=counter,
+                            index=index,
+                            reuse=reuse,
+                        )
                     if counter is not None:
                         counter.finish()
-                    return writer.bytes_written
+                if reuse is not None:
+                    logger().debug(
+                        "incremental save to %s: %d files (%d bytes) copied from %s, %d bytes sent",
+                        redact(dest),
+                        reuse.files_copied,
+                        writer.bytes_copied,
+                        redact(reuse.source.uri),
+                        writer.bytes_written,
+                    )
+                return writer.bytes_written
 
             return put_tree
 
@@ -569,6 +589,15 @@ class Checkpoint(BaseCheckpoint):
                 return source.size
 
         return put_file
+
+    def _reuse(self, store: BlobStore) -> Reuse | None:
+        """What an incremental folder save copies from: the destination's object, else (an
+        attempt's first save) the previous attempt's, if on the same store with an index."""
+        from .format.incremental import find_base
+        from .storage.registry import store_for
+
+        candidates = [self._dest] + ([self._src] if self._src else [])
+        return find_base(store, candidates, lambda uri: store_for(uri) is store)
 
     def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
         """On SIGTERM (or ``fc.preempt()``), within the grace budget: let this checkpoint's

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, BinaryIO
 
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopyLimits, CopySource, ObjectInfo
 from flyte_checkpoint.storage.registry import register_store, store_for, unregister_store
 from flyte_checkpoint.uri import is_local, normalize, scheme_of
 
@@ -38,9 +38,27 @@ class SpyStore(BlobStore):
         self.target = target
         self.hook = hook
         self.calls: Counter[tuple[str, str]] = Counter()
+        #: Bytes its writers were given to write, and to copy on the server (``copy``).
+        self.bytes_written = 0
+        self.bytes_copied = 0
         self._lock = threading.Lock()
         # as the target's store (a test may turn it off, to see what a store without them gets)
         self.supports_ranges = store_for(f"{target}://spy/x" if target != "file" else "/x").supports_ranges  # type: ignore[misc]
+
+    @property
+    def copy_limits(self) -> CopyLimits | None:  # type: ignore[override]
+        """The target store's: a copy is passed on to it."""
+        return self._inner(f"{self.scheme}:///probe").copy_limits
+
+    def copy_source(self, uri: str) -> CopySource | None:
+        self._before("copy_source", uri)
+        found = self._inner(uri).copy_source(self._real(uri))
+        return None if found is None else replace(found, uri=uri)
+
+    def _counted(self, written: int, copied: int) -> None:
+        with self._lock:
+            self.bytes_written += written
+            self.bytes_copied += copied
 
     def uri_for(self, uri: str) -> str:
         """The ``spy://`` URI of a ``target`` URI (or, for the ``file`` target, a local path)."""
@@ -75,7 +93,7 @@ class SpyStore(BlobStore):
 
     def open_write(self, uri: str) -> BlobWriter:
         self._before("open_write", uri)
-        return _SpyWriter(uri, self._inner(uri).open_write(self._real(uri)), self._before)
+        return _SpyWriter(uri, self._inner(uri).open_write(self._real(uri)), self)
 
     def stat(self, uri: str) -> int | None:
         self._before("stat", uri)
@@ -118,14 +136,21 @@ class SpyStore(BlobStore):
 
 
 class _SpyWriter(BlobWriter):
-    def __init__(self, uri: str, inner: BlobWriter, before: Callable[[str, str], None]) -> None:
+    def __init__(self, uri: str, inner: BlobWriter, spy: SpyStore) -> None:
         super().__init__(uri)
         self._inner = inner
-        self._spy_before = before
+        self._spy = spy
+        self._spy_before = spy._before
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         self._spy_before("write", self.uri)
         self._inner.write(data)
+        self._spy._counted(len(data), 0)
+
+    def _copy(self, source: CopySource, start: int, length: int) -> None:
+        self._spy_before("copy", self.uri)
+        self._inner.copy(replace(source, uri=self._spy._real(source.uri)), start, length)
+        self._spy._counted(0, length)
 
     def _commit(self) -> None:
         self._spy_before("commit", self.uri)

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import IO, BinaryIO
+from typing import IO, TYPE_CHECKING, BinaryIO
 
 from ..errors import (
     CheckpointError,
@@ -37,6 +37,9 @@ from ..sparse import SparseWriter
 from . import tarstream as ts
 from .hashing import Hasher
 from .index import ALIGN_MIN, IndexBuilder
+
+if TYPE_CHECKING:
+    from .incremental import Reuse
 
 _CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
 _MAX_META = 1024 * 1024  # PAX and GNU long-name members hold names, not data
@@ -101,6 +104,7 @@ def pack_directory(
     limits: LoadLimits | None = None,
     on_data: Callable[[int], None] | None = None,
     index: IndexBuilder | None = None,
+    reuse: Reuse | None = None,
 ) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
@@ -113,6 +117,10 @@ def pack_directory(
     With an ``index``, ``out`` must have ``cut()`` (a :class:`~.pipeline.ParallelGzipWriter`):
     the data of each file of at least :data:`~.index.ALIGN_MIN` bytes, with its padding, is
     cut into gzip members of its own, and each regular file is recorded in ``index``.
+    With ``reuse`` too (:class:`~.incremental.Reuse`: the previous object of an incremental
+    save), such a file whose SHA-256 that object's index records is not read into ``out`` but
+    copied from there (``out.copy``), and where the store needs long copies the headers between
+    two copied files are copied too when they are the same bytes.
 
     Raises:
         UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
@@ -125,7 +133,7 @@ def pack_directory(
     root = os.fspath(src)
     limits = limits or LoadLimits.from_env()
     try:
-        return _Packer(root, out, leave_out, limits, on_data, index).run()
+        return _Packer(root, out, leave_out, limits, on_data, index, reuse).run()
     except OSError as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -151,12 +159,15 @@ class _Packer:
         limits: LoadLimits,
         on_data: Callable[[int], None] | None = None,
         index: IndexBuilder | None = None,
+        reuse: Reuse | None = None,
     ) -> None:
         self.root = root
         self.on_data = on_data
         self.index = index
         self._cut = getattr(out, "cut", None) if index is not None else None
         self._hasher: Hasher | None = None  # SHA-256 of file data off this thread (with an index)
+        self.reuse = reuse if self._cut is not None else None
+        self._gz = out
         self.root_real = os.path.realpath(root)
         self._inside_prefix = self.root_real.rstrip("/") + "/"
         self._out = out.write
@@ -305,6 +316,8 @@ class _Packer:
         assert self.index is not None
         aligned = self._cut is not None and size >= ALIGN_MIN
         if aligned:
+            if self.reuse is not None and self.reuse.wants(size) and self._copied(fd, arcname, size, meta):
+                return
             self._cut()  # type: ignore[misc]
         start = self.offset
         hasher = self._hasher
@@ -314,6 +327,31 @@ class _Packer:
         if aligned:
             self._cut()  # type: ignore[misc]
         self.index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest.hexdigest)
+
+    def _copied(self, fd: int, arcname: str, size: int, meta: dict) -> bool:
+        """Copy the file's members from the previous object if it holds the same content (by
+        SHA-256: the file is read once more to hash it); False to write it as usual. The
+        caller checks afterwards that the file did not change meanwhile."""
+        from .incremental import file_sha256
+
+        reuse, gz, index = self.reuse, self._gz, self.index
+        assert reuse is not None and index is not None
+        digest = file_sha256(fd, size)
+        span = reuse.match(size, digest)
+        if span is None:
+            return False
+        gap = reuse.gap_before(span.first, gz.pending())  # type: ignore[attr-defined]
+        if gap is not None:
+            gz.copy(reuse.source, gap.start, gap.length, _rows(gap.members), replace=True)  # type: ignore[attr-defined]
+        start = self.offset
+        gz.copy(reuse.source, span.start, span.length, _rows(span.members))  # type: ignore[attr-defined]
+        self.offset += size + ts.padding(size)
+        if self.on_data is not None:
+            self.on_data(size)
+        reuse.files_copied += 1
+        reuse.bytes_copied += span.length + (gap.length if gap is not None else 0)
+        index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest)
+        return True
 
     def add_link(self, path: str, arcname: str, st: os.stat_result) -> None:
         target = os.readlink(path)
@@ -382,6 +420,10 @@ class _Packer:
 
     def inside(self, real: str) -> bool:
         return real == self.root_real or real.startswith(self._inside_prefix)
+
+
+def _rows(members: list) -> list[tuple[int, int, int]]:
+    return [(m.clen, m.ulen, m.crc) for m in members]
 
 
 def _sorted_entries(path: str) -> list[os.DirEntry[str]]:

@@ -26,6 +26,7 @@ from ..interrupts import finish
 from .compression import DEFAULT_LEVEL, compress_member, stored_member
 
 if TYPE_CHECKING:
+    from ..storage.blobstore import CopySource
     from .index import IndexBuilder
 
 BLOCK_SIZE = 4 * 1024 * 1024
@@ -72,6 +73,15 @@ class _Stop:
     pass
 
 
+class _CopyItem:
+    """Members of another object, copied by the store (``sink.copy``) rather than written."""
+
+    def __init__(
+        self, source: CopySource, start: int, length: int, members: list[tuple[int, int, int]]
+    ) -> None:
+        self.source, self.start, self.length, self.members = source, start, length, members
+
+
 _STOP = _Stop()
 
 
@@ -94,14 +104,46 @@ class _GzipState:
     def __init__(self, sink: BinaryIO, depth: int, on_member: Callable[[int, int, int], None] | None) -> None:
         self.sink = sink
         self.on_member = on_member  # (compressed length, uncompressed length, CRC-32) of each member
-        self.pending: queue.Queue[Future[list[bytes | memoryview]] | _Stop] = queue.Queue(maxsize=depth)
+        self.pending: queue.Queue[Future[list[bytes | memoryview]] | _CopyItem | _Stop] = queue.Queue(
+            maxsize=depth
+        )
+        self.copying: list = []  # [source, start, length] of a copy not yet given to the sink
         self.closing = threading.Event()  # nothing more will be queued: write the rest, then stop
         self.aborted = threading.Event()  # drop what is queued, and stop
         self.error: BaseException | None = None
 
 
+def _flush_copy(state: _GzipState) -> None:
+    """Give the sink the copy being gathered (adjacent copies of one object become one)."""
+    if state.copying:
+        source, start, length = state.copying
+        state.copying = []
+        state.sink.copy(source, start, length)  # type: ignore[attr-defined]
+
+
+def _take_copy(state: _GzipState, item: _CopyItem) -> None:
+    run = state.copying
+    if run and run[0] == item.source and run[1] + run[2] == item.start:
+        run[2] += item.length
+    else:
+        _flush_copy(state)
+        state.copying = [item.source, item.start, item.length]
+    if state.on_member is not None:
+        for clen, ulen, crc in item.members:
+            state.on_member(clen, ulen, crc)
+
+
 def _drain(state: _GzipState) -> None:
     """The writer thread: write each block's gzip member to the sink, in order."""
+    try:
+        _drain_items(state)
+        if state.error is None and not state.aborted.is_set():
+            _flush_copy(state)
+    except BaseException as exc:
+        state.error = exc
+
+
+def _drain_items(state: _GzipState) -> None:
     while True:
         try:
             item = state.pending.get(timeout=_POLL)
@@ -114,10 +156,15 @@ def _drain(state: _GzipState) -> None:
                 return
             continue
         if state.error is not None or state.aborted.is_set():
-            item.cancel()
+            if not isinstance(item, _CopyItem):
+                item.cancel()
             continue
         try:
+            if isinstance(item, _CopyItem):
+                _take_copy(state, item)
+                continue
             pieces = item.result()
+            _flush_copy(state)
             for piece in pieces:
                 state.sink.write(piece)
             if state.on_member is not None:
@@ -141,8 +188,10 @@ class ParallelGzipWriter:
     ``close()`` flushes, waits for the writer thread and raises its error if it had one;
     ``abort()`` drops what is pending. With an ``index`` (:class:`~.index.IndexBuilder`), each
     member written is recorded there and ``close()`` appends the index after the last one;
-    ``cut()`` ends a member early (so the next byte starts one). Neither closes ``sink``. Inside a cancelled
-    operation (:mod:`flyte_checkpoint.cancellation`) ``write()`` raises its error.
+    ``cut()`` ends a member early (so the next byte starts one); ``copy()`` puts members of
+    another object next, copied by ``sink`` (a :class:`~flyte_checkpoint.storage.blobstore.BlobWriter`
+    of a store with ``copy_limits``), adjacent copies joined into one. Neither closes ``sink``.
+    Inside a cancelled operation (:mod:`flyte_checkpoint.cancellation`) ``write()`` raises its error.
 
     No interrupt leaves a thread behind: ``close()`` and ``abort()`` first tell the threads
     to end (an event they watch) and then wait for them even if interrupted (raising the
@@ -173,6 +222,7 @@ class ParallelGzipWriter:
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
         self._finalizer = weakref.finalize(self, _abandon, self._state, self._pool)
         self._buf = bytearray()
+        self._sent_since_cut = False  # a block went to the compressors since the last cut
         self._closed = False
         self.bytes_in = 0
         self._thread = threading.Thread(
@@ -211,14 +261,40 @@ class ParallelGzipWriter:
         if self._buf:
             self._submit(bytes(self._buf))
             self._buf = bytearray()
+        self._sent_since_cut = False
+
+    def pending(self) -> bytes | None:
+        """Everything written since the last :meth:`cut` or :meth:`copy`, if it is all still
+        here (not yet compressed); else None."""
+        return None if self._sent_since_cut else bytes(self._buf)
+
+    def copy(
+        self,
+        source: CopySource,
+        start: int,
+        length: int,
+        members: list[tuple[int, int, int]],
+        *,
+        replace: bool = False,
+    ) -> None:
+        """Put next the gzip members ``members`` (compressed length, uncompressed length,
+        CRC-32 each), which are bytes ``start .. start + length`` of ``source``, copied by the
+        sink. With ``replace``, they stand for what :meth:`pending` returned, which is dropped
+        (the caller checked that they hold exactly it); otherwise it is cut into members first."""
+        if replace:
+            self._buf = bytearray()
+        self.cut()
+        self.bytes_in += sum(ulen for _, ulen, _ in members) if not replace else 0
+        self._put(_CopyItem(source, start, length, members))
 
     def _submit(self, block: bytes | memoryview) -> None:
+        self._sent_since_cut = True
         if self._on_block is not None:
             self._on_block(len(block))
         fut = self._pool.submit(compress_block, block, self._level)
         self._put(fut)
 
-    def _put(self, item: Future[list[bytes | memoryview]]) -> None:
+    def _put(self, item: Future[list[bytes | memoryview]] | _CopyItem) -> None:
         state = self._state
         while True:
             if state.error is not None:

@@ -1,0 +1,188 @@
+"""Planning an incremental folder save against the previous object's index (docs/FORMAT.md).
+
+A large file's gzip members hold exactly its data and tar padding, so a file whose SHA-256
+the previous object's index records is a byte range of that object: the save copies it on
+the server (:meth:`~flyte_checkpoint.storage.blobstore.BlobWriter.copy`) instead of
+compressing and sending it, and the new index lists the copied members with the same
+lengths and CRCs. :func:`find_base` picks the object to copy from; :class:`Reuse` answers the
+packer's questions about it. A store without the capability gets ``None``: everything is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import CorruptCheckpointError, UnsafeArchiveError
+from ..uri import redact
+from . import tarstream as ts
+from .index import FileEntry, Index, Member, read_index
+
+if TYPE_CHECKING:
+    from ..storage.blobstore import BlobStore, CopyLimits, CopySource
+
+log = logging.getLogger("flyte_checkpoint")
+
+#: Bytes hashed per read while checking whether a file is unchanged.
+_HASH_CHUNK = 4 * 1024 * 1024
+#: The most bytes of small members (headers, small files) fetched to compare with what the
+#: save would write there, where the store needs long copies (S3).
+_GAP_MAX = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Members ``first .. last`` of the base object, copied as they are."""
+
+    first: int
+    last: int
+    start: int  # compressed offset of member ``first``
+    length: int  # compressed bytes of the members
+    members: list[Member]
+
+
+class Reuse:
+    """The base object of an incremental save: its index, how to copy from it, and which of
+    its files (by size and SHA-256) are copyable ranges."""
+
+    def __init__(self, store: BlobStore, source: CopySource, index: Index, limits: CopyLimits) -> None:
+        self.store = store
+        self.source = source
+        self.index = index
+        self.limits = limits
+        #: Copies shorter than this are written instead (the store's minimum piece: a shorter
+        #: copy would be read back and sent by the writer anyway).
+        self.min_copy = max(limits.min_part, limits.min_copy, 1)
+        self._by_size: dict[int, dict[str, tuple[int, int]]] = {}
+        for entry in index.files.values():
+            span = self._members_of(entry)
+            if span is not None:
+                self._by_size.setdefault(entry.size, {}).setdefault(entry.sha256, span)
+        #: Files copied and bytes copied, by this save (for logs and tests).
+        self.files_copied = 0
+        self.bytes_copied = 0
+
+    def _members_of(self, e: FileEntry) -> tuple[int, int] | None:
+        """The members that hold the entry's data from their first byte and its tar padding,
+        nothing else (the padding may be a member of its own after the data's), if they are
+        long enough to copy."""
+        if e.offset != 0 or e.size == 0:
+            return None
+        members = self.index.members
+        data = sum(m.ulen for m in members[e.first : e.last + 1])
+        pad = ts.padding(e.size)
+        last = e.last
+        if data == e.size and pad and last + 1 < len(members) and members[last + 1].ulen == pad:
+            last += 1
+        elif data != e.size + pad:
+            return None
+        if sum(m.clen for m in members[e.first : last + 1]) < self.min_copy:
+            return None
+        return e.first, last
+
+    def wants(self, size: int) -> bool:
+        """Whether a file of ``size`` bytes may be a copy (a copyable file has that size)."""
+        return size in self._by_size
+
+    def match(self, size: int, sha256: str) -> Copy | None:
+        """The members to copy for a file of ``size`` bytes with this hash, if any."""
+        found = self._by_size.get(size, {}).get(sha256)
+        return None if found is None else self._span(*found)
+
+    def _span(self, first: int, last: int) -> Copy:
+        members = self.index.members[first : last + 1]
+        m0 = members[0]
+        return Copy(first, last, m0.coff, sum(m.clen for m in members), members)
+
+    def gap_before(self, first: int, pending: bytes) -> Copy | None:
+        """The members just before member ``first`` whose content is exactly ``pending`` (the
+        headers and small files the save would compress there), when the store needs long
+        copies: copying them too joins the copies on either side into one. None otherwise."""
+        if not self.limits.min_part or not pending or len(pending) > _GAP_MAX:
+            return None
+        start, total = first, 0
+        while start > 0 and total < len(pending):
+            start -= 1
+            total += self.index.members[start].ulen
+        if total != len(pending):
+            return None
+        span = self._span(start, first - 1)
+        if span.length > _GAP_MAX:
+            return None
+        from .compression import inflate
+
+        raw = self.store.read_range(self.source.uri, span.start, span.length)
+        at = 0
+        view = memoryview(pending)
+        for m, off in zip(span.members, _offsets(span.members), strict=True):
+            data, whole = inflate(raw[off : off + m.clen], m.ulen)
+            if (
+                not whole
+                or len(data) != m.ulen
+                or zlib.crc32(data) != m.crc
+                or view[at : at + m.ulen] != data
+            ):
+                return None
+            at += m.ulen
+        return span
+
+
+def _offsets(members: list[Member]) -> list[int]:
+    out, at = [], 0
+    for m in members:
+        out.append(at)
+        at += m.clen
+    return out
+
+
+def file_sha256(fd: int, size: int) -> str:
+    """The SHA-256 of the first ``size`` bytes of the open file (read with ``pread``: the
+    descriptor's offset stays where it is)."""
+    h = hashlib.sha256()
+    at = 0
+    while at < size:
+        chunk = os.pread(fd, min(_HASH_CHUNK, size - at), at)
+        if not chunk:
+            break
+        h.update(chunk)
+        at += len(chunk)
+    return h.hexdigest()
+
+
+def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str], bool]) -> Reuse | None:
+    """The first of ``candidates`` (URIs: the destination, then on an attempt's first save the
+    previous attempt's object) that the store can copy from and that carries an index; None
+    when there is none, or the store cannot copy (said at debug level: everything is sent)."""
+    limits = store.copy_limits
+    if limits is None:
+        if candidates:
+            log.debug("%s cannot copy ranges on the server: the save sends every file", type(store).__name__)
+        return None
+    for uri in candidates:
+        if not same_store(uri):
+            log.debug("%s is on another store: an incremental save cannot copy from it", redact(uri))
+            continue
+        source = store.copy_source(uri)
+        if source is None:
+            continue
+        try:
+            index = read_index(store, uri, source.size)
+        except (CorruptCheckpointError, UnsafeArchiveError) as exc:
+            log.warning("the index of %s is refused (%s): the save sends every file", redact(uri), exc)
+            continue
+        if index is None:
+            continue
+        if store.copy_source(uri) != source:  # replaced while its index was read: not that index
+            from ..storage.blobstore import copy_source_changed
+
+            raise copy_source_changed(source, "while its index was read")
+        return Reuse(store, source, index, limits)
+    return None
+
+
+__all__ = ["Copy", "Reuse", "file_sha256", "find_base"]

@@ -1,0 +1,192 @@
+"""Incremental folder saves (issue 18): files whose SHA-256 the previous object's index records
+are copied from it on the server, not compressed and sent; the object stays one gzip tar that
+every reader reads; a store without the capability sends everything."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+import flyte_checkpoint as fc
+from conftest import require
+from flyte_checkpoint.format import index as ix
+from flyte_checkpoint.storage.registry import store_for
+from flyte_checkpoint.storage.stores.memory import MemoryStore
+
+from .helpers import tree
+from .spystore import SpyStore, spying
+
+MiB = 1024 * 1024
+
+
+def _blob(size: int, seed: int) -> bytes:
+    """Deterministic bytes that do not compress (as model weights)."""
+    return random.Random(seed).randbytes(size)
+
+
+def make_tree(root: Path) -> Path:
+    (root / "weights").mkdir(parents=True)
+    for i in range(4):
+        (root / "weights" / f"w{i}.bin").write_bytes(_blob(2 * MiB + 1000 * i, seed=i))
+    (root / "frozen.bin").write_bytes(_blob(5 * MiB + 3, seed=10))
+    (root / "config.json").write_bytes(b'{"lr": 0.1}\n')
+    (root / "notes.txt").write_bytes(b"n" * (100 * 1024))  # aligned and compressible
+    return root
+
+
+@pytest.fixture(params=["file", "memory"])
+def spy(request, tmp_path):
+    with spying(request.param) as spy:
+        spy.root = (  # type: ignore[attr-defined]
+            spy.uri_for(str(tmp_path / "store")) if request.param == "file" else f"spy://t/{uuid.uuid4().hex}"
+        )
+        yield spy
+
+
+def save(spy: SpyStore, dest: str, src: Path, prev: str | None = None) -> tuple[int, int]:
+    """Save ``src`` to ``dest``; the bytes written and copied at the store."""
+    before = spy.bytes_written, spy.bytes_copied
+    with fc.Checkpoint(dest, prev) as cp:
+        cp.save_sync(str(src))
+    return spy.bytes_written - before[0], spy.bytes_copied - before[1]
+
+
+def restored(dest: str, tmp_path: Path) -> dict:
+    with fc.Checkpoint(str(tmp_path / f"n-{uuid.uuid4().hex}"), dest) as cp:
+        return tree(cp.load_sync())
+
+
+def test_a_sequence_of_incremental_saves_restores_each_tree(spy, tmp_path):
+    """Unchanged, one file changed, a file renamed, a file removed, and a file rewritten with
+    other bytes of the same size and modification time: each save restores the tree saved,
+    sends little for what did not change, and sends the file whose content changed."""
+    src = make_tree(tmp_path / "src")
+    dest = f"{spy.root}/ckpt.tgz"
+    total = sum(len(v) for v in tree(src).values() if isinstance(v, bytes))
+    written, copied = save(spy, dest, src)
+    assert copied == 0 and written > total // 2  # the first save sends everything
+    assert restored(dest, tmp_path) == tree(src)
+
+    written, copied = save(spy, dest, src)  # unchanged
+    assert written < 300 * 1024, written  # headers, small files and the index
+    assert copied > total * 0.9
+    assert restored(dest, tmp_path) == tree(src)
+
+    (src / "weights" / "w1.bin").write_bytes(_blob(2 * MiB + 1000, seed=99))  # changed
+    written, copied = save(spy, dest, src)
+    assert 2 * MiB < written < 2 * MiB + 300 * 1024, written
+    assert restored(dest, tmp_path) == tree(src)
+
+    (src / "weights" / "w2.bin").rename(src / "weights" / "renamed.bin")  # renamed: same content
+    (src / "notes.txt").unlink()  # removed
+    written, copied = save(spy, dest, src)
+    assert written < 300 * 1024, written
+    assert restored(dest, tmp_path) == tree(src)
+
+    target = src / "frozen.bin"  # other bytes, same size and modification time
+    st = target.stat()
+    target.write_bytes(_blob(st.st_size, seed=77))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert target.stat().st_mtime_ns == st.st_mtime_ns
+    written, copied = save(spy, dest, src)
+    assert written > 5 * MiB, "a file with the same size and time but other bytes is sent again"
+    assert restored(dest, tmp_path) == tree(src)
+    index = ix.read_index(store_for(dest), dest)
+    assert index is not None
+    assert index.files["frozen.bin"].sha256 == hashlib.sha256(target.read_bytes()).hexdigest()
+
+
+def test_an_attempts_first_save_copies_from_the_previous_attempts_object(spy, tmp_path):
+    src = make_tree(tmp_path / "src")
+    prev, dest = f"{spy.root}/attempt-0.tgz", f"{spy.root}/attempt-1.tgz"
+    save(spy, prev, src)
+    (src / "config.json").write_bytes(b'{"lr": 0.2}\n')
+    written, copied = save(spy, dest, src, prev)
+    assert written < 300 * 1024 and copied > 12 * MiB, (written, copied)
+    assert restored(dest, tmp_path) == tree(src)
+    assert restored(prev, tmp_path) != tree(src)  # the previous attempt's object is untouched
+
+
+def test_other_readers_read_the_incremental_object(tmp_path):
+    """tarfile, GNU tar, gzip -t and Flyte's Checkpoint read an object made mostly of copies."""
+    src = make_tree(tmp_path / "src")
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    (src / "weights" / "w0.bin").write_bytes(_blob(2 * MiB, seed=55))
+    (src / "weights" / "w3.bin").rename(src / "w3-moved.bin")
+    with spying("file") as spy:
+        _, copied = save(spy, spy.uri_for(str(obj)), src)
+    assert copied > 8 * MiB
+    out = tmp_path / "py"
+    with tarfile.open(obj, "r:gz") as tf:
+        tf.extractall(out, filter="tar")
+    assert tree(out) == tree(src)
+    gzip.decompress(obj.read_bytes())
+    require(shutil.which("tar") is not None and shutil.which("gzip") is not None, "tar and gzip are required")
+    out = tmp_path / "gnu"
+    out.mkdir()
+    run = subprocess.run(["tar", "xzf", str(obj), "-C", str(out)], capture_output=True)
+    assert (run.returncode, run.stderr) == (0, b"")
+    assert tree(out) == tree(src)
+    run = subprocess.run(["gzip", "-t", str(obj)], capture_output=True)
+    assert (run.returncode, run.stdout, run.stderr) == (0, b"", b"")
+    try:
+        import flyte
+    except ImportError:
+        flyte = None
+    require(flyte is not None, "flyte is not installed (pip install flyte==2.12.1)")
+    theirs = flyte.Checkpoint(f"file://{tmp_path / 'next'}", f"file://{obj}")
+    assert tree(Path(theirs.load_sync())) == tree(src)
+
+
+def test_the_index_lists_the_copied_members_as_they_were(tmp_path):
+    src = make_tree(tmp_path / "src")
+    obj = str(tmp_path / "obj.tgz")
+    fc.Checkpoint(obj).save_sync(str(src))
+    before = ix.read_index(store_for(obj), obj)
+    (src / "config.json").write_bytes(b"{}")
+    fc.Checkpoint(obj).save_sync(str(src))
+    after = ix.read_index(store_for(obj), obj)
+    assert before is not None and after is not None
+    for name in ("frozen.bin", "weights/w0.bin"):
+        old, new = before.files[name], after.files[name]
+        rows = lambda idx, e: [(m.clen, m.ulen, m.crc) for m in idx.members[e.first : e.last + 1]]  # noqa: E731
+        assert rows(before, old) == rows(after, new)
+        assert new.sha256 == old.sha256
+    assert tree(fc.Checkpoint(str(tmp_path / "n"), obj).load_sync()) == tree(src)
+
+
+class _NoCopy(MemoryStore):
+    copy_limits = None
+
+
+def test_a_store_without_the_capability_sends_everything(tmp_path):
+    src = make_tree(tmp_path / "src")
+    with spying("nocopy") as spy:
+        fc.register_store("nocopy-store", ("nocopy",), _NoCopy, "memory without copies (tests)")
+        try:
+            dest = f"spy://t/{uuid.uuid4().hex}"
+            first, _ = save(spy, dest, src)
+            again, copied = save(spy, dest, src)
+            assert copied == 0 and again == first
+            assert restored(dest, tmp_path) == tree(src)
+        finally:
+            fc.unregister_store("nocopy-store")
+
+
+def test_a_previous_object_on_another_store_is_not_copied_from(tmp_path):
+    src = make_tree(tmp_path / "src")
+    prev = f"memory://t/{uuid.uuid4().hex}"
+    fc.Checkpoint(prev).save_sync(str(src))
+    with spying("file") as spy:
+        written, copied = save(spy, spy.uri_for(str(tmp_path / "dest.tgz")), src, prev)
+    assert copied == 0 and written > 12 * MiB
