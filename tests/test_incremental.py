@@ -18,7 +18,9 @@ import pytest
 
 import flyte_checkpoint as fc
 from conftest import require
+from flyte_checkpoint.errors import CopySourceChangedError, TransientError
 from flyte_checkpoint.format import index as ix
+from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.storage.stores.memory import MemoryStore
 
@@ -52,10 +54,10 @@ def spy(request, tmp_path):
         yield spy
 
 
-def save(spy: SpyStore, dest: str, src: Path, prev: str | None = None) -> tuple[int, int]:
+def save(spy: SpyStore, dest: str, src: Path, prev: str | None = None, **kw) -> tuple[int, int]:
     """Save ``src`` to ``dest``; the bytes written and copied at the store."""
     before = spy.bytes_written, spy.bytes_copied
-    with fc.Checkpoint(dest, prev) as cp:
+    with fc.Checkpoint(dest, prev, **kw) as cp:
         cp.save_sync(str(src))
     return spy.bytes_written - before[0], spy.bytes_copied - before[1]
 
@@ -190,3 +192,81 @@ def test_a_previous_object_on_another_store_is_not_copied_from(tmp_path):
     with spying("file") as spy:
         written, copied = save(spy, spy.uri_for(str(tmp_path / "dest.tgz")), src, prev)
     assert copied == 0 and written > 12 * MiB
+
+
+def test_a_source_replaced_mid_save_fails_cleanly_and_is_retried(tmp_path):
+    """On the file store: the object being copied from is replaced when the first copy is
+    made. Without retries the save raises (its cause CopySourceChangedError) and the object
+    is the replacement, untouched; with them, the next try copies from the replacement."""
+    src = make_tree(tmp_path / "src")
+    other = make_tree(tmp_path / "other")
+    (other / "frozen.bin").write_bytes(_blob(5 * MiB + 3, seed=11))
+    obj, spare = tmp_path / "obj.tgz", tmp_path / "spare.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    fc.Checkpoint(str(spare)).save_sync(str(other))
+    replacement = spare.read_bytes()
+    armed = [True]
+
+    def hook(op: str, uri: str) -> None:
+        if op == "copy" and armed[0]:
+            armed[0] = False
+            tmp = tmp_path / "swap"
+            tmp.write_bytes(replacement)
+            os.replace(tmp, obj)
+
+    with spying("file", hook) as spy:
+        dest = spy.uri_for(str(obj))
+        with pytest.raises(TransientError, match="replaced or removed while a save copied") as info:
+            save(spy, dest, src, retry=RetryPolicy(attempts=1))
+        assert isinstance(info.value.__cause__, CopySourceChangedError)
+        assert obj.read_bytes() == replacement
+        armed[0] = True
+        save(spy, dest, src)  # retried: the second try plans against the replacement
+    assert tree(fc.Checkpoint(str(tmp_path / "n"), str(obj)).load_sync()) == tree(src)
+
+
+CRASH_CHILD = r"""
+import sys, threading
+import flyte_checkpoint as fc
+from tests.spystore import spying
+
+def hook(op, uri):
+    if op == "copy":
+        print("COPYING", flush=True)
+        threading.Event().wait()  # until SIGKILL
+
+with spying("file", hook) as spy:
+    fc.Checkpoint(spy.uri_for(sys.argv[1])).save_sync(sys.argv[2])
+print("DONE", flush=True)
+"""
+
+
+def test_killed_incremental_save_leaves_the_previous_object_whole(tmp_path):
+    """A child SIGKILLed in an incremental save (its first copy made, a changed file before it
+    written) leaves the previous file byte for byte, and nothing listed beside it."""
+    import select
+    import signal
+    import sys
+
+    src = make_tree(tmp_path / "src")
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    obj = store_dir / "ckpt.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    before = obj.read_bytes()
+    (src / "config.json").write_bytes(b'{"lr": 0.5}\n')
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *(p for p in sys.path if p)])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASH_CHILD, str(obj), str(src)], stdout=subprocess.PIPE, env=env, cwd=root
+    )
+    try:
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        assert ready and child.stdout.readline().strip() == b"COPYING"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(60)
+        child.stdout.close()  # type: ignore[union-attr]
+    assert obj.read_bytes() == before
+    assert list(store_for(str(store_dir)).list(str(store_dir) + "/")) == [str(obj)]

@@ -13,10 +13,10 @@ from flyte_checkpoint.errors import (
     ContainerNotFoundError,
     NotFoundError,
 )
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopySource, ObjectInfo
 from flyte_checkpoint.storage.kit import StorePool, download_to_file
 
-from . import integrity
+from . import copies, integrity
 from .client import S3Client
 from .config import S3Config
 from .errors import bucket_missing, map_error
@@ -42,6 +42,8 @@ class S3Store(BlobStore):
     supports_ranges = True
     supports_list = True
     supports_list_details = True
+    #: ``UploadPartCopy`` (incremental saves), within S3's part rules: :mod:`.copies`.
+    copy_limits = copies.LIMITS
 
     def __init__(self, config: S3Config | None = None, **settings: Any) -> None:
         if config is not None and settings:
@@ -94,6 +96,10 @@ class S3Store(BlobStore):
             self._check_bucket(uri, loc.bucket)
             return None
         return int(resp["ContentLength"])
+
+    def copy_source(self, uri: str) -> CopySource | None:
+        """Size and ETag (``HEAD``); a copy of its ranges checks the ETag (:mod:`.copies`)."""
+        return copies.describe(self, uri)
 
     def delete(self, uri: str) -> None:
         loc = parse(uri)

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from flyte_checkpoint.storage.blobstore import CopySource
 from flyte_checkpoint.storage.kit import GiB, Location, PartWriter, scrub
 from flyte_checkpoint.uri import redact
 
-from . import integrity
+from . import copies, integrity
 from .errors import error_code
 
 if TYPE_CHECKING:
@@ -50,8 +51,10 @@ class S3Writer(PartWriter):
             double_every=DOUBLE_EVERY,
             max_parts=MAX_PARTS,
             max_part_size=MAX_PART_SIZE,
+            copy_limits=copies.LIMITS,
         )
         self._store = store
+        self._sources: dict[str, CopySource] = {}  # what parts were copied from, checked at the commit
         self._loc = loc
         self._crc = store.crc
         self._full_object = config.checksum_type == "FULL_OBJECT"
@@ -86,13 +89,33 @@ class S3Writer(PartWriter):
             part[integrity.field(self._crc)] = self._crc.encode(value)
         return part, value, len(data)
 
+    def _copy_part(
+        self, number: int, source: CopySource, start: int, length: int
+    ) -> tuple[dict[str, Any], int | None, int]:
+        """``UploadPartCopy`` (see :mod:`.copies`); its entry of the completion, CRC (None when the
+        server gave none) and length."""
+        assert self.upload_id is not None
+        self._sources.setdefault(source.uri, source)
+        result = copies.copy_part(self._store, self.uri, self.upload_id, number, source, start, length)
+        part = {"PartNumber": number, "ETag": result["ETag"]}
+        value = copies.part_crc(result, self._crc.name) if self._crc is not None else None
+        if self._crc is not None and value is not None:
+            part[integrity.field(self._crc)] = self._crc.encode(value)
+        return part, value, length
+
+    def _read_source(self, source: CopySource, start: int, length: int) -> bytes:
+        return copies.read_source(self._store, source, start, length)
+
     def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        if self._sources:  # every copied part came from the version described (see .copies)
+            copies.check_unchanged(self._store, self._sources)
         args = self._args(
             UploadId=self.upload_id, MultipartUpload={"Parts": [part for part, _, _ in results]}
         )
         if self._crc is not None:
             args["ChecksumType"] = self._store.config.checksum_type
-            if self._full_object:
+            # A server that gives no CRC for a copied part: S3 keeps its own checksum, unchecked.
+            if self._full_object and all(value is not None for _, value, _ in results):
                 args[integrity.field(self._crc)] = self._crc.encode(self._whole(results))
         self._store.call(lambda c: c.complete_multipart_upload(**args), self.uri, "complete the upload of")
 

@@ -9,14 +9,21 @@ import pytest
 from flyte_checkpoint_s3.store import S3Store
 
 from flyte_checkpoint.storage.registry import store_for
-from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CrashSuite, FaultSuite, StoreRecipe
+from flyte_checkpoint.testing import (
+    BlobStoreSuite,
+    CheckpointSuite,
+    CopySuite,
+    CrashSuite,
+    FaultSuite,
+    StoreRecipe,
+)
 
 from .helpers import BUCKET, fault_store
 
 pytestmark = pytest.mark.integration
 
 
-class TestS3Conformance(BlobStoreSuite, CheckpointSuite):
+class TestS3Conformance(BlobStoreSuite, CheckpointSuite, CopySuite):
     """Through the registry (the entry point), configured by the environment with small parts."""
 
     large_object_size = 4 * 1024 * 1024 + 123  # 17 parts and ranges of 256 KiB
