@@ -270,3 +270,26 @@ def test_killed_incremental_save_leaves_the_previous_object_whole(tmp_path):
         child.stdout.close()  # type: ignore[union-attr]
     assert obj.read_bytes() == before
     assert list(store_for(str(store_dir)).list(str(store_dir) + "/")) == [str(obj)]
+
+
+class _ReadDenied(MemoryStore):
+    """Writes succeed, reads are denied (write-only credentials)."""
+
+    def copy_source(self, uri):
+        from flyte_checkpoint.errors import CheckpointPermissionError
+
+        raise CheckpointPermissionError(f"permission denied to read {uri}")
+
+
+def test_a_store_that_denies_reads_still_saves_everything(tmp_path):
+    """Write-only credentials: the save cannot look at the previous object, so it sends
+    every file, as before; it does not fail."""
+    src = make_tree(tmp_path / "src")
+    fc.register_store("denied-store", ("denied",), _ReadDenied, "memory that denies reads (tests)")
+    try:
+        dest = f"denied://t/{uuid.uuid4().hex}"
+        fc.Checkpoint(dest).save_sync(str(src))
+        fc.Checkpoint(dest).save_sync(str(src))
+        assert restored(dest, tmp_path) == tree(src)
+    finally:
+        fc.unregister_store("denied-store")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import CorruptCheckpointError, UnsafeArchiveError
+from ..errors import CheckpointPermissionError, CorruptCheckpointError, UnsafeArchiveError
 from ..uri import redact
 from . import tarstream as ts
 from .index import FileEntry, Index, Member, read_index
@@ -167,13 +167,16 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
         if not same_store(uri):
             log.debug("%s is on another store: an incremental save cannot copy from it", redact(uri))
             continue
-        source = store.copy_source(uri)
-        if source is None:
-            continue
         try:
+            source = store.copy_source(uri)
+            if source is None:
+                continue
             index = read_index(store, uri, source.size)
         except (CorruptCheckpointError, UnsafeArchiveError) as exc:
             log.warning("the index of %s is refused (%s): the save sends every file", redact(uri), exc)
+            continue
+        except CheckpointPermissionError as exc:  # write-only credentials: a full save still works
+            log.debug("cannot read %s to copy from it (%s): the save sends every file", redact(uri), exc)
             continue
         if index is None:
             continue

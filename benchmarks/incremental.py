@@ -1,0 +1,228 @@
+"""Incremental folder saves (issue 18): a full save against one after one file changed.
+
+    python -m benchmarks.incremental                  # 64 files of 16 MiB (1 GiB), file store
+    python -m benchmarks.incremental --s3 --lightning # also on moto's S3 server, and Lightning
+    python -m benchmarks.incremental --scale 0.05 --runs 1   # a quick check
+
+Each run saves the tree whole to a fresh object (no index to copy from: everything is sent),
+then changes one file (new bytes, same size) and saves again over that object (the unchanged
+files are copied by the store). Bytes sent are counted by the writers (file) and at a
+FaultProxy in front of the server (S3); times are the median of ``--runs``. The Lightning case
+trains a small model with ``ModelCheckpoint(save_top_k=3)`` and ``CheckpointMirror`` and
+reports the bytes each epoch's save sent against the size of one checkpoint file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import flyte_checkpoint as fc
+
+ROOT = Path(__file__).resolve().parent
+MiB = 1024 * 1024
+
+
+class SentBytes(logging.Handler):
+    """The bytes each save sent, from the core's one info line per save."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.sizes: list[int] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        found = re.match(r"saved checkpoint \S+: (\d+) bytes", record.getMessage())
+        if found:
+            self.sizes.append(int(found.group(1)))
+
+
+def make_tree(root: Path, files: int, size: int) -> Path:
+    root.mkdir(parents=True)
+    for i in range(files):
+        (root / f"part-{i:03d}.bin").write_bytes(os.urandom(size))
+    (root / "meta.json").write_text('{"epoch": 0}')
+    return root
+
+
+def pair(dest: Callable[[int], str], src: Path, runs: int, size: int, sent: Callable[[], int]) -> dict:
+    """``runs`` times: a full save to a fresh object, one file changed, an incremental save."""
+    full_t, incr_t, full_b, incr_b = [], [], [], []
+    files = sorted(src.glob("part-*.bin"))
+    for run in range(runs):
+        uri = dest(run)
+        before = sent()
+        started = time.monotonic()
+        fc.Checkpoint(uri).save_sync(str(src))
+        full_t.append(time.monotonic() - started)
+        full_b.append(sent() - before)
+        files[(7 * run + 3) % len(files)].write_bytes(os.urandom(size))
+        before = sent()
+        started = time.monotonic()
+        fc.Checkpoint(uri).save_sync(str(src))
+        incr_t.append(time.monotonic() - started)
+        incr_b.append(sent() - before)
+        from flyte_checkpoint.storage.registry import store_for
+
+        store_for(uri).delete(uri)  # the S3 server holds objects in memory
+    med = statistics.median
+    return {
+        "full_s": med(full_t),
+        "incr_s": med(incr_t),
+        "full_bytes": med(full_b),
+        "incr_bytes": med(incr_b),
+    }
+
+
+def row(name: str, r: dict) -> str:
+    return (
+        f"| {name} | {r['full_s']:.2f} | {r['incr_s']:.2f} | {100 * r['incr_s'] / r['full_s']:.1f}% |"
+        f" {r['full_bytes'] / MiB:.1f} | {r['incr_bytes'] / MiB:.2f} |"
+        f" {100 * r['incr_bytes'] / r['full_bytes']:.2f}% |"
+    )
+
+
+def moto(work: Path):
+    """moto's S3 server (AWS's 5 MiB minimum part) and a FaultProxy in front of it."""
+    sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
+    from flyte_checkpoint_s3_tests.server import moto_s3_server
+
+    return moto_s3_server(min_part_size=None)
+
+
+def s3_setup(endpoint: str):
+    import boto3
+
+    from flyte_checkpoint.testing import FaultProxy
+
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        FLYTE_CHECKPOINT_S3_READ_RANGE_SIZE=str(8 * 2**30),
+    )
+    client = boto3.client("s3", endpoint_url=endpoint)
+    client.create_bucket(Bucket="bench")
+    proxy = FaultProxy(endpoint)
+    proxy.__enter__()
+    fc.configure_store("s3", endpoint_url=proxy.url)
+    return client, proxy
+
+
+def lightning_case(work: Path, epochs: int, width: int, dest: str, sent_bytes: SentBytes) -> dict:
+    """Train ``epochs`` epochs with ``save_top_k=3`` mirrored to ``dest``; bytes each save sent."""
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from flyte_checkpoint.integrations.lightning import CheckpointMirror
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(width, width)
+
+        def training_step(self, batch, _i):
+            (x,) = batch
+            loss = self.layer(x).pow(2).mean()
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    folder = work / f"lightning-{uuid.uuid4().hex}"
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, width)), batch_size=8)
+    first = len(sent_bytes.sizes)
+    with fc.Checkpoint(dest) as cp:
+        trainer = pl.Trainer(
+            max_epochs=epochs,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[
+                ModelCheckpoint(dirpath=folder, save_top_k=3, monitor="epoch", mode="max", every_n_epochs=1),
+                CheckpointMirror(cp, background=False),
+            ],
+        )
+        trainer.fit(Model(), data)
+    one = max(p.stat().st_size for p in folder.glob("*.ckpt"))
+    return {"file_bytes": one, "sent": sent_bytes.sizes[first:], "kept": len(list(folder.glob("*.ckpt")))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", type=float, default=1.0, help="fraction of the 16 MiB file size")
+    p.add_argument("--files", type=int, default=64)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--s3", action="store_true", help="also on moto's S3 server")
+    p.add_argument("--lightning", action="store_true", help="also Lightning's save_top_k=3")
+    p.add_argument("--work", type=Path, default=None, help="where the tree and objects go")
+    args = p.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="fcp-incr-", dir=args.work))
+    sent_bytes = SentBytes()
+    log = logging.getLogger("flyte_checkpoint")
+    log.addHandler(sent_bytes)
+    log.setLevel(logging.INFO)
+    size = max(int(16 * MiB * args.scale), 64 * 1024)
+    load = os.getloadavg()
+    try:
+        src = make_tree(work / "src", args.files, size)
+        print(f"# Incremental saves: {args.files} files of {size / MiB:.2f} MiB, one changed")
+        print()
+        print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")
+        print()
+        print("| store | full save s | incremental s | time | full MiB sent | incremental MiB sent | bytes |")
+        print("|---|---|---|---|---|---|---|")
+        total = lambda: sum(sent_bytes.sizes)  # noqa: E731
+        print(
+            row("file", pair(lambda run: str(work / f"obj-{run}.tgz"), src, args.runs, size, total)),
+            flush=True,
+        )
+        lightning_rows = []
+        if args.lightning:
+            width = max(64, int(2048 * args.scale**0.5))
+            lightning_rows.append(
+                ("file", lightning_case(work, 6, width, str(work / "lightning.tgz"), sent_bytes))
+            )
+        if args.s3:
+            with moto(work) as endpoint:
+                client, proxy = s3_setup(endpoint)
+                up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
+                key = uuid.uuid4().hex
+                r = pair(lambda run: f"s3://bench/{key}/obj-{run}.tgz", src, args.runs, size, up)
+                print(row("s3 (moto, bytes at a proxy)", r), flush=True)
+                if args.lightning:
+                    res = lightning_case(work, 6, width, f"s3://bench/{key}/lightning.tgz", sent_bytes)
+                    lightning_rows.append(("s3 (moto)", res))
+                proxy.__exit__(None, None, None)
+        load = os.getloadavg()
+        print()
+        print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        if lightning_rows:
+            print()
+            print("## Lightning, ModelCheckpoint(save_top_k=3), 6 epochs")
+            print()
+            print("| store | one .ckpt MiB | files kept | MiB sent by each epoch's save | in .ckpt files |")
+            print("|---|---|---|---|---|")
+            for name, res in lightning_rows:
+                one = res["file_bytes"]
+                each = ", ".join(f"{s / MiB:.2f}" for s in res["sent"])
+                ratio = ", ".join(f"{s / one:.2f}" for s in res["sent"])
+                print(f"| {name} | {one / MiB:.2f} | {res['kept']} | {each} | {ratio} |")
+    finally:
+        log.removeHandler(sent_bytes)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
