@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         if args.s3:
             with moto(work) as endpoint:
-                client, proxy = s3_setup(endpoint)
+                _client, proxy = s3_setup(endpoint)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
                 key = uuid.uuid4().hex
                 r = pair(lambda run: f"s3://bench/{key}/obj-{run}.tgz", src, args.runs, size, up)
