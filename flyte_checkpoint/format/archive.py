@@ -316,8 +316,11 @@ class _Packer:
         assert self.index is not None
         aligned = self._cut is not None and size >= ALIGN_MIN
         if aligned:
+            pending = self._gz.pending() if hasattr(self._gz, "pending") else None
             if self.reuse is not None and self.reuse.wants(size) and self._copied(fd, arcname, size, meta):
                 return
+            if pending:
+                self.index.add_gap(self.offset - len(pending), pending)
             self._cut()  # type: ignore[misc]
         start = self.offset
         hasher = self._hasher
@@ -340,7 +343,10 @@ class _Packer:
         span = reuse.match(size, digest)
         if span is None:
             return False
-        gap = reuse.gap_before(span.first, gz.pending())  # type: ignore[attr-defined]
+        pending = gz.pending()  # type: ignore[attr-defined]
+        gap = reuse.gap_before(span.first, pending)
+        if pending:
+            index.add_gap(self.offset - len(pending), pending)
         if gap is not None:
             gz.copy(reuse.source, gap.start, gap.length, _rows(gap.members), replace=True)  # type: ignore[attr-defined]
         start = self.offset

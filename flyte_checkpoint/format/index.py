@@ -18,7 +18,7 @@ import re
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, UnsafeArchiveError
@@ -41,6 +41,9 @@ _TRAILER_BODY = struct.Struct("<4sHQQQ32sI")
 _COUNTS = struct.Struct("<II")
 _MEMBER = struct.Struct("<III")  # clen, ulen, crc32
 _FILE = struct.Struct("<IIIQqI32sI")  # first, last, offset, size, mtime, mode, sha256, name length
+# Optional, after the files: a gap count, then each gap (the tar bytes before a large file).
+_GAP_COUNT = struct.Struct("<I")
+_GAP = struct.Struct("<QI32s")  # end (uncompressed offset), length, sha256
 _HEADER = b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff"  # deflate, FEXTRA, no mtime, unknown OS
 _EMPTY_DEFLATE = b"\x03\x00"
 _EMPTY_TRAILER = b"\x00" * 8  # CRC-32 and size of no data
@@ -89,6 +92,9 @@ class Index:
     members: list[Member]
     files: dict[str, FileEntry]
     data_end: int  # where the index members begin (the end of the tar's members)
+    #: SHA-256 of the tar bytes between large files (headers, folders, small files), by where
+    #: they end in the uncompressed stream: ``{end: (length, sha256 hex)}``; empty without them
+    gaps: dict[int, tuple[int, str]] = field(default_factory=dict)
 
 
 class IndexBuilder:
@@ -100,6 +106,7 @@ class IndexBuilder:
         self._coff = 0
         self._uoff = 0
         self._files: list[tuple[str, int, int, int, int, str | Callable[[], str]]] = []
+        self._gaps: list[tuple[int, int, bytes]] = []
 
     def add_member(self, clen: int, ulen: int, crc: int) -> None:
         """Called by the gzip writer thread, in order, for each member written."""
@@ -113,6 +120,13 @@ class IndexBuilder:
         """A regular file whose data starts at ``offset`` in the tar stream; ``sha256`` is its
         hex digest, or a function that gives it once the data is hashed (called by :meth:`encode`)."""
         self._files.append((name, offset, size, mtime, mode, sha256))
+
+    def add_gap(self, offset: int, data: bytes) -> None:
+        """The tar bytes ``data`` from ``offset``, just before a large file's data: members of
+        their own (the writer cuts after the previous large file and before this one), recorded
+        by hash so that an incremental save can tell they are unchanged without reading them."""
+        if data:
+            self._gaps.append((offset + len(data), len(data), hashlib.sha256(data).digest()))
 
     def add_alias(self, name: str, target: str) -> None:
         """A hard link ``name`` to the file ``target`` added before: the same data."""
@@ -130,18 +144,23 @@ class IndexBuilder:
             first = bisect.bisect_right(starts, offset) - 1
             last = bisect.bisect_right(starts, offset + max(size, 1) - 1) - 1
             files.append((name, first, last, offset - starts[first], size, mtime, mode, digest))
-        payload = pack_payload([(m.clen, m.ulen, m.crc) for m in self.members], files)
+        payload = pack_payload([(m.clen, m.ulen, m.crc) for m in self.members], files, self._gaps)
         return encode_tail(payload, self._coff)
 
 
-def pack_payload(members: list[tuple[int, int, int]], files: list[tuple]) -> bytes:
-    """The index payload of ``members`` (clen, ulen, crc32) and ``files`` (the fields of
-    :class:`FileEntry`, in order): fixed-width fields, names as UTF-8 (docs/FORMAT.md)."""
+def pack_payload(
+    members: list[tuple[int, int, int]], files: list[tuple], gaps: list[tuple[int, int, bytes]] = ()  # type: ignore[assignment]
+) -> bytes:
+    """The index payload of ``members`` (clen, ulen, crc32), ``files`` (the fields of
+    :class:`FileEntry`, in order) and ``gaps`` (end, length, SHA-256 digest; the section is
+    left out when there are none): fixed-width fields, names as UTF-8 (docs/FORMAT.md)."""
     out = [_COUNTS.pack(len(members), len(files))]
     out += [_MEMBER.pack(*m) for m in members]
     for name, first, last, offset, size, mtime, mode, digest in files:
         raw = name.encode("utf-8", "surrogateescape")
         out += [_FILE.pack(first, last, offset, size, mtime, mode, bytes.fromhex(digest), len(raw)), raw]
+    if gaps:
+        out += [_GAP_COUNT.pack(len(gaps))] + [_GAP.pack(*g) for g in gaps]
     return b"".join(out)
 
 
@@ -322,9 +341,22 @@ def _parse(payload: bytes, data_end: int, uri: str) -> Index:
         entry = FileEntry(name, first, last, offset, size, mtime, mode, digest.hex())
         _check_entry(entry, members, uri)
         files[entry.name] = entry
+    gaps: dict[int, tuple[int, str]] = {}
+    if at < len(payload):  # the optional gap section
+        if at + _GAP_COUNT.size > len(payload):
+            raise _Bad("bytes follow its last file entry (not a gap section)")
+        (n_gaps,) = _GAP_COUNT.unpack_from(payload, at)
+        at += _GAP_COUNT.size
+        if n_gaps > len(members) or at + n_gaps * _GAP.size != len(payload):
+            raise _Bad("bytes follow its last file entry (not a gap section of that count)")
+        for end, length, digest in _GAP.iter_unpack(payload[at:]):
+            if not 0 < length <= end <= uoff:
+                raise _Bad("a gap lies outside the tar")
+            gaps[end] = (length, digest.hex())
+        at = len(payload)
     if at != len(payload):
         raise _Bad("bytes follow its last file entry")
-    return Index(members, files, data_end)
+    return Index(members, files, data_end, gaps)
 
 
 _INT_FIELDS = ("first", "last", "offset", "size", "mtime", "mode")
