@@ -319,7 +319,7 @@ def test_unchanged_neighbours_become_one_copy_without_reading_their_headers_back
             save(spy, dest, src)
             monkeypatch.undo()
             spy.calls.clear()
-            written, copied = save(spy, dest, src)
+            written, _ = save(spy, dest, src)
             # two runs: notes.txt compresses below the minimum piece, so it is written between them
             assert spy.count("copy") == 2, spy.calls
             reads = spy.count("read_range")
