@@ -149,7 +149,9 @@ class IndexBuilder:
 
 
 def pack_payload(
-    members: list[tuple[int, int, int]], files: list[tuple], gaps: list[tuple[int, int, bytes]] = ()  # type: ignore[assignment]
+    members: list[tuple[int, int, int]],
+    files: list[tuple],
+    gaps: list[tuple[int, int, bytes]] = (),  # type: ignore[assignment]
 ) -> bytes:
     """The index payload of ``members`` (clen, ulen, crc32), ``files`` (the fields of
     :class:`FileEntry`, in order) and ``gaps`` (end, length, SHA-256 digest; the section is
