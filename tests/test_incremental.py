@@ -328,3 +328,34 @@ def test_unchanged_neighbours_become_one_copy_without_reading_their_headers_back
             assert restored(dest, tmp_path) == tree(src)
     finally:
         fc.unregister_store("longcopy-store")
+
+
+@pytest.mark.parametrize(
+    ("gaps", "extra", "match"),
+    [
+        ([(10**12, 5, bytes(32))], b"", "a gap lies outside the tar"),
+        ([(600, 0, bytes(32))], b"", "a gap lies outside the tar"),
+        ([(600, 100, bytes(32))], b"\0", "not a gap section of that count"),
+        ([], b"\0\0", "not a gap section"),
+    ],
+    ids=["past-the-end", "empty", "trailing-byte", "short-count"],
+)
+def test_a_forged_gap_section_is_refused(tmp_path, gaps, extra, match):
+    """The gap section is checked as the rest of the index: a count that does not match the
+    bytes after the last file, or a gap outside the tar, is a CorruptCheckpointError."""
+    from flyte_checkpoint.errors import CorruptCheckpointError
+
+    src = make_tree(tmp_path / "src")
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None and index.gaps, "a folder save records the gaps before large files"
+    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    files = [
+        (e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.sha256) for e in index.files.values()
+    ]
+    payload = ix.pack_payload(members, files, gaps) + extra
+    raw = obj.read_bytes()
+    obj.write_bytes(raw[: index.data_end] + ix.encode_tail(payload, index.data_end))
+    with pytest.raises(CorruptCheckpointError, match=match):
+        ix.read_index(store_for(str(obj)), str(obj))
