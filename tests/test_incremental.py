@@ -174,16 +174,16 @@ class _NoCopy(MemoryStore):
 
 def test_a_store_without_the_capability_sends_everything(tmp_path):
     src = make_tree(tmp_path / "src")
-    with spying("nocopy") as spy:
-        fc.register_store("nocopy-store", ("nocopy",), _NoCopy, "memory without copies (tests)")
-        try:
+    fc.register_store("nocopy-store", ("nocopy",), _NoCopy, "memory without copies (tests)")
+    try:
+        with spying("nocopy") as spy:
             dest = f"spy://t/{uuid.uuid4().hex}"
             first, _ = save(spy, dest, src)
             again, copied = save(spy, dest, src)
             assert copied == 0 and again == first
             assert restored(dest, tmp_path) == tree(src)
-        finally:
-            fc.unregister_store("nocopy-store")
+    finally:
+        fc.unregister_store("nocopy-store")
 
 
 def test_a_previous_object_on_another_store_is_not_copied_from(tmp_path):
