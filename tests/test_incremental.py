@@ -359,3 +359,24 @@ def test_a_forged_gap_section_is_refused(tmp_path, gaps, extra, match):
     obj.write_bytes(raw[: index.data_end] + ix.encode_tail(payload, index.data_end))
     with pytest.raises(CorruptCheckpointError, match=match):
         ix.read_index(store_for(str(obj)), str(obj))
+
+
+def test_a_parallel_load_of_an_incremental_object_checks_and_restores_it(tmp_path, monkeypatch):
+    """The parallel inflate of a full load (every member's CRC, every file's SHA-256 against
+    the index) restores an object made mostly of copied members."""
+    from flyte_checkpoint.format import inflate
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"shard-{i}.bin").write_bytes(_blob(12 * MiB + i, seed=20 + i))
+    (src / "meta.json").write_text("{}")
+    obj = str(tmp_path / "obj.tgz")
+    fc.Checkpoint(obj).save_sync(str(src))
+    (src / "shard-1.bin").write_bytes(_blob(12 * MiB + 1, seed=99))
+    with spying("file") as spy:
+        _, copied = save(spy, spy.uri_for(obj), src)
+    assert copied > 20 * MiB and os.path.getsize(obj) >= inflate.PARALLEL_MIN
+    monkeypatch.setenv(inflate.THREADS_ENV, "2")
+    assert inflate.inflate_threads() == 2
+    assert tree(fc.Checkpoint(str(tmp_path / "n"), obj).load_sync()) == tree(src)
