@@ -11,7 +11,7 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,6 +118,7 @@ class Checkpoint(BaseCheckpoint):
         self._owner = 0  # the process that made ``_root``
         self._finalizer: Callable[[], object] | None = None
         self._loaded: tuple[Path | None] | None = None
+        self._restored: set[str] = set()  # names restored by partial loads into the workspace
         self._loading: Scope | None = None  # the download in flight, which close() cancels
         self._stale: list[Callable[[], object]] = []  # workspaces it removes when it stops
         # Background saves (flyte_checkpoint.background): a forked child gets an empty lane.
@@ -165,7 +166,7 @@ class Checkpoint(BaseCheckpoint):
 
     # -- load ------------------------------------------------------------------
 
-    def load_sync(self) -> Path | None:
+    def load_sync(self, members: Iterable[str] | None = None) -> Path | None:
         """See :meth:`load`.
 
         Raises:
@@ -176,14 +177,29 @@ class Checkpoint(BaseCheckpoint):
         from .cancellation import Scope
         from .preemption import deferring
 
+        names = _member_names(members)
         with deferring():
-            return self._load(Scope(f"load of {redact(self._src)}"))
+            return self._load(Scope(f"load of {redact(self._src)}"), names)
 
-    async def load(self) -> Path | None:
+    async def load(self, members: Iterable[str] | None = None) -> Path | None:
         """Restore the previous attempt's checkpoint, in a worker thread.
+
+        ``members`` (paths inside a folder checkpoint) restores only those files, and every
+        regular file under the folders among them, into :attr:`path` (which it returns, as a
+        full load does): with an index, by ranged reads of their gzip members only, each file's
+        SHA-256 verified; without one (Flyte's, older objects), by streaming the archive to its
+        end and keeping the selected files. Symbolic links and empty folders are left out
+        (``load()`` without ``members`` restores them). Files restored replace those of the
+        same names in :attr:`path`; names restored before are not read again. See docs/FORMAT.md.
 
         Cancelling the awaiting task stops the download in flight (in the worker, which
         removes what it had restored); :meth:`close` does the same without waiting for it.
+
+        Raises:
+            NotFoundError: a name in ``members`` selects no regular file (nothing is written
+                to :attr:`path`); the object is a payload, not a folder.
+            UnsafeArchiveError: a name leaves the tree; the archive breaks a safety rule.
+            CorruptCheckpointError: the object, its index or a file's data is damaged.
         """
         if self._src is None:
             return None
@@ -191,21 +207,23 @@ class Checkpoint(BaseCheckpoint):
 
         from .cancellation import Scope
 
+        names = _member_names(members)
         scope = Scope(f"load of {redact(self._src)}")
         try:
-            return await asyncio.to_thread(self._load, scope)
+            return await asyncio.to_thread(self._load, scope, names)
         except asyncio.CancelledError:
             scope.cancel()
             raise
 
-    def _load(self, scope: Scope) -> Path | None:
+    def _load(self, scope: Scope, names: tuple[str, ...] | None = None) -> Path | None:
         from .cancellation import using
 
         assert self._src is not None
         with self._load_lock.get():
             with self._lock.get():
-                if self._loaded is not None:
-                    return self._loaded[0]
+                cached = self._cached(names)
+                if cached is not None:
+                    return cached[0]
             try:
                 with self._lock.get():
                     self._loading = scope
@@ -213,10 +231,12 @@ class Checkpoint(BaseCheckpoint):
                         # A forked child restores into a workspace of its own: the download
                         # replaces the workspace's content, which is the parent's.
                         self._root = self._finalizer = None
+                        self._restored = set()
                 scope.check()
                 started = time.monotonic()
+                download = self._download if names is None else lambda: self._download_members(names)
                 with using(scope):
-                    result = self._retry.call(self._download, f"load of {redact(self._src)}", scope=scope)
+                    result = self._retry.call(download, f"load of {redact(self._src)}", scope=scope)
             finally:
                 with self._lock.get():
                     self._loading = None
@@ -226,20 +246,59 @@ class Checkpoint(BaseCheckpoint):
             if stale:  # closed meanwhile: what it restored went with the old workspace
                 raise scope.error()
             with self._lock.get():
-                self._loaded = (result[0],)
+                if names is None:
+                    self._loaded = (result[0],)
+                elif result[0] is not None:
+                    self._restored.update(names)
         if result[0] is None:
             logger().info("no checkpoint at %s: starting fresh", redact(self._src))
         else:
             log_transfer("loaded", self._src, result[1], time.monotonic() - started)
         return result[0]
 
+    def _cached(self, names: tuple[str, ...] | None) -> tuple[Path | None] | None:
+        """What a load of ``names`` (None: all) returns without reading, if it need not read."""
+        if names is None:
+            return self._loaded
+        if self._loaded is not None and (
+            self._loaded[0] is None or (self._root and self._loaded[0] == Path(self._root, "workspace"))
+        ):
+            return self._loaded  # no checkpoint, or the whole tree is there already
+        if self._root is not None and self._owner == os.getpid():
+            done = self._restored
+            if all(any(p in done for p in _and_parents(n)) for n in names):
+                return (Path(self._root, "workspace"),)
+        return None
+
+    def _download_members(self, names: tuple[str, ...]) -> tuple[Path | None, int]:
+        import functools
+
+        from .format.partial import Selection, restore_into
+        from .storage.registry import store_for
+
+        assert self._src is not None
+        store = store_for(self._src)
+        size = store.stat(self._src)
+        if not size:
+            return None, 0
+        workspace = self.path
+        assert self._root is not None
+        progress = self._progress
+        counter = _Counter(progress or _no_progress, None)
+        place = functools.partial(os.path.join, str(workspace))
+        restore_into(store, self._src, size, Selection(names), place, beside=self._root, on_read=counter)
+        if progress is not None:
+            counter.finish()
+        return workspace, counter.done
+
     def load_file_sync(self, name: str, dest: str | os.PathLike[str] | None = None) -> Path | None:
         """Restore the one file ``name`` (a path inside the previous folder checkpoint) to
         ``dest`` (default: that path under :attr:`path`); None when there is no checkpoint.
 
-        An object with an index (folder saves of this library) is read by ranged reads of
-        that file's gzip members only, and the file's SHA-256 is verified; one without (Flyte's,
-        older ones) is streamed to its end (every member's CRC checked). See docs/FORMAT.md.
+        ``load(members=[name])`` for one file written anywhere: an object with an index (folder
+        saves of this library) is read by ranged reads of that file's gzip members only, and the
+        file's SHA-256 is verified; one without (Flyte's, older ones) is streamed to its end
+        (every member's CRC checked). See docs/FORMAT.md.
 
         Raises:
             NotFoundError: the checkpoint holds no regular file ``name``.
@@ -270,20 +329,22 @@ class Checkpoint(BaseCheckpoint):
 
     def _load_file(self, name: str, dest: str | os.PathLike[str] | None, scope: Scope) -> Path | None:
         from .cancellation import using
-        from .format.single import member_name, restore_file_to
+        from .format.partial import Selection, member_name, restore_into
         from .storage.registry import store_for
 
         src = self._src
         assert src is not None
         rel = member_name(name)
-        target = Path(dest) if dest is not None else self.path / rel
+        target = Path(dest).absolute() if dest is not None else self.path / rel
 
         def fetch() -> Path | None:
             store = store_for(src)
             size = store.stat(src)
             if not size:
                 return None
-            restore_file_to(store, src, size, rel, str(target))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            one = Selection((rel,), folders=False)
+            restore_into(store, src, size, one, lambda _: str(target), beside=str(target.parent))
             return target
 
         with using(scope):
@@ -630,6 +691,7 @@ class Checkpoint(BaseCheckpoint):
         with self._lock.get():
             remove, loading = self._finalizer, self._loading
             self._root = self._finalizer = self._loaded = None
+            self._restored = set()
             if loading is not None and remove is not None:
                 self._stale.append(remove)
                 remove = None
@@ -654,6 +716,26 @@ class Checkpoint(BaseCheckpoint):
     def __repr__(self) -> str:
         src = redact(self._src) if self._src else None
         return f"Checkpoint(dest={redact(self._dest)!r}, src={src!r})"
+
+
+def _member_names(members: Iterable[str] | None) -> tuple[str, ...] | None:
+    """``members`` normalized (checked before anything is read), or None for a full load."""
+    if members is None:
+        return None
+    from .format.partial import Selection
+
+    return Selection.of(members).names
+
+
+def _and_parents(name: str) -> Iterator[str]:
+    """``a/b/c``, ``a/b``, ``a``."""
+    while name:
+        yield name
+        name = name.rpartition("/")[0]
+
+
+def _no_progress(done: int, total: int | None) -> None:
+    pass
 
 
 def _new_lane() -> Lane:

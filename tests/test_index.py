@@ -151,7 +151,8 @@ def test_load_file_reads_only_that_files_members(saved, tmp_path):
         got = cp.load_file_sync("text.json")
         assert got is not None and got.read_bytes() == (src / "text.json").read_bytes()
         assert spy.count("open_read") == 0  # nothing streamed
-        assert spy.count("read_range") == 2 + entry.last - entry.first + 1
+        assert spy.count("read_range") == 3  # the tail, the index, the file's members in one read
+        assert entry.last >= entry.first
 
 
 @pytest.mark.parametrize("name", ["big.bin", "sub/small.txt", "hard", "sub/deep/empty", "./sub/exact"])
@@ -336,7 +337,8 @@ def test_on_every_backend_one_file_loads_by_ranged_reads(backend, tmp_path):  # 
         index = ix.read_index(store_for(uri), uri)
         assert index is not None
         entry = index.files["big.bin"]
-        assert spy.count("read_range") == 2 + entry.last - entry.first + 1
+        assert entry.last - entry.first >= 2  # several members, adjacent: one ranged read
+        assert spy.count("read_range") == 2 + 1
     assert tree(fc.Checkpoint(str(tmp_path / "w"), uri).load_sync()) == tree(src)
 
 
