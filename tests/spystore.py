@@ -41,6 +41,7 @@ class SpyStore(BlobStore):
         #: Bytes its writers were given to write, and to copy on the server (``copy``).
         self.bytes_written = 0
         self.bytes_copied = 0
+        self.bytes_read = 0  # bytes returned by read_range, read_bytes and readers' reads
         self._lock = threading.Lock()
         # as the target's store (a test may turn it off, to see what a store without them gets)
         self.supports_ranges = store_for(f"{target}://spy/x" if target != "file" else "/x").supports_ranges  # type: ignore[misc]
@@ -78,6 +79,11 @@ class SpyStore(BlobStore):
         with self._lock:
             self.calls[(op, uri)] += 1
 
+    def _got(self, data: bytes) -> bytes:
+        with self._lock:
+            self.bytes_read += len(data)
+        return data
+
     def _real(self, uri: str) -> str:
         rest = uri.split("://", 1)[1]
         return f"{self.target}://{rest}"
@@ -89,7 +95,8 @@ class SpyStore(BlobStore):
 
     def open_read(self, uri: str) -> BinaryIO:
         self._before("open_read", uri)
-        return _SpyReader(self._inner(uri).open_read(self._real(uri)), lambda: self._before("read", uri))  # type: ignore[return-value]
+        inner = self._inner(uri).open_read(self._real(uri))
+        return _SpyReader(inner, lambda: self._before("read", uri), self._got)  # type: ignore[return-value]
 
     def open_write(self, uri: str) -> BlobWriter:
         self._before("open_write", uri)
@@ -116,7 +123,7 @@ class SpyStore(BlobStore):
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         self._before("read_range", uri)
-        return self._inner(uri).read_range(self._real(uri), start, length)
+        return self._got(self._inner(uri).read_range(self._real(uri), start, length))
 
     def upload_file(self, path: Any, uri: str) -> None:
         self._before("upload_file", uri)
@@ -128,7 +135,7 @@ class SpyStore(BlobStore):
 
     def read_bytes(self, uri: str) -> bytes:
         self._before("read_bytes", uri)
-        return self._inner(uri).read_bytes(self._real(uri))
+        return self._got(self._inner(uri).read_bytes(self._real(uri)))
 
     def write_bytes(self, uri: str, data: bytes) -> None:
         self._before("write_bytes", uri)
@@ -162,16 +169,17 @@ class _SpyWriter(BlobWriter):
 
 
 class _SpyReader(io.RawIOBase):
-    def __init__(self, inner: BinaryIO, before: Callable[[], None]) -> None:
+    def __init__(self, inner: BinaryIO, before: Callable[[], None], got: Callable[[bytes], bytes]) -> None:
         self._inner = inner
         self._spy_before = before
+        self._spy_got = got
 
     def readable(self) -> bool:
         return True
 
     def read(self, n: int = -1) -> bytes:  # type: ignore[override]
         self._spy_before()
-        return self._inner.read(n)
+        return self._spy_got(self._inner.read(n))
 
     def readinto(self, b: Any) -> int:
         data = self.read(len(b))

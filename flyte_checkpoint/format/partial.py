@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 #: The most compressed bytes one merged ranged read fetches (and holds in memory).
 MAX_READ = 32 * 1024 * 1024
+#: Runs of needed members this close are merged into one read (the members between, such as
+#: the next file's header, are read and dropped): one request costs more than a few KiB.
+MERGE_GAP = 64 * 1024
 _CHUNK = 1024 * 1024
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 #: ``on_read(n)``: ``n`` more bytes of the object were read.
@@ -257,7 +260,7 @@ def _from_index(
         raise absent(uri, missing, folders=selection.folders)
     total = sum(key[2] for key in groups)
     if limits.max_bytes is not None and total > limits.max_bytes:
-        raise _over_bytes(limits.max_bytes, uri)
+        raise _over_bytes(limits.max_bytes, uri, "the files selected")
     needed = sorted({i for (first, *_), es in groups.items() if es[0].size for i in range(first, es[0].last + 1)})
     members = _MemberReader(store, uri, index, needed, on_read)
     for key in sorted(groups):
@@ -270,7 +273,8 @@ def _from_index(
 
 class _MemberReader:
     """Verified, inflated gzip members, fetched by as few ranged reads as adjacency allows
-    (runs of consecutive members up to :data:`MAX_READ` bytes); asked for in increasing order."""
+    (runs of members at most :data:`MERGE_GAP` apart, up to :data:`MAX_READ` bytes a read);
+    asked for in increasing order."""
 
     def __init__(
         self, store: BlobStore, uri: str, index: Index, needed: list[int], on_read: OnRead | None
@@ -280,7 +284,8 @@ class _MemberReader:
         for i in needed:
             run = self.runs[-1] if self.runs else None
             m = self._members[i]
-            if run is not None and run[1] == i - 1 and m.coff + m.clen - self._members[run[0]].coff <= MAX_READ:
+            end = self._members[run[1]].coff + self._members[run[1]].clen if run is not None else 0
+            if run is not None and m.coff - end <= MERGE_GAP and m.coff + m.clen - self._members[run[0]].coff <= MAX_READ:
                 run[1] = i
             else:
                 self.runs.append([i, i])
@@ -410,7 +415,9 @@ def _extract_selected(
         if count > limits.max_members or (
             limits.max_bytes is not None and reader.offset + member.size > limits.max_bytes
         ):
-            raise _over_members(limits, uri) if count > limits.max_members else _over_bytes(limits.max_bytes, uri)
+            if count > limits.max_members:
+                raise _over_members(limits, uri)
+            raise _over_bytes(limits.max_bytes, uri, "the tarball (a partial load without an index inflates all of it)")
         h, name = member.header, member.name
         rel = _safe_name(name)
         t = h.typeflag
@@ -491,13 +498,13 @@ def _over_members(limits: LoadLimits, uri: str) -> UnsafeArchiveError:
     )
 
 
-def _over_bytes(max_bytes: int | None, uri: str) -> UnsafeArchiveError:
+def _over_bytes(max_bytes: int | None, uri: str, what: str) -> UnsafeArchiveError:
     from ..limits import MAX_UNPACKED_ENV
     from ..uri import redact
 
     return UnsafeArchiveError(
-        f"what is selected from {redact(uri)} expands beyond the limit of {max_bytes} bytes; refusing"
-        f" to restore it. Raise {MAX_UNPACKED_ENV} if it is genuine"
+        f"{what} of {redact(uri)} expand beyond the limit of {max_bytes} bytes; refusing to restore"
+        f" them. Raise {MAX_UNPACKED_ENV} if it is genuine"
     )
 
 
