@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -57,6 +58,7 @@ __all__ = [
     "EXIT_USAGE",
     "EmptySaveError",
     "NoCheckpointError",
+    "NoIndexError",
     "main",
 ]
 
@@ -67,6 +69,10 @@ class NoCheckpointError(NotFoundError):
 
 class EmptySaveError(CheckpointError, ValueError):
     """``push`` was given zero bytes without ``--allow-empty`` (exit status 1)."""
+
+
+class NoIndexError(CheckpointError, ValueError):
+    """``inspect --index`` on an object that has no index (exit status 1)."""
 
 
 class _UsageError(Exception):
@@ -228,6 +234,16 @@ def cmd_inspect(args: argparse.Namespace) -> dict[str, Any]:
 
     def once() -> Any:
         listed.clear()
+        if args.index:
+            from .format.inspection import inspect_index
+
+            found = inspect_index(uri, on_member=keep if args.members else None)
+            if found is None:
+                raise NoIndexError(
+                    f"{redact(uri)} has no index (a payload, or a tarball written by Flyte or an older"
+                    " version): inspect it without --index, which reads it whole"
+                )
+            return found
         with _bar(args, "inspect") as bar:
             return inspect_uri(uri, progress=bar, on_member=keep if args.members else None)
 
@@ -265,11 +281,17 @@ def show_inspect(r: dict[str, Any]) -> None:
     if r["kind"] == "payload":
         print("  load() restores it as the file payload")
         return
-    counts = ", ".join(
-        _plural(r[k], word) for k, word in (("files", "file"), ("dirs", "folder"), ("links", "link"))
-    )
-    print(f"  members:   {r['members']} ({counts})")
-    print(f"  unpacked:  {_size_text(r['unpacked_bytes'])}")
+    if r.get("from_index"):
+        print(
+            f"  files:     {r['members']} in the index (folders and symbolic links: inspect without --index)"
+        )
+        print(f"  unpacked:  {_size_text(r['unpacked_bytes'])} of file data")
+    else:
+        counts = ", ".join(
+            _plural(r[k], word) for k, word in (("files", "file"), ("dirs", "folder"), ("links", "link"))
+        )
+        print(f"  members:   {r['members']} ({counts})")
+        print(f"  unpacked:  {_size_text(r['unpacked_bytes'])}")
     if r.get("index_error"):
         print(f"  index:     refused: {r['index_error']}")
     elif r.get("indexed_files") is not None:
@@ -390,6 +412,34 @@ def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
     }
 
 
+def _pull_members(store: Any, uri: str, dest: Path, names: tuple[str, ...]) -> tuple[bool, int, int]:
+    """Restore the files ``names`` select into ``dest``: whether the index was used, the
+    object's size, and the bytes read."""
+    from .format.partial import Selection, restore_into
+
+    size = store.stat(uri)
+    _no_checkpoint(uri, size)
+    dest.parent.mkdir(parents=True, exist_ok=True)  # DIR itself is made only when files come
+    read = 0
+
+    def counted(n: int) -> None:
+        nonlocal read
+        read += n
+
+    try:
+        place = functools.partial(os.path.join, str(dest))
+        restored = restore_into(
+            store, uri, size, Selection(names), place, beside=str(dest.parent), on_read=counted
+        )
+    except NoCheckpointError:
+        raise
+    except NotFoundError as exc:
+        if store.stat(uri) is None:  # removed since the stat
+            _reraise_as_no_checkpoint(exc)
+        raise
+    return restored.indexed, size, read
+
+
 def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
     """Restore the checkpoint at ``args.uri`` into the new or empty folder ``args.dir``, or
     write its bytes to stdout when ``args.dir`` is ``-``."""
@@ -407,6 +457,26 @@ def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
         raise FileExistsError(f"{dest} is not empty: pull into a new or empty folder")
     store = store_for(uri)
     started = time.monotonic()
+    if args.member:
+        from .format.partial import Selection
+
+        names = Selection.of(args.member).names
+        indexed, size, read = _retry().call(
+            lambda: _pull_members(store, uri, dest, names), f"pull of {redact(uri)}"
+        )
+        seconds = time.monotonic() - started
+        log_transfer("loaded", uri, read, seconds)
+        return {
+            "uri": redact(uri),
+            "dir": str(dest),
+            "kind": "members",
+            "path": str(dest),
+            "members": list(names),
+            "indexed": indexed,
+            "size": size,
+            "bytes_read": read,
+            "seconds": round(seconds, 3),
+        }
     with _bar(args, "pull") as bar:
         is_tar, size = _retry().call(lambda: _pull_once(store, uri, dest, bar), f"pull of {redact(uri)}")
     seconds = time.monotonic() - started
@@ -424,6 +494,13 @@ def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
 
 def show_pull(r: dict[str, Any]) -> None:
     if r["dir"] == "-":  # stdout held the object itself
+        return
+    if r["kind"] == "members":
+        how = "by its index" if r["indexed"] else "streamed: no index"
+        print(
+            f"restored {', '.join(r['members'])} of {r['uri']} into {r['dir']}: read"
+            f" {format_bytes(r['bytes_read'])} of {format_bytes(r['size'])} ({how}) in {r['seconds']:.2f}s"
+        )
         return
     what = f"into {r['dir']}" if r["kind"] == "tarball" else f"as {r['path']}"
     print(f"restored {r['kind']} {r['uri']} ({format_bytes(r['size'])}) {what} in {r['seconds']:.2f}s")
@@ -675,6 +752,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("uri", metavar="URI", help="the checkpoint object: a local path or a URI (s3://...)")
     p.add_argument("--limit", type=_count, default=10, help="top entries to show (0: all; default 10)")
     p.add_argument("--members", action="store_true", help="also list every member of a tarball")
+    p.add_argument(
+        "--index",
+        action="store_true",
+        help="read only the object's index (two ranged reads, no scan): its files, not its folders"
+        " or links, and nothing verified but the index; an object without one is an error",
+    )
     p = command(
         "pull",
         "restore a checkpoint into a new or empty folder, as load() would, or write the object to stdout",
@@ -688,6 +771,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="a new or empty folder to restore into; '-': write the object's bytes as stored to stdout"
         " (a payload as it was saved, a tarball as its gzip tar stream)",
+    )
+    p.add_argument(
+        "--member",
+        action="append",
+        metavar="NAME",
+        help="restore only this file, or the files under this folder (repeatable); with an index"
+        " only their bytes are read. Symbolic links and empty folders are left out",
     )
     p = command(
         "push",
@@ -822,6 +912,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_OK
     as_json = getattr(args, "json", False)
     debug = getattr(args, "debug", False)
+    if args.command == "pull" and args.dir == "-" and args.member:
+        return _fail(
+            "pull --member restores files into a folder: give DIR, not '-'",
+            EXIT_USAGE,
+            as_json=as_json,
+            error_type="UsageError",
+        )
     if args.command == "pull" and args.dir == "-" and as_json:
         message = "pull to stdout (DIR '-') writes the object there: --json cannot share it"
         return _fail(message, EXIT_USAGE, as_json=False, error_type="UsageError")

@@ -94,7 +94,7 @@ def test_members_restore_the_selected_files_and_folders_alike_with_or_without_an
 
 
 def test_a_hard_link_whose_file_is_not_selected_gets_its_data(saved, tmp_path):
-    src, obj = saved
+    _src, obj = saved
     cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
     got = cp.load_sync(members=["model/meta-link.json"])
     assert got is not None and listing(got) == {"model": ("dir", 0), "model/meta-link.json": ("file", 12)}
@@ -104,10 +104,15 @@ def test_a_hard_link_whose_file_is_not_selected_gets_its_data(saved, tmp_path):
 
 
 def test_async_load_takes_members_too(saved, tmp_path):
-    src, obj = saved
+    _src, obj = saved
     cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
     got = asyncio.run(cp.load(members=["model/layers"]))
-    assert got is not None and set(listing(got)) == {"model", "model/layers", "model/layers/a.bin", "model/layers/b.txt"}
+    assert got is not None and set(listing(got)) == {
+        "model",
+        "model/layers",
+        "model/layers/a.bin",
+        "model/layers/b.txt",
+    }
 
 
 def test_absent_names_are_a_not_found_error_naming_them_and_the_redacted_uri(saved, tmp_path):
@@ -146,7 +151,9 @@ def test_no_checkpoint_is_none_and_a_payload_is_not_found(tmp_path):
     assert fc.Checkpoint(str(tmp_path / "n"), str(tmp_path / "absent")).load_sync(members=["a"]) is None
     fc.Checkpoint(str(tmp_path / "payload")).save_sync(b"bytes, not a folder")
     cp = fc.Checkpoint(str(tmp_path / "n"), str(tmp_path / "payload"))
-    with pytest.raises(NotFoundError, match=r"payload \(saved bytes or a file\), not a folder: it holds no 'a'"):
+    with pytest.raises(
+        NotFoundError, match=r"payload \(saved bytes or a file\), not a folder: it holds no 'a'"
+    ):
         cp.load_sync(members=["a"])
     assert cp.load_sync() == cp.path / "payload"
 
@@ -185,14 +192,16 @@ def test_damaged_data_is_never_kept(saved, tmp_path):
 
 
 def test_a_file_whose_data_does_not_match_its_hash_is_refused(tmp_path):
-    src, objs = save_both(tmp_path)
+    _src, objs = save_both(tmp_path)
     obj = objs["indexed"]
     from .test_index import _set, forge
 
     names = list(ix.read_index(store_for(str(obj)), str(obj)).files)  # type: ignore[union-attr]
     forge(obj, _set(7, "0" * 64))  # the first file's recorded SHA-256
     cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
-    with pytest.raises(CorruptCheckpointError, match=f"{names[0]!r} restored from .* does not match the SHA-256"):
+    with pytest.raises(
+        CorruptCheckpointError, match=f"{names[0]!r} restored from .* does not match the SHA-256"
+    ):
         cp.load_sync(members=[names[0]])
     assert listing(cp.path) == {}
 
@@ -236,17 +245,20 @@ def test_the_unpacked_size_limit_applies(saved, tmp_path, monkeypatch):
     _, obj = saved
     monkeypatch.setenv("FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES", "100000")
     cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
-    with pytest.raises(UnsafeArchiveError, match=r"beyond the limit of 100000 bytes.*Raise FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES"):
+    with pytest.raises(
+        UnsafeArchiveError,
+        match=r"beyond the limit of 100000 bytes.*Raise FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES",
+    ):
         cp.load_sync(members=["optim.pt"])
     if obj.name == "indexed.tgz":
         assert cp.load_sync(members=["meta.json"]) == cp.path
     else:
-        with pytest.raises(UnsafeArchiveError, match="the tarball .* inflates all of it"):
+        with pytest.raises(UnsafeArchiveError, match=r"the tarball .* inflates all of it"):
             cp.load_sync(members=["meta.json"])
 
 
 def test_load_file_is_the_one_file_case(saved, tmp_path):
-    src, obj = saved
+    _src, obj = saved
     cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
     assert cp.load_file_sync("model/meta-link.json", tmp_path / "one.json").read_bytes() == b'{"epoch": 7}'  # type: ignore[union-attr]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["indexed.tgz", "one.json", "plain.tgz", "src"]
@@ -325,6 +337,72 @@ def test_on_every_store_a_partial_load_reads_only_its_files(any_store, tmp_path)
     (src / "sub" / "x.txt").write_bytes(b"x" * 1000)
     fc.Checkpoint(uri).save_sync(str(src))
     assert_reads_only_the_file(uri, src, tmp_path, scheme)
-    got = fc.Checkpoint(str(tmp_path / "n"), uri).load_sync(members=["sub", "shard-000.bin"])
+    cp = fc.Checkpoint(str(tmp_path / "n"), uri)
+    got = cp.load_sync(members=["sub", "shard-000.bin"])
     assert got is not None and set(listing(got)) == {"sub", "sub/x.txt", "shard-000.bin"}
     assert tree(got / "sub") == tree(src / "sub")
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+def test_pull_member_restores_what_load_members_restores(saved, tmp_path, capsys):
+    import json
+
+    from flyte_checkpoint.cli import main
+
+    src, obj = saved
+    with spying("file") as spy:
+        uri = spy.uri_for(str(obj))
+        assert (
+            main(["pull", uri, str(tmp_path / "out"), "--member", "model/layers", "--member", "meta.json"])
+            == 0
+        )
+        streamed = spy.count("open_read")
+    line = capsys.readouterr().out
+    indexed = obj.name == "indexed.tgz"
+    assert streamed == (0 if indexed else 1)
+    assert f"restored model/layers, meta.json of {uri} into {tmp_path / 'out'}: read" in line
+    assert ("(by its index)" if indexed else "(streamed: no index)") in line
+    cp = fc.Checkpoint(str(tmp_path / "n"), str(obj))
+    assert tree(tmp_path / "out") == tree(cp.load_sync(members=["model/layers", "meta.json"]))  # type: ignore[arg-type]
+
+    assert main(["pull", str(obj), str(tmp_path / "two"), "--member", "optim.pt", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["kind"], out["members"], out["indexed"], out["path"]) == (
+        "members",
+        ["optim.pt"],
+        indexed,
+        str(tmp_path / "two"),
+    )
+    assert (out["bytes_read"] < 3 * MiB) if indexed else (out["bytes_read"] == obj.stat().st_size)
+    assert (tmp_path / "two" / "optim.pt").read_bytes() == (src / "optim.pt").read_bytes()
+
+    assert main(["pull", str(obj), str(tmp_path / "three"), "--member", "nope"]) == 1
+    assert "holds no file or folder of files 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "three").exists()
+    assert main(["pull", str(obj), "-", "--member", "meta.json"]) == 2
+    assert "pull --member restores files into a folder: give DIR, not '-'" in capsys.readouterr().err
+
+
+def test_inspect_index_describes_the_files_from_the_index_alone(tmp_path, capsys):
+    import json
+
+    from flyte_checkpoint.cli import main
+
+    _, objs = save_both(tmp_path)
+    with spying("file") as spy:
+        assert main(["inspect", spy.uri_for(str(objs["indexed"])), "--index", "--members"]) == 0
+        assert (spy.count("stat"), spy.count("read_range"), sum(spy.calls.values())) == (1, 2, 3)
+    text = capsys.readouterr().out
+    assert "files:     6 in the index (folders and symbolic links: inspect without --index)" in text
+    assert "index:     6 files" in text
+    assert "2 MiB  optim.pt" in text and "model/  (4 members)" in text
+    assert "hardlink            0  model/meta-link.json -> meta.json" in text
+    assert main(["inspect", str(objs["indexed"]), "--index", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["from_index"], info["files"], info["links"], info["dirs"]) == (True, 5, 1, 0)
+    assert info["unpacked_bytes"] == 300_000 + 70_000 + 1 + 2 * MiB + 12
+    assert main(["inspect", str(objs["plain"]), "--index"]) == 1
+    assert "plain.tgz has no index (a payload, or a tarball written by Flyte" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "absent"), "--index"]) == 3

@@ -19,7 +19,7 @@ from .archive import ExactReader, read_members
 from .compression import decompressor
 from .restore import CountingReader, length_error, read_head, sniff
 
-__all__ = ["Entry", "Inspection", "Member", "inspect_stream", "inspect_uri", "iter_members"]
+__all__ = ["Entry", "Inspection", "Member", "inspect_index", "inspect_stream", "inspect_uri", "iter_members"]
 
 _KINDS = {
     ts.REGTYPE: "file",
@@ -103,6 +103,8 @@ class Inspection:
     indexed_files: int | None = None
     #: why the index was refused, if it was (a full load ignores the index)
     index_error: str | None = None
+    #: described from the index alone (:func:`inspect_index`): regular files only
+    from_index: bool = False
 
     @property
     def kind(self) -> str:
@@ -295,4 +297,47 @@ def inspect_uri(
             result.indexed_files = None if index is None else len(index.files)
         except (CorruptCheckpointError, UnsafeArchiveError) as exc:
             result.index_error = str(exc)
+    return result
+
+
+def inspect_index(uri: str, *, on_member: Callable[[Member], None] | None = None) -> Inspection | None:
+    """Describe the object at ``uri`` from its index alone (a ``stat`` and two ranged reads,
+    nothing else read); None when it has no index (Flyte's, older objects, payloads).
+
+    The index lists regular files only: ``members``, ``files`` and the entries count them
+    (a hard link's second name as a ``hardlink`` member), not folders or symbolic links,
+    and the files' data is not read, so nothing but the index is verified.
+
+    Raises:
+        NotFoundError: there is no object at ``uri``.
+        CorruptCheckpointError, UnsafeArchiveError: the index is damaged or forged.
+    """
+    from ..storage.registry import store_for
+    from ..uri import normalize
+    from .index import read_index
+
+    uri = normalize(uri)
+    store = store_for(uri)
+    size = store.stat(uri)
+    if size is None:
+        raise NotFoundError(f"no checkpoint object at {redact(uri)}: check the URI (ls lists a prefix)")
+    if size == 0:
+        return Inspection(redact(uri), 0, "empty")
+    index = read_index(store, uri, size)
+    if index is None:
+        return None
+    result = Inspection(redact(uri), size, "tar.gz", indexed_files=len(index.files), from_index=True)
+    entries = sorted(index.files.values(), key=lambda e: (e.first, e.offset, e.name))
+    seen: dict[tuple[int, int, int, str], str] = {}
+
+    def members() -> Iterator[Member]:
+        for e in entries:
+            data = (e.first, e.offset, e.size, e.sha256)
+            if data in seen and e.size:  # a hard link's second name: the same data
+                yield Member(e.name, "hardlink", 0, e.mode, e.mtime, seen[data])
+                continue
+            seen[data] = e.name
+            yield Member(e.name, "file", e.size, e.mode, e.mtime)
+
+    _summarize(members(), result, on_member)
     return result

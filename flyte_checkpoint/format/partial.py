@@ -25,7 +25,7 @@ import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, NotFoundError, UnsafeArchiveError
 from ..limits import DiskBudget, LoadLimits
@@ -41,7 +41,9 @@ MAX_READ = 32 * 1024 * 1024
 #: the next file's header, are read and dropped): one request costs more than a few KiB.
 MERGE_GAP = 64 * 1024
 _CHUNK = 1024 * 1024
-_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_OPEN_FLAGS = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
 #: ``on_read(n)``: ``n`` more bytes of the object were read.
 OnRead = Callable[[int], None]
 
@@ -102,7 +104,9 @@ def absent(uri: str, names: list[str], *, folders: bool = True) -> NotFoundError
     """The error for names that select no regular file of the checkpoint at ``uri``."""
     from ..uri import redact
 
-    shown = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    shown = ", ".join(repr(n) for n in names[:20]) + (
+        f" and {len(names) - 20} more" if len(names) > 20 else ""
+    )
     what = "file or folder of files" if folders else "file"
     return NotFoundError(
         f"{redact(uri)} holds no {what} {shown} (symbolic links and empty folders are not restored by"
@@ -147,6 +151,8 @@ def restore_members(
     writer = _Writer(dest, DiskBudget(dest, limits.disk_reserve, source=redact(uri)))
     index = read_index(store, uri, size)
     if index is not None:
+        if on_read is not None:
+            on_read(size - index.data_end)  # the index members and the trailer
         _from_index(store, uri, index, selection, writer, limits, on_read)
     else:
         _from_stream(store, uri, size, selection, writer, limits, on_read)
@@ -261,7 +267,9 @@ def _from_index(
     total = sum(key[2] for key in groups)
     if limits.max_bytes is not None and total > limits.max_bytes:
         raise _over_bytes(limits.max_bytes, uri, "the files selected")
-    needed = sorted({i for (first, *_), es in groups.items() if es[0].size for i in range(first, es[0].last + 1)})
+    needed = sorted(
+        {i for (first, *_), es in groups.items() if es[0].size for i in range(first, es[0].last + 1)}
+    )
     members = _MemberReader(store, uri, index, needed, on_read)
     for key in sorted(groups):
         first, *others = groups[key]
@@ -285,7 +293,11 @@ class _MemberReader:
             run = self.runs[-1] if self.runs else None
             m = self._members[i]
             end = self._members[run[1]].coff + self._members[run[1]].clen if run is not None else 0
-            if run is not None and m.coff - end <= MERGE_GAP and m.coff + m.clen - self._members[run[0]].coff <= MAX_READ:
+            if (
+                run is not None
+                and m.coff - end <= MERGE_GAP
+                and m.coff + m.clen - self._members[run[0]].coff <= MAX_READ
+            ):
                 run[1] = i
             else:
                 self.runs.append([i, i])
@@ -380,7 +392,7 @@ def _from_stream(
             )
         stream = CountingReader(head, ahead)  # type: ignore[arg-type]
         try:
-            inflated = decompressor(stream) if kind == "tar.gz" else stream
+            inflated = decompressor(stream) if kind == "tar.gz" else stream  # type: ignore[arg-type]
             pending = _extract_selected(ExactReader(inflated), selection, writer, limits, uri)  # type: ignore[arg-type]
         except CorruptCheckpointError:
             if stream.eof and stream.count != size:
@@ -417,7 +429,9 @@ def _extract_selected(
         ):
             if count > limits.max_members:
                 raise _over_members(limits, uri)
-            raise _over_bytes(limits.max_bytes, uri, "the tarball (a partial load without an index inflates all of it)")
+            raise _over_bytes(
+                limits.max_bytes, uri, "the tarball (a partial load without an index inflates all of it)"
+            )
         h, name = member.header, member.name
         rel = _safe_name(name)
         t = h.typeflag
@@ -426,7 +440,9 @@ def _extract_selected(
                 f"member {name[:200]!r} is of tar type {t!r} (a device, FIFO or unknown kind), which a"
                 " checkpoint cannot hold; refusing"
             )
-        is_file = t in (ts.REGTYPE, ts.AREGTYPE, ts.CONTTYPE) and not (t == ts.AREGTYPE and name.endswith("/"))
+        is_file = t in (ts.REGTYPE, ts.AREGTYPE, ts.CONTTYPE) and not (
+            t == ts.AREGTYPE and name.endswith("/")
+        )
         if is_file and rel and selection.match(rel):
             writer.write(rel, _data(reader, member.size), h.mode, h.mtime)
             pad = ts.padding(member.size)
