@@ -4,6 +4,7 @@
     python -m benchmarks --scale 0.01 --runs 1      # a quick check that everything works
     python -m benchmarks --s3            # also on moto's S3 server, against boto3
     python -m benchmarks --in-flyte-only --data model   # ours vs flyte.ctx().checkpoint in a Flyte task
+    python -m benchmarks --partial-only  # restore one 1 MiB file of a 1 GiB object vs a full load
 
 Each figure is the median of ``--runs`` runs; every operation runs in a fresh child
 process (``benchmarks/ops.py``) so peak RSS is its own. Baselines run in the same run,
@@ -23,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import background, in_flyte
+from . import background, in_flyte, partial
 from .datasets import DATASETS
 
 ROOT = Path(__file__).resolve().parent
@@ -369,6 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also background saves: time blocked vs save_sync (model data), loop throughput",
     )
     p.add_argument("--background-only", action="store_true", help="only the background saves' figures")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="also partial restore: one 1 MiB file of the model data set's object vs a full load",
+    )
+    p.add_argument("--partial-only", action="store_true", help="only the partial restore's figures")
     args = p.parse_args(argv)
 
     cache = Path(args.cache)
@@ -391,11 +398,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--in-flyte-only needs the flyte package (pip install flyte==2.12.1)")
     rows, s3_rows, flyte_rows, sizes = [], [], [], {}
     work = Path(tempfile.mkdtemp(prefix="fcp-bench-", dir=cache))
-    background_table = ""
+    background_table = partial_table = ""
+    only = args.background_only or args.partial_only
     try:
         if args.background or args.background_only:
             background_table = background_suites(cache, work, args.scale, args.runs, args.s3)
-        for name in [] if args.background_only else args.data or ["model", "jsonl", "small"]:
+        if args.partial or args.partial_only:
+            data = DATASETS["model"](cache, args.scale)
+            partial_table = partial.fmt(partial.suite(data, work, args.runs, measure, warm_bytes(data)))
+        for name in [] if only else args.data or ["model", "jsonl", "small"]:
             data = DATASETS[name](cache, args.scale)
             sizes[name] = tree_bytes(data)
             print(
@@ -432,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     if background_table:
         print("\n## Background saves (model data; ratios in this run)\n")
         print(background_table)
+    if partial_table:
+        print("\n## Partial restore: load(members=[one 1 MiB file]) vs load() (model data + that file)\n")
+        print(partial_table)
     if args.in_flyte_only or args.background_only:
         return 0
     bare, imported = import_cost(args.runs)

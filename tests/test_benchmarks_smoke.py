@@ -17,7 +17,7 @@ def test_benchmarks_run_at_a_small_size(tmp_path):
     import importlib.util
 
     require(importlib.util.find_spec("moto") is not None, "moto[server] is not installed")
-    args = ["--scale", "0.003", "--runs", "1", "--s3", "--background", "--cache", str(tmp_path)]
+    args = ["--scale", "0.003", "--runs", "1", "--s3", "--background", "--partial", "--cache", str(tmp_path)]
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks", *args],
         cwd=ROOT,
@@ -37,6 +37,10 @@ def test_benchmarks_run_at_a_small_size(tmp_path):
     for data in ("model", "jsonl", "small"):
         assert re.search(rf"^\| {data} \| .* \| [0-9.]+x faster \|", in_flyte, flags=re.M), in_flyte
     assert "`import flyte_checkpoint` adds" in table
+    partial = table.split("## Partial restore", 1)[1]
+    assert re.search(
+        r"^\| [0-9]+ \| [0-9]+ \(1\.00[0-9] MiB\) \| [0-9.]+ \| [0-9]+ \| .*x \|$", partial, flags=re.M
+    ), partial
     background = table.split("## Background saves", 1)[1]
     assert re.search(r"^\| model \| file \| .*% \|$", background, flags=re.M), background
     assert re.search(r"^\| model \| s3 \(moto\) \| .*% \|$", background, flags=re.M), background
