@@ -274,15 +274,13 @@ class Checkpoint(BaseCheckpoint):
         import functools
 
         from .format.partial import Selection, restore_into
-        from .storage.registry import store_for
 
-        assert self._src is not None
-        store = store_for(self._src)
-        size = store.stat(self._src)
-        if not size:
+        found = self._source()
+        if found is None:
             return None, 0
+        store, size = found
         workspace = self.path
-        assert self._root is not None
+        assert self._src is not None and self._root is not None
         progress = self._progress
         counter = _Counter(progress or _no_progress, None)
         place = functools.partial(os.path.join, str(workspace))
@@ -350,17 +348,25 @@ class Checkpoint(BaseCheckpoint):
         with using(scope):
             return self._retry.call(fetch, f"load of {rel!r} from {redact(src)}", scope=scope)
 
-    def _download(self) -> tuple[Path | None, int]:
-        from .format.inflate import restore_indexed
-        from .format.pipeline import ReadAhead
-        from .format.restore import PAYLOAD, restore
+    def _source(self) -> tuple[BlobStore, int] | None:
+        """The store of the previous checkpoint and its size; None when it is absent or empty."""
         from .storage.registry import store_for
 
         assert self._src is not None
         store = store_for(self._src)
         size = store.stat(self._src)
-        if not size:
+        return (store, size) if size else None
+
+    def _download(self) -> tuple[Path | None, int]:
+        from .format.inflate import restore_indexed
+        from .format.pipeline import ReadAhead
+        from .format.restore import PAYLOAD, restore
+
+        found = self._source()
+        if found is None:
             return None, 0
+        store, size = found
+        assert self._src is not None
         workspace = self.path
         import shutil
         import tempfile

@@ -243,6 +243,23 @@ def _inspect(
     return result
 
 
+def _object(uri: str) -> tuple[Any, str, int]:
+    """The store of ``uri`` (normalized) and the size of the object there.
+
+    Raises:
+        NotFoundError: there is no object at ``uri``.
+    """
+    from ..storage.registry import store_for
+    from ..uri import normalize
+
+    uri = normalize(uri)
+    store = store_for(uri)
+    size = store.stat(uri)
+    if size is None:
+        raise NotFoundError(f"no checkpoint object at {redact(uri)}: check the URI (ls lists a prefix)")
+    return store, uri, size
+
+
 def inspect_uri(
     uri: str,
     *,
@@ -260,15 +277,9 @@ def inspect_uri(
         CorruptCheckpointError, TransientError: see :func:`inspect_stream`; and the store's
             own errors (permission, missing bucket...).
     """
-    from ..storage.registry import store_for
-    from ..uri import normalize
     from .pipeline import ReadAhead
 
-    uri = normalize(uri)
-    store = store_for(uri)
-    size = store.stat(uri)
-    if size is None:
-        raise NotFoundError(f"no checkpoint object at {redact(uri)}: check the URI (ls lists a prefix)")
+    store, uri, size = _object(uri)
     if size == 0:
         return Inspection(redact(uri), 0, "empty")
     with store.open_read(uri) as raw:
@@ -312,15 +323,9 @@ def inspect_index(uri: str, *, on_member: Callable[[Member], None] | None = None
         NotFoundError: there is no object at ``uri``.
         CorruptCheckpointError, UnsafeArchiveError: the index is damaged or forged.
     """
-    from ..storage.registry import store_for
-    from ..uri import normalize
     from .index import read_index
 
-    uri = normalize(uri)
-    store = store_for(uri)
-    size = store.stat(uri)
-    if size is None:
-        raise NotFoundError(f"no checkpoint object at {redact(uri)}: check the URI (ls lists a prefix)")
+    store, uri, size = _object(uri)
     if size == 0:
         return Inspection(redact(uri), 0, "empty")
     index = read_index(store, uri, size)
