@@ -3,8 +3,10 @@
 Commands::
 
     flyte-checkpoint backends              installed backends; the pip install for missing ones
-    flyte-checkpoint inspect URI           tarball or payload, size, members (nothing extracted)
+    flyte-checkpoint inspect URI           tarball or payload, size, members (nothing extracted;
+                                           --index: from the index alone, no scan)
     flyte-checkpoint pull URI DIR          restore into DIR, as Checkpoint.load() would
+                                           (--member NAME: only that file or folder's files)
     flyte-checkpoint push PATH URI         save a file, a folder or stdin (-), as save() would;
                                            zero bytes only with --allow-empty
     flyte-checkpoint ls PREFIX             the objects under a prefix
@@ -672,9 +674,11 @@ _EXAMPLES = {
   flyte-checkpoint backends --json""",
     "inspect": """
   flyte-checkpoint inspect s3://my-bucket/run-7/attempt-1/ckpt
-  flyte-checkpoint inspect /tmp/store/ckpt --members --limit 0""",
+  flyte-checkpoint inspect /tmp/store/ckpt --members --limit 0
+  flyte-checkpoint inspect s3://my-bucket/run-7/attempt-1/ckpt --index --members""",
     "pull": """
   flyte-checkpoint pull s3://my-bucket/run-7/attempt-1/ckpt restored
+  flyte-checkpoint pull s3://my-bucket/run-7/attempt-1/ckpt restored --member optim --member meta.json
   flyte-checkpoint pull s3://my-bucket/run-7/attempt-1/step - > step.txt
   flyte-checkpoint pull /tmp/store/ckpt - | tar xzf - -C restored""",
     "push": """
