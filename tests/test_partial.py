@@ -318,6 +318,30 @@ def test_adjacent_members_of_a_folder_are_one_ranged_read(tmp_path):
         assert spy.bytes_read < obj.stat().st_size - 200_000
 
 
+def test_close_stops_a_partial_load_between_its_reads(tmp_path):
+    from flyte_checkpoint.errors import OperationCancelledError
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("a.bin", "b.bin", "c.bin"):
+        (src / name).write_bytes(os.urandom(200_000))  # b.bin keeps a.bin's and c.bin's reads apart
+    obj = tmp_path / "obj"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    cp: fc.Checkpoint | None = None
+
+    def hook(op: str, uri: str) -> None:
+        if op == "read_range" and spy.count("read_range") == 2:  # the tail, the index: now a.bin's
+            assert cp is not None
+            cp.close()  # in the loading thread: cancels the load, returns at once
+
+    with spying("file", hook) as spy:
+        cp = fc.Checkpoint(str(tmp_path / "next"), spy.uri_for(str(obj)))
+        with pytest.raises(OperationCancelledError):
+            cp.load_sync(members=["a.bin", "c.bin"])
+        assert spy.count("read_range") == 3  # c.bin's members were never asked for
+    assert not Path(tmp_path / "next").exists()
+
+
 @pytest.fixture(params=["memory", "file", "s3", "gcs", "azure"])
 def any_store(request, backend_pool):  # noqa: F811
     """A fresh URI on each store: the built-in memory store, and each backend's test server."""

@@ -319,6 +319,9 @@ class _MemberReader:
         if self._last[0] == i:
             return self._last[1]
         if not self._buf_run[0] <= i <= self._buf_run[1]:
+            from ..cancellation import check
+
+            check()  # a load cancelled (close(), a cancelled await) reads no further
             while self.runs[self._next][1] < i:
                 self._next += 1
             first, last = self.runs[self._next]
