@@ -230,6 +230,14 @@ def test_an_archive_a_full_load_refuses_is_refused_without_an_index(tmp_path, me
     assert listing(cp.path) == {}
 
 
+def test_an_uncompressed_tar_restores_partially_too(tmp_path):
+    obj = tmp_path / "obj"
+    obj.write_bytes(tar_bytes([file_member("a/b.txt", b"hello"), file_member("c", b"x")], gz=False))
+    cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
+    got = cp.load_sync(members=["a"])
+    assert got is not None and listing(got) == {"a": ("dir", 0), "a/b.txt": ("file", 5)}
+
+
 def test_a_hard_link_to_no_file_is_refused_without_an_index(tmp_path):
     obj = tmp_path / "obj"
     obj.write_bytes(tar_bytes([dir_member("d"), link_member("d/h", "not-in-archive", hard=True)]))
