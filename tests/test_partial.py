@@ -438,3 +438,35 @@ def test_inspect_index_describes_the_files_from_the_index_alone(tmp_path, capsys
     assert main(["inspect", str(objs["plain"]), "--index"]) == 1
     assert "plain.tgz has no index (a payload, or a tarball written by Flyte" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path / "absent"), "--index"]) == 3
+
+
+def test_without_a_readable_trailer_the_streamed_path_still_checks_the_index(tmp_path):
+    """A damaged trailer magic hides the index from read_index, so the archive is streamed:
+    what follows the tar (index members of ours) must still verify, as in a full load."""
+    _, objs = save_both(tmp_path)
+    obj = objs["indexed"]
+    raw = bytearray(obj.read_bytes())
+    raw[len(raw) - ix.TRAILER_SIZE + 16] ^= 0x01  # the trailer's magic
+    obj.write_bytes(bytes(raw))
+    assert ix.read_index(store_for(str(obj)), str(obj)) is None
+    cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
+    with pytest.raises(CorruptCheckpointError, match=r"the index of .*indexed.tgz is damaged"):
+        cp.load_sync(members=["meta.json"])
+    assert listing(cp.path) == {}
+
+
+def test_index_read_file_reads_one_files_members_the_same_way(tmp_path):
+    import io
+
+    _, objs = save_both(tmp_path)
+    obj = objs["indexed"]
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    with spying("file") as spy:
+        out = io.BytesIO()
+        assert (
+            ix.read_file(store_for(spy.uri_for(str(obj))), spy.uri_for(str(obj)), index, "optim.pt", out)
+            == 2 * MiB
+        )
+        assert spy.count("read_range") == 1  # its members, adjacent: one read
+    assert out.getvalue() == (tmp_path / "src" / "optim.pt").read_bytes()

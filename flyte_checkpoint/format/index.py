@@ -389,38 +389,19 @@ def _check_entry(e: FileEntry, members: list[Member], uri: str) -> None:
 
 
 def read_file(store: BlobStore, uri: str, index: Index, name: str, out) -> int:
-    """Write file ``name``'s data to the writable ``out`` by ranged reads of its members,
-    verifying each member's CRC-32 and the file's SHA-256; returns the bytes written.
+    """Write file ``name``'s data to the writable ``out`` by ranged reads of its members
+    (one read for adjacent ones), verifying each member's CRC-32 and the file's SHA-256;
+    returns the bytes written. Partial restore (:mod:`.partial`) reads files this way.
 
     Raises:
         KeyError: the index has no regular file ``name``.
         CorruptCheckpointError: a member or the file's content does not match the index.
     """
-    from .compression import inflate
+    from .partial import file_data
 
     entry = index.files[name]
-    h = hashlib.sha256()
-    skip, left = entry.offset, entry.size
-    for i in range(entry.first, entry.last + 1):
-        m = index.members[i]
-        raw = store.read_range(uri, m.coff, m.clen)
-        data, whole = inflate(raw, m.ulen)
-        if not whole or len(data) != m.ulen or zlib.crc32(data) != m.crc:
-            raise _damaged(uri, f"gzip member {i} (byte {m.coff}) does not match the index")
-        piece = memoryview(data)[skip : skip + left]
-        skip = 0
-        h.update(piece)
+    for piece in file_data(store, uri, index, entry):
         out.write(piece)
-        left -= len(piece)
-        if not left:
-            break
-    if left or h.hexdigest() != entry.sha256:
-        from ..uri import redact
-
-        raise CorruptCheckpointError(
-            f"{name!r} restored from {redact(uri)} does not match the SHA-256 its index records;"
-            " the object is damaged: save the checkpoint again"
-        )
     return entry.size
 
 

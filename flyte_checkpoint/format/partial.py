@@ -342,6 +342,12 @@ class _MemberReader:
         return data
 
 
+def file_data(store: BlobStore, uri: str, index: Index, entry: FileEntry) -> Iterator[memoryview]:
+    """The data of the one file ``entry`` of ``index``, as :func:`_file_data` checks it."""
+    needed = list(range(entry.first, entry.last + 1)) if entry.size else []
+    return _file_data(entry, index, _MemberReader(store, uri, index, needed, None), uri)
+
+
 def _file_data(entry: FileEntry, index: Index, members: _MemberReader, uri: str) -> Iterator[memoryview]:
     """The pieces of ``entry``'s data; raises CorruptCheckpointError after the last one if
     they do not hash to the SHA-256 the index records."""
@@ -535,4 +541,13 @@ def _known_types() -> frozenset[bytes]:
 
 _KNOWN_TYPES = _known_types()
 
-__all__ = ["MAX_READ", "Restored", "Selection", "absent", "member_name", "restore_into", "restore_members"]
+__all__ = [
+    "MAX_READ",
+    "Restored",
+    "Selection",
+    "absent",
+    "file_data",
+    "member_name",
+    "restore_into",
+    "restore_members",
+]
