@@ -326,6 +326,16 @@ def test_adjacent_members_of_a_folder_are_one_ranged_read(tmp_path):
         assert spy.bytes_read < obj.stat().st_size - 200_000
 
 
+def test_a_store_without_ranged_reads_streams_the_object_once(tmp_path):
+    src, objs = save_both(tmp_path)
+    with spying("file") as spy:
+        spy.supports_ranges = False  # type: ignore[misc]
+        cp = fc.Checkpoint(str(tmp_path / "next"), spy.uri_for(str(objs["indexed"])))
+        got = cp.load_sync(members=["model/layers"])
+        assert got is not None and tree(got / "model/layers") == tree(src / "model/layers")
+        assert (spy.count("read_range"), spy.count("open_read")) == (0, 1)
+
+
 def test_close_stops_a_partial_load_between_its_reads(tmp_path):
     from flyte_checkpoint.errors import OperationCancelledError
 

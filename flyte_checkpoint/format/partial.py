@@ -134,7 +134,8 @@ def restore_members(
     on_read: OnRead | None = None,
 ) -> Restored:
     """Restore the files ``selection`` names from the folder checkpoint at ``uri`` (``size``
-    bytes) into the new, empty folder ``dest``.
+    bytes) into the new, empty folder ``dest``: by its index where it has one and the store
+    has ranged reads (``supports_ranges``), else by streaming it once.
 
     Raises:
         NotFoundError: a name selects no regular file (nothing is read but the index, when
@@ -149,7 +150,8 @@ def restore_members(
 
     limits = limits or LoadLimits.from_env()
     writer = _Writer(dest, DiskBudget(dest, limits.disk_reserve, source=redact(uri)))
-    index = read_index(store, uri, size)
+    # a store without real ranged reads would read from the start for each range: stream once
+    index = read_index(store, uri, size) if getattr(store, "supports_ranges", False) else None
     if index is not None:
         if on_read is not None:
             on_read(size - index.data_end)  # the index members and the trailer
