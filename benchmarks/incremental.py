@@ -2,12 +2,16 @@
 
     python -m benchmarks.incremental                  # 64 files of 16 MiB (1 GiB), file store
     python -m benchmarks.incremental --s3 --lightning # also on moto's S3 server, and Lightning
+    python -m benchmarks.incremental --gcs            # also on the GCS emulator (no range copy)
     python -m benchmarks.incremental --scale 0.05 --runs 1   # a quick check
 
 Each run saves the tree whole to a fresh object (no index to copy from: everything is sent),
 then changes one file (new bytes, same size) and saves again over that object (the unchanged
 files are copied by the store). Bytes sent are counted by the writers (file) and at a
-FaultProxy in front of the server (S3); times are the median of ``--runs``. The Lightning case
+FaultProxy in front of the server (S3, GCS); times are the median of ``--runs``. GCS has no
+server-side range copy (its store declares none, so the second save sends everything): its
+extra row is what a range copy through the client would cost at the least, the previous object
+downloaded and uploaded again as a temporary object (bytes both ways). The Lightning case
 trains a small model with ``ModelCheckpoint(save_top_k=3)`` and ``CheckpointMirror`` and
 reports the bytes each epoch's save sent against the size of one checkpoint file.
 """
@@ -118,6 +122,37 @@ def s3_setup(endpoint: str):
     return client, proxy
 
 
+def gcs_setup(endpoint: str):
+    """The emulator's bucket ``bench`` and a FaultProxy in front of it for every ``gs://`` URI."""
+    from flyte_checkpoint.testing import FaultProxy
+
+    proxy = FaultProxy(endpoint)
+    proxy.__enter__()
+    fc.configure_store("gs", endpoint_url=proxy.url, anonymous=True)
+    return proxy
+
+
+def copy_through_client(uri: str, src: Path, proxy) -> dict:
+    """A full save to ``uri``, then the least a range copy through the client costs: the whole
+    object downloaded and uploaded again to a temporary object (time, bytes up and down)."""
+    from flyte_checkpoint.storage.registry import store_for
+
+    fc.Checkpoint(uri).save_sync(str(src))
+    store = store_for(uri)
+    tmp = f"{uri}.tmp-{uuid.uuid4().hex}"
+    up = sum(r.up for r in proxy.records)
+    down = sum(r.down for r in proxy.records)
+    started = time.monotonic()
+    with store.open_read(uri) as r, store.open_write(tmp) as w:
+        shutil.copyfileobj(r, w, 8 * MiB)
+    took = time.monotonic() - started
+    up = sum(r.up for r in proxy.records) - up
+    down = sum(r.down for r in proxy.records) - down
+    store.delete(tmp)
+    store.delete(uri)
+    return {"s": took, "up": up, "down": down}
+
+
 def lightning_case(work: Path, epochs: int, width: int, dest: str, sent_bytes: SentBytes) -> dict:
     """Train ``epochs`` epochs with ``save_top_k=3`` mirrored to ``dest``; bytes each save sent."""
     import lightning.pytorch as pl
@@ -165,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--files", type=int, default=64)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also on moto's S3 server")
+    p.add_argument("--gcs", action="store_true", help="also on the GCS emulator")
     p.add_argument("--lightning", action="store_true", help="also Lightning's save_top_k=3")
     p.add_argument("--work", type=Path, default=None, help="where the tree and objects go")
     args = p.parse_args(argv)
@@ -204,6 +240,26 @@ def main(argv: list[str] | None = None) -> None:
                 if args.lightning:
                     res = lightning_case(work, 6, width, f"s3://bench/{key}/lightning.tgz", sent_bytes)
                     lightning_rows.append(("s3 (moto)", res))
+                proxy.__exit__(None, None, None)
+        if args.gcs:
+            sys.path.insert(0, str(ROOT.parent / "plugins" / "gcs"))
+            from flyte_checkpoint_gcs_tests.server import GcsEmulator
+
+            with GcsEmulator() as emu:
+                emu.create_bucket("bench")
+                proxy = gcs_setup(emu.endpoint)
+                up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
+                key = uuid.uuid4().hex
+                r = pair(lambda run: f"gs://bench/{key}/obj-{run}.tgz", src, args.runs, size, up)
+                print(row("gcs (emulator, bytes at a proxy)", r), flush=True)
+                c = copy_through_client(f"gs://bench/{key}/through-client.tgz", src, proxy)
+                print(
+                    f"| gcs: a copy through the client (download + upload of the old object) |"
+                    f" {r['full_s']:.2f} | {c['s']:.2f} | {100 * c['s'] / r['full_s']:.1f}% |"
+                    f" {r['full_bytes'] / MiB:.1f} | {c['up'] / MiB:.2f} up + {c['down'] / MiB:.2f} down |"
+                    f" {100 * (c['up'] + c['down']) / r['full_bytes']:.2f}% |",
+                    flush=True,
+                )
                 proxy.__exit__(None, None, None)
         load = os.getloadavg()
         print()

@@ -36,23 +36,23 @@ not ``None`` implements :meth:`BlobStore.copy_source` and its writers' :meth:`Bl
 A writer then takes, between its ``write`` calls, ``copy(source, start, length)``: the next
 ``length`` bytes of the object are bytes ``start .. start + length`` of ``source``, an object
 of the same store, which the server copies (S3 ``UploadPartCopy`` with ``CopySourceRange``,
-Azure ``Put Block From URL`` with a source range, GCS ``compose`` of objects holding the
-ranges, ``copy_file_range`` or a reflink on a local file system). The promises:
+Azure ``Put Block From URL`` with a source range, ``copy_file_range`` or a reflink on a local
+file system; GCS has none: ``compose`` and ``rewrite`` take whole objects). The promises:
 
 - the object committed is exactly the written and copied bytes in the order they were given,
   and appears only at the commit, atomically, as for any write; an abort leaves nothing (copied
   parts, blocks and temporary objects included);
 - every copied byte comes from the object as it was when :meth:`BlobStore.copy_source` described
-  it (its ``version``: S3/Azure ETag with ``If-Match``, GCS generation with
-  ``ifGenerationMatch``, a local file's inode and times): a source replaced meanwhile raises
-  :class:`~flyte_checkpoint.errors.CopySourceChangedError` (at the ``copy``, a later ``write``
-  or the commit) and nothing is committed; it never mixes two versions;
+  it (its ``version``: S3/Azure ETag with ``If-Match``, a local file's inode and times): a
+  source replaced meanwhile raises :class:`~flyte_checkpoint.errors.CopySourceChangedError` (at
+  the ``copy``, a later ``write`` or the commit) and nothing is committed; it never mixes two
+  versions;
 - the server's rules are the writer's business, not the caller's: pieces below the server's
   minimum (S3: every part but the last at least 5 MiB), above its maximum (S3 5 GiB per part),
-  or more sources than one request takes (GCS: 32 per compose, so composes of composes) are
-  handled inside, by splitting copies, or by reading a few bytes of the source (ranged reads
-  with the same version check) and sending them with the written ones; ``copy_limits`` tells
-  the caller what is cheap so that it plans copies that need little of that;
+  or more pieces than one request takes are handled inside, by splitting copies, or by reading
+  a few bytes of the source (ranged reads with the same version check) and sending them with the
+  written ones; ``copy_limits`` tells the caller what is cheap so that it plans copies that need
+  little of that;
 - ``bytes_written`` counts the bytes given to ``write`` only, ``bytes_copied`` those given to
   ``copy``; a copy is checked against the source's size (``ValueError``) and a copy of
   nothing does nothing. ``source`` may be the object being replaced (the same URI).
@@ -103,16 +103,16 @@ class CopyLimits:
 
     Attributes:
         min_part: every piece of an object but the last, written or copied, must hold at
-            least this many bytes (S3: 5 MiB); ``0``: no minimum (Azure blocks, GCS compose
-            sources, local files). A writer meets it by reading a little of the source where
-            a piece would be short, so a caller copies runs much longer than this.
+            least this many bytes (S3: 5 MiB); ``0``: no minimum (Azure blocks, local files).
+            A writer meets it by reading a little of the source where a piece would be short,
+            so a caller copies runs much longer than this.
         max_copy: the most bytes the server copies in one request (S3: 5 GiB a part; Azure's
             ``Put Block From URL``: 4,000 MiB a block, 100 MiB on older service versions); the
             writer splits longer copies.
             ``None``: no limit.
         max_pieces: the most pieces (written parts and copies together) one object may hold
-            (S3: 10,000 parts; Azure: 50,000 blocks); ``None``: no limit (GCS composes in
-            rounds of 32). A caller keeps its number of copies well below it.
+            (S3: 10,000 parts; Azure: 50,000 blocks); ``None``: no limit. A caller keeps its
+            number of copies well below it.
         min_copy: copies shorter than this cost more than they save (a request each); a
             caller writes such ranges instead. Never required for correctness.
     """
