@@ -128,7 +128,7 @@ def gcs_setup(endpoint: str):
 
     proxy = FaultProxy(endpoint)
     proxy.__enter__()
-    fc.configure_store("gs", endpoint_url=proxy.url, anonymous=True)
+    fc.configure_store("gcs", endpoint_url=proxy.url, anonymous=True)
     return proxy
 
 
