@@ -10,11 +10,12 @@ from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobPrefix
 
 from flyte_checkpoint.errors import CheckpointError, NotFoundError
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopySource, ObjectInfo
 from flyte_checkpoint.storage.kit.files import download_to_file
 from flyte_checkpoint.storage.kit.locations import Location
 from flyte_checkpoint.storage.kit.pools import StorePool
 
+from . import copies
 from .client import AzureClients
 from .config import AzureConfig
 from .errors import error_code, map_error, status_of
@@ -40,6 +41,8 @@ class AzureStore(BlobStore):
     supports_ranges = True
     supports_list = True
     supports_list_details = True
+    #: ``Put Block From URL`` (incremental saves), within Azure's block rules: :mod:`.copies`.
+    copy_limits = copies.LIMITS
 
     def __init__(self, config: AzureConfig | None = None, **settings: Any) -> None:
         if config is not None and settings:
@@ -70,6 +73,10 @@ class AzureStore(BlobStore):
             if type(err) is NotFoundError:
                 return None
             raise err from exc
+
+    def copy_source(self, uri: str) -> CopySource | None:
+        """Size and ETag (Get Blob Properties); a copy of its ranges checks the ETag (:mod:`.copies`)."""
+        return copies.describe(self, uri)
 
     def delete(self, uri: str) -> None:
         blob = self.clients.blob(parse(uri))

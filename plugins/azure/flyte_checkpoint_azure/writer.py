@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from azure.storage.blob import BlobClient
 
+from flyte_checkpoint.storage.blobstore import CopySource
 from flyte_checkpoint.storage.kit.parts import Buffer, PartWriter
 
-from . import integrity
+from . import copies, integrity
 from .config import MAX_BLOCK_SIZE
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ DOUBLE_EVERY = 10_000
 class AzureWriter(PartWriter):
     """Stages full blocks (Put Block, each with its Content-MD5) while the next one fills;
     ``close()`` commits the block list with the object's MD5, ``abort()`` commits nothing.
+    A ``copy()`` stages blocks with Put Block From URL (:mod:`.copies`) in the same block list;
+    an object with copied blocks is stored without an MD5 (the copied bytes never pass here).
 
     An object of at most one block goes up in one Put Blob at close. Uncommitted blocks are
     never visible; the service discards them at the blob's next commit, or after a week (they
@@ -42,6 +45,7 @@ class AzureWriter(PartWriter):
             double_every=DOUBLE_EVERY,
             max_parts=MAX_BLOCKS,
             max_part_size=MAX_BLOCK_SIZE,
+            copy_limits=copies.LIMITS,
         )
         self._store = store
         self._blob = blob
@@ -49,6 +53,8 @@ class AzureWriter(PartWriter):
         # A per-writer tag keeps concurrent writers' block ids apart; the ids of one blob must
         # all have the same length.
         self._tag = uuid.uuid4().hex[:16]
+        #: Some block was copied on the server (:mod:`.copies`): the object's MD5 is then unknown.
+        self._copied = False
 
     def _write(self, data: Buffer) -> None:
         if self._md5 is not None:
@@ -82,8 +88,11 @@ class AzureWriter(PartWriter):
     def _start(self) -> None:
         pass  # a block blob's upload begins with its first block
 
+    def _block_id(self, number: int) -> str:
+        return base64.b64encode(f"{self._tag}{number:08d}".encode()).decode()
+
     def _send_part(self, number: int, data: bytes | bytearray) -> str:
-        block_id = base64.b64encode(f"{self._tag}{number:08d}".encode()).decode()
+        block_id = self._block_id(number)
         headers = integrity.block_headers(self._store.config, data)
         try:
             self._blob.stage_block(block_id, data, length=len(data), headers=headers)  # type: ignore[arg-type]
@@ -91,8 +100,22 @@ class AzureWriter(PartWriter):
             raise self._store.error(exc, self.uri, "upload a block of") from exc
         return block_id
 
+    def _copy_part(self, number: int, source: CopySource, start: int, length: int) -> str:
+        """``Put Block From URL`` (see :mod:`.copies`); returns the block's id."""
+        self._copied = True
+        block_id = self._block_id(number)
+        copies.copy_block(self._store, self._blob, self.uri, block_id, source, start, length)
+        return block_id
+
+    def _read_source(self, source: CopySource, start: int, length: int) -> bytes:
+        return copies.read_source(self._store, source, start, length)
+
     def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        # MD5 cannot be combined from blocks, and copied blocks' bytes never came here: an object
+        # with copied blocks is stored without an MD5 (its gzip members carry CRC-32s and the
+        # index each file's SHA-256, which loads check).
+        md5 = None if self._copied else self._md5
         try:
-            self._blob.commit_block_list(results, content_settings=integrity.content_settings(self._md5))
+            self._blob.commit_block_list(results, content_settings=integrity.content_settings(md5))
         except Exception as exc:
             raise self._store.error(exc, self.uri, "commit the uploaded blocks of") from exc

@@ -9,7 +9,14 @@ from flyte_checkpoint_azure.config import AzureConfig
 from flyte_checkpoint_azure.store import AzureStore
 
 from flyte_checkpoint.storage.registry import get_registry, store_for
-from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CrashSuite, FaultSuite, StoreRecipe
+from flyte_checkpoint.testing import (
+    BlobStoreSuite,
+    CheckpointSuite,
+    CopySuite,
+    CrashSuite,
+    FaultSuite,
+    StoreRecipe,
+)
 
 from .helpers import CONTAINER, fault_store
 from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
@@ -17,7 +24,7 @@ from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
 pytestmark = pytest.mark.integration
 
 
-class TestAzureConformance(BlobStoreSuite, CheckpointSuite):
+class TestAzureConformance(BlobStoreSuite, CheckpointSuite, CopySuite):
     """``az://`` URIs; the store is the one the registry builds from the entry point and
     the environment (connection string, 320 KiB blocks, 192 KiB read ranges)."""
 
