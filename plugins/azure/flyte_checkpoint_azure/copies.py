@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import datetime
 from typing import TYPE_CHECKING, Any
-
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from azure.core import MatchConditions
 
@@ -80,7 +79,12 @@ def source_access(store: AzureStore, source: CopySource) -> tuple[str, dict[str,
         expiry = datetime.datetime.now(datetime.timezone.utc) + SAS_LIFETIME
         account = store.config.account_for(loc)
         sas = generate_blob_sas(
-            account, loc.bucket, loc.key, account_key=key, permission=BlobSasPermissions(read=True), expiry=expiry
+            account,
+            loc.bucket,
+            loc.key,
+            account_key=key,
+            permission=BlobSasPermissions(read=True),
+            expiry=expiry,
         )
     if sas:
         return f"{url}?{sas.lstrip('?')}", {}
@@ -109,7 +113,7 @@ def copy_block(
         )
     except Exception as exc:
         # The SAS or token made for this request is a secret too: no message or cause shows it.
-        made = (*parse_qs(urlsplit(url).query).get("sig", []), *auth.values())
+        made = (*_signatures(url), *auth.values())
         raise chain(_mapped(store, exc, source, dest), exc, (*store.config.secrets(), *made)) from None
 
 
@@ -131,6 +135,12 @@ def read_source(store: AzureStore, source: CopySource, start: int, length: int) 
     if len(data) != length:
         raise copy_source_changed(source, "it ended early")
     return data
+
+
+def _signatures(url: str) -> list[str]:
+    """A SAS's signature in ``url``, as sent (URL-encoded) and decoded."""
+    raw = [v for k, _, v in (p.partition("=") for p in urlsplit(url).query.split("&")) if k == "sig"]
+    return [*raw, *(unquote(v) for v in raw)]
 
 
 def _mapped(store: AzureStore, exc: BaseException, source: CopySource, dest: str) -> BaseException:
