@@ -3,12 +3,13 @@
     python -m benchmarks.incremental                  # 64 files of 16 MiB (1 GiB), file store
     python -m benchmarks.incremental --s3 --lightning # also on moto's S3 server, and Lightning
     python -m benchmarks.incremental --gcs            # also on the GCS emulator (no range copy)
+    python -m benchmarks.incremental --azure          # also on Azurite (plugins/azure's npm install)
     python -m benchmarks.incremental --scale 0.05 --runs 1   # a quick check
 
 Each run saves the tree whole to a fresh object (no index to copy from: everything is sent),
 then changes one file (new bytes, same size) and saves again over that object (the unchanged
 files are copied by the store). Bytes sent are counted by the writers (file) and at a
-FaultProxy in front of the server (S3, GCS); times are the median of ``--runs``. GCS has no
+FaultProxy in front of the server (S3, GCS, Azure); times are the median of ``--runs``. GCS has no
 server-side range copy (its store declares none, so the second save sends everything): its
 extra row is what a range copy through the client would cost at the least, the previous object
 downloaded and uploaded again as a temporary object (bytes both ways). The Lightning case
@@ -153,6 +154,29 @@ def copy_through_client(uri: str, src: Path, proxy) -> dict:
     return {"s": took, "up": up, "down": down}
 
 
+def azurite(work: Path):
+    """Azurite's blob service (in memory), as the Azure plugin's tests start it."""
+    sys.path.insert(0, str(ROOT.parent / "plugins" / "azure"))
+    from flyte_checkpoint_azure_tests.server import azurite as start
+
+    return start()
+
+
+def azure_setup(server):
+    """The container ``bench``, and a FaultProxy in front of Azurite for every ``az://`` URI."""
+    from azure.storage.blob import BlobServiceClient
+
+    from flyte_checkpoint.testing import FaultProxy
+
+    with BlobServiceClient.from_connection_string(server.connection_string) as svc:
+        svc.create_container("bench")
+    os.environ["AZURE_STORAGE_CONNECTION_STRING"] = server.connection_string
+    proxy = FaultProxy(server.blob_endpoint)
+    proxy.__enter__()
+    fc.configure_store("azure", endpoint_url=proxy.url)
+    return proxy
+
+
 def lightning_case(work: Path, epochs: int, width: int, dest: str, sent_bytes: SentBytes) -> dict:
     """Train ``epochs`` epochs with ``save_top_k=3`` mirrored to ``dest``; bytes each save sent."""
     import lightning.pytorch as pl
@@ -201,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also on moto's S3 server")
     p.add_argument("--gcs", action="store_true", help="also on the GCS emulator")
+    p.add_argument("--azure", action="store_true", help="also on Azurite")
     p.add_argument("--lightning", action="store_true", help="also Lightning's save_top_k=3")
     p.add_argument("--work", type=Path, default=None, help="where the tree and objects go")
     args = p.parse_args(argv)
@@ -260,6 +285,14 @@ def main(argv: list[str] | None = None) -> None:
                     f" {100 * (c['up'] + c['down']) / r['full_bytes']:.2f}% |",
                     flush=True,
                 )
+                proxy.__exit__(None, None, None)
+        if args.azure:
+            with azurite(work) as server:
+                proxy = azure_setup(server)
+                up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
+                key = uuid.uuid4().hex
+                r = pair(lambda run: f"az://bench/{key}/obj-{run}.tgz", src, args.runs, size, up)
+                print(row("azure (Azurite, bytes at a proxy)", r), flush=True)
                 proxy.__exit__(None, None, None)
         load = os.getloadavg()
         print()
