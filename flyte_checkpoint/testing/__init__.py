@@ -39,6 +39,9 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 - :class:`CopySuite` (stores that declare ``copy_limits``): objects built from written bytes
   and ranges of other objects copied by the server, in order, atomic, never from a source
   replaced meanwhile;
+- :class:`IncrementalSuite` (network stores with ``copy_limits``): folder saves through a
+  proxy that counts the bytes sent: only changed files go up; a source replaced mid-save and a
+  save killed midway commit nothing;
 - :class:`CrashSuite`: a process SIGKILLed mid-save (mid-upload, through the proxy, for a
   network store) leaves the previous object whole: it catches a server that writes in place.
 
@@ -63,6 +66,7 @@ from .copies import CopySuite
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
 from .faults import FaultSuite
+from .incremental import IncrementalSuite
 from .recipe import RECIPE_SETTINGS, StoreRecipe
 from .suite import BlobStoreSuite, CheckpointSuite
 
@@ -75,5 +79,6 @@ __all__ = [
     "Fault",
     "FaultProxy",
     "FaultSuite",
+    "IncrementalSuite",
     "StoreRecipe",
 ]
