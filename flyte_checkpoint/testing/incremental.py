@@ -177,8 +177,10 @@ class IncrementalSuite:
             other = self.make_tree(tmp_path / f"other-{seed}")
             (other / "shards" / "s1.bin").write_bytes(_blob(self.file_size + 1, seed=seed))
             self.save(proxy, prefix + f"other-{seed}.tgz", other)
-            bodies.append(server.read_bytes(prefix + f"other-{seed}.tgz"))
+            bodies.append(store_for(dest).read_bytes(prefix + f"other-{seed}.tgz"))
 
+        # The save's own store (the environment's timeouts: a replacement of tens of MiB
+        # outlasts the recipe's short ones on a busy machine) replaces the object.
         store = store_for(dest)
         real_copy_source = store.copy_source
         looks: list[str] = []
@@ -188,7 +190,7 @@ class IncrementalSuite:
             found = real_copy_source(uri)
             looks.append(uri)
             if len(looks) == 2 and replace_with:  # the planner's second look, once it read the index
-                server.write_bytes(dest, replace_with.pop())
+                store.write_bytes(dest, replace_with.pop())
             return found  # as if the replacement came a moment later
 
         store.copy_source = replaced_after_planning  # type: ignore[method-assign]
@@ -198,7 +200,7 @@ class IncrementalSuite:
                 self.save(proxy, dest, src, retry=RetryPolicy(attempts=1))
             assert isinstance(info.value.__cause__, CopySourceChangedError)  # the retry layer's wrapping
             assert self.replaced_detail in str(info.value.__cause__)
-            assert server.read_bytes(dest) == bodies[0], "promise broken: the failed save committed"
+            assert store.read_bytes(dest) == bodies[0], "promise broken: the failed save committed"
             if self.abort_removes_pieces:
                 assert self.pieces_left(server, dest) == []
             looks.clear()
