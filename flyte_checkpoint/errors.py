@@ -134,6 +134,11 @@ class RunInUseError(CheckpointError, RuntimeError):
     """A named local run (``@fc.task(run_name=...)``) is already running in another process."""
 
 
+class ShardedSaveError(CheckpointError, RuntimeError):
+    """A sharded save (:mod:`flyte_checkpoint.sharded`) did not commit: a rank failed, did not
+    arrive in time, or two ranks wrote the same name. The previous checkpoint is unchanged."""
+
+
 __all__ = [
     "BackendConflictError",
     "BackendLoadError",
@@ -151,6 +156,7 @@ __all__ = [
     "PathTooLongError",
     "RunInUseError",
     "SaveTimeoutError",
+    "ShardedSaveError",
     "SourceChangedError",
     "StoreError",
     "TransientError",

@@ -105,6 +105,8 @@ def pack_directory(
     on_data: Callable[[int], None] | None = None,
     index: IndexBuilder | None = None,
     reuse: Reuse | None = None,
+    end: bool = True,
+    names: list[tuple[str, bytes]] | None = None,
 ) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
@@ -121,6 +123,8 @@ def pack_directory(
     save), such a file whose SHA-256 that object's index records is not read into ``out`` but
     copied from there (``out.copy``), and where the store needs long copies the headers between
     two copied files are copied too when they are the same bytes.
+    ``end=False`` leaves out the end-of-archive blocks (a segment of a sharded save, which
+    others' members follow); ``names`` (if given) gets each member's name and type flag.
 
     Raises:
         UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
@@ -133,7 +137,9 @@ def pack_directory(
     root = os.fspath(src)
     limits = limits or LoadLimits.from_env()
     try:
-        return _Packer(root, out, leave_out, limits, on_data, index, reuse).run()
+        packer = _Packer(root, out, leave_out, limits, on_data, index, reuse)
+        packer.names = names
+        return packer.run(end=end)
     except OSError as exc:
         if isinstance(exc, CheckpointError):
             raise
@@ -179,6 +185,7 @@ class _Packer:
         self.total = 0
         self.members = 0
         self.offset = 0  # bytes of tar stream written, as a load's reader counts them
+        self.names: list[tuple[str, bytes]] | None = None
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.offset += len(data)
@@ -204,17 +211,21 @@ class _Packer:
                 f" nothing was stored and the previous checkpoint is unchanged. Save less, or raise"
                 f" {MAX_UNPACKED_ENV} here and wherever the checkpoint is loaded"
             )
+        if self.names is not None:
+            self.names.append((arcname, typeflag))
         self.write(block)
 
-    def run(self) -> int:
+    def run(self, end: bool = True) -> int:
         if self.index is None:
             self.add_entries(self.root, "", os.stat(self.root), None)
-            self.write(ts.end_of_archive())
+            if end:
+                self.write(ts.end_of_archive())
             return self.total
         self._hasher = hasher = Hasher()
         try:
             self.add_entries(self.root, "", os.stat(self.root), None)
-            self.write(ts.end_of_archive())
+            if end:
+                self.write(ts.end_of_archive())
         except BaseException:
             hasher.abort()
             raise

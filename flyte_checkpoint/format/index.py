@@ -95,6 +95,8 @@ class Index:
     #: SHA-256 of the tar bytes between large files (headers, folders, small files), by where
     #: they end in the uncompressed stream: ``{end: (length, sha256 hex)}``; empty without them
     gaps: dict[int, tuple[int, str]] = field(default_factory=dict)
+    #: A sharded save's members per rank, in rank order (the rest: the end of the archive); empty otherwise.
+    shards: tuple[int, ...] = ()
 
 
 class IndexBuilder:
@@ -107,6 +109,8 @@ class IndexBuilder:
         self._uoff = 0
         self._files: list[tuple[str, int, int, int, int, str | Callable[[], str]]] = []
         self._gaps: list[tuple[int, int, bytes]] = []
+        #: Members per rank of a sharded save (:mod:`flyte_checkpoint.sharded`), recorded in the index.
+        self.shards: list[int] | None = None
 
     def add_member(self, clen: int, ulen: int, crc: int) -> None:
         """Called by the gzip writer thread, in order, for each member written."""
@@ -144,7 +148,9 @@ class IndexBuilder:
             first = bisect.bisect_right(starts, offset) - 1
             last = bisect.bisect_right(starts, offset + max(size, 1) - 1) - 1
             files.append((name, first, last, offset - starts[first], size, mtime, mode, digest))
-        payload = pack_payload([(m.clen, m.ulen, m.crc) for m in self.members], files, self._gaps)
+        payload = pack_payload(
+            [(m.clen, m.ulen, m.crc) for m in self.members], files, self._gaps, self.shards
+        )
         return encode_tail(payload, self._coff)
 
 
@@ -152,6 +158,7 @@ def pack_payload(
     members: list[tuple[int, int, int]],
     files: list[tuple],
     gaps: list[tuple[int, int, bytes]] = (),  # type: ignore[assignment]
+    shards: list[int] | None = None,
 ) -> bytes:
     """The index payload of ``members`` (clen, ulen, crc32), ``files`` (the fields of
     :class:`FileEntry`, in order) and ``gaps`` (end, length, SHA-256 digest; the section is
@@ -161,8 +168,10 @@ def pack_payload(
     for name, first, last, offset, size, mtime, mode, digest in files:
         raw = name.encode("utf-8", "surrogateescape")
         out += [_FILE.pack(first, last, offset, size, mtime, mode, bytes.fromhex(digest), len(raw)), raw]
-    if gaps:
+    if gaps or shards is not None:  # the gap section comes first (its count may be 0)
         out += [_GAP_COUNT.pack(len(gaps))] + [_GAP.pack(*g) for g in gaps]
+    if shards is not None:  # a sharded save's members per rank
+        out.append(struct.pack(f"<I{len(shards)}I", len(shards), *shards))
     return b"".join(out)
 
 
@@ -349,16 +358,28 @@ def _parse(payload: bytes, data_end: int, uri: str) -> Index:
             raise _Bad("bytes follow its last file entry (not a gap section)")
         (n_gaps,) = _GAP_COUNT.unpack_from(payload, at)
         at += _GAP_COUNT.size
-        if n_gaps > len(members) or at + n_gaps * _GAP.size != len(payload):
+        if n_gaps > len(members) or at + n_gaps * _GAP.size > len(payload):
             raise _Bad("bytes follow its last file entry (not a gap section of that count)")
-        for end, length, digest in _GAP.iter_unpack(payload[at:]):
+        for end, length, digest in _GAP.iter_unpack(payload[at : at + n_gaps * _GAP.size]):
             if not 0 < length <= end <= uoff:
                 raise _Bad("a gap lies outside the tar")
             gaps[end] = (length, digest.hex())
+        at += n_gaps * _GAP.size
+    shards: tuple[int, ...] = ()
+    if at < len(payload):  # a sharded save's members per rank
+        if at + 4 > len(payload):
+            raise _Bad("bytes follow its last file entry")
+        (n_shards,) = struct.unpack_from("<I", payload, at)
+        at += 4
+        if at + 4 * n_shards != len(payload):
+            raise _Bad("bytes follow its last file entry")
+        shards = struct.unpack_from(f"<{n_shards}I", payload, at)
+        if sum(shards) > len(members):
+            raise _Bad("its shards do not match its members")
         at = len(payload)
     if at != len(payload):
         raise _Bad("bytes follow its last file entry")
-    return Index(members, files, data_end, gaps)
+    return Index(members, files, data_end, gaps, shards)
 
 
 _INT_FIELDS = ("first", "last", "offset", "size", "mtime", "mode")

@@ -329,6 +329,12 @@ class LocalStore(BlobStore):
         finally:
             os.close(fd)
 
+    def sharded_writes(self, uri: str):  # noqa: ANN201 - flyte_checkpoint.sharded.writes.ShardedWrites
+        """One object from many ranks: per-rank files joined and renamed (:mod:`flyte_checkpoint.sharded`)."""
+        from ...sharded.writes import LocalShardedWrites
+
+        return LocalShardedWrites(uri)
+
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
         src = local_path(uri)
         try:

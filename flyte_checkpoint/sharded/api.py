@@ -1,0 +1,239 @@
+"""``save_sharded`` and ``load_sharded``: every rank of a job saves its own folder into one object."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError, ShardedSaveError
+from ..logs import logger
+from ..uri import normalize, redact
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpoint
+
+TIMEOUT_ENV = "FLYTE_CHECKPOINT_SHARD_TIMEOUT"
+DEFAULT_TIMEOUT = 600.0
+
+
+def shard_timeout(timeout: float | None = None) -> float:
+    """``timeout``, else ``$FLYTE_CHECKPOINT_SHARD_TIMEOUT`` (``90``, ``90s``, ``2m``), else 600 s.
+
+    Raises:
+        ConfigurationError: the variable is not a duration (the message names it).
+    """
+    if timeout is not None:
+        return float(timeout)
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    from ..storage.kit.settings import SECONDS, parse
+
+    return float(parse(SECONDS, raw, name="shard_timeout", source=TIMEOUT_ENV, example="600s"))
+
+
+def _torch_group() -> tuple[int, int] | None:
+    dist = sys.modules.get("torch.distributed")  # never imported here: a job that uses it has
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def find_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int, bool]:
+    """(rank, world size, through torch.distributed): the arguments, else the initialized
+    default process group, else ``RANK`` and ``WORLD_SIZE``, else a job of one.
+
+    Raises:
+        ConfigurationError: only one of the arguments, or a rank outside the world.
+    """
+    torch = False
+    if (rank is None) != (world_size is None):
+        raise ConfigurationError("give both rank= and world_size= to save_sharded, or neither")
+    if rank is None or world_size is None:
+        found = _torch_group()
+        if found is not None:
+            (rank, world_size), torch = found, True
+        else:
+            try:
+                rank = int(os.environ.get("RANK", "0"))
+                world_size = int(os.environ.get("WORLD_SIZE", "1"))
+            except ValueError:
+                raise ConfigurationError(
+                    f"RANK={os.environ.get('RANK')!r} and WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}"
+                    " must be whole numbers (a launcher such as torchrun sets them)"
+                ) from None
+    if not 0 <= rank < world_size:
+        raise ConfigurationError(
+            f"rank {rank} is outside a world of {world_size}: ranks run from 0 to WORLD_SIZE - 1"
+        )
+    return rank, world_size, torch
+
+
+def _destination(checkpoint: Checkpoint | str) -> str:
+    if isinstance(checkpoint, str):
+        return normalize(checkpoint, param="checkpoint")
+    return checkpoint.remote_destination
+
+
+def save_sharded(
+    checkpoint: Checkpoint | str,
+    folder: str | os.PathLike[str],
+    *,
+    timeout: float | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> None:
+    """Save ``folder`` as this rank's part of one checkpoint; call it on every rank.
+
+    The object at ``checkpoint``'s destination (a :class:`~flyte_checkpoint.Checkpoint` or a
+    URI) becomes one gzip tar of the union of the ranks' folders, with one index (each rank
+    compresses and uploads its own segment at once). It appears only once every rank has
+    written its segment, by one commit of rank 0; every rank returns then, or raises. The
+    ranks come from ``rank``/``world_size``, else ``torch.distributed`` (initialized), else
+    ``RANK``/``WORLD_SIZE``.
+
+    Raises:
+        ShardedSaveError: a rank failed (its error is named), did not arrive within ``timeout``
+            (default ``$FLYTE_CHECKPOINT_SHARD_TIMEOUT``, 600 s), or two ranks wrote one name;
+            nothing was committed and the previous checkpoint is unchanged.
+        ConfigurationError: a bad rank, world size or timeout.
+    """
+    from ..storage.registry import store_for
+    from .coordinate import StoreCoordinator, TorchCoordinator, new_token
+    from .segment import check_union, pack_segment, tail
+    from .writes import coordination_prefix, writes_for
+
+    rank, world, torch = find_rank(rank, world_size)
+    limit = shard_timeout(timeout)
+    dest = _destination(checkpoint)
+    src = os.fspath(folder)
+    if not os.path.isdir(src):
+        raise ConfigurationError(f"save_sharded saves a folder; {src} is not one")
+    store = store_for(dest)
+    writes = writes_for(store, dest)
+
+    def own(session: dict[str, Any]) -> dict[str, Any]:
+        from .coordinate import step
+
+        segment = None
+        try:
+            segment = writes.segment(session, rank, world)
+            report = pack_segment(src, segment, segment.padding_needed)  # type: ignore[arg-type]
+            step(rank, "segment")
+            report["piece"] = segment.finish()
+            return report
+        except Exception as exc:
+            if segment is not None:
+                segment.abort()
+            logger().error("rank %d: its segment of %s failed: %s", rank, redact(dest), exc)
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    def decide(reports: list[dict[str, Any]]) -> dict[str, Any]:
+        from .coordinate import step
+
+        try:
+            failed = [(r, rep["error"]) for r, rep in enumerate(reports) if not rep["ok"]]
+            if failed:
+                shown = "; ".join(f"rank {r}: {error}" for r, error in failed)
+                raise ShardedSaveError(f"the sharded save to {redact(dest)} failed ({shown})")
+            check_union(reports)
+            step(0, "committing")
+            writes.commit(session, [rep["piece"] for rep in reports], tail(reports))
+            writes.sweep(session)
+        except Exception as exc:
+            try:
+                writes.abort(session)
+            except Exception as cleanup:
+                logger().warning("could not remove the pieces of %s: %s", redact(dest), cleanup)
+            return {"ok": False, "error": str(exc) if isinstance(exc, ShardedSaveError) else repr(exc)}
+        return {"ok": True}
+
+    if torch:
+        coordinator: Any = TorchCoordinator(rank, world)
+    else:
+        coordinator = StoreCoordinator(store, dest, coordination_prefix(dest), rank, world, limit)
+    if rank == 0:
+        token = new_token()
+        session: dict[str, Any] = {"token": token}
+        try:
+            session.update(writes.begin(token))
+        except Exception as exc:
+            session["failed"] = f"{type(exc).__name__}: {exc}"
+        outcome = coordinator.lead(session, _guard(own), decide)
+    else:
+        outcome = coordinator.follow(_guard(own))
+    if not outcome["ok"]:
+        error = outcome["error"]
+        raise ShardedSaveError(
+            f"{error}. Nothing was committed: the previous checkpoint at {redact(dest)} is unchanged"
+            if "previous checkpoint" not in error
+            else error
+        )
+    logger().info("rank %d of %d: sharded save to %s committed", rank, world, redact(dest))
+
+
+def _guard(own):
+    """A session that rank 0 could not open fails every rank's segment at once."""
+
+    def run(session: dict[str, Any]) -> dict[str, Any]:
+        if "failed" in session:
+            return {"ok": False, "error": f"rank 0 could not begin the save: {session['failed']}"}
+        return own(session)
+
+    return run
+
+
+def own_files(index: Any, rank: int) -> list[str]:
+    """The files rank ``rank`` saved, from a sharded object's index (none for other objects).
+
+    A file belongs to the segment that holds its header, which ends where its data starts
+    (an empty file's data "starts" where the next rank's segment may begin)."""
+    shards = index.shards
+    if rank >= len(shards) or not shards[rank]:
+        return []
+    members = index.members
+    first = sum(shards[:rank])
+    low = members[first].uoff
+    last = members[first + shards[rank] - 1]
+    high = last.uoff + last.ulen
+    return sorted(name for name, e in index.files.items() if low < members[e.first].uoff + e.offset <= high)
+
+
+def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None = None) -> Path | None:
+    """Restore the previous checkpoint on this rank: the whole tree (``own=False``, as
+    :meth:`~flyte_checkpoint.Checkpoint.load_sync`), or only the files this rank saved
+    (``own=True``, by ranged reads through the object's index, each file's SHA-256 verified).
+    Returns the workspace folder, or None when there is no checkpoint.
+
+    Raises:
+        ShardedSaveError: ``own=True`` and the object is not a sharded save (no shards in its
+            index): load the whole tree instead.
+        and what :meth:`~flyte_checkpoint.Checkpoint.load_sync` raises.
+    """
+    if not own:
+        return checkpoint.load_sync()
+    src = checkpoint.remote_source
+    if src is None:
+        return None
+    from ..format.index import read_index
+    from ..format.single import restore_file_to
+    from ..storage.registry import store_for
+
+    if rank is None:
+        rank = find_rank()[0]
+    store = store_for(src)
+    size = store.stat(src)
+    if not size:
+        return None
+    index = read_index(store, src, size)
+    if index is None or not index.shards:
+        raise ShardedSaveError(
+            f"{redact(src)} is not a sharded checkpoint (its index lists no ranks): load the whole"
+            " tree with load_sharded(checkpoint) or load_sync()"
+        )
+    root = checkpoint.path
+    for name in own_files(index, rank):
+        restore_file_to(store, src, size, name, str(root / name))
+    return root
