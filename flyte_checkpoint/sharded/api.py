@@ -119,6 +119,7 @@ def save_sharded(
 
         segment = None
         try:
+            step(rank, "packing")
             segment = writes.segment(session, rank, world)
             report = pack_segment(src, segment, segment.padding_needed)  # type: ignore[arg-type]
             step(rank, "segment")

@@ -24,8 +24,8 @@ from ..storage.blobstore import BlobStore
 from ..uri import redact
 
 Doc = dict[str, Any]
-#: Called with (rank, step) as a save passes each step: "session", "segment", "reported",
-#: "committing", "outcome". Tests stop a rank there (synchronised on its own progress).
+#: Called with (rank, step) as a save passes each step: "session", "packing", "segment"
+#: (written, not yet durable), "reported" (not rank 0), "committing" and "outcome". Tests stop a rank there (synchronised on its own progress).
 observers: list[Callable[[int, str], None]] = []
 _POLL_FIRST, _POLL_MAX = 0.02, 0.5
 #: Tokens of sessions this process took part in, per destination and rank: never taken again.

@@ -216,9 +216,11 @@ class LocalShardedWrites:
                 _unlink(self.folder + name)
 
     def sweep(self, session: Session) -> None:
+        # Everything but this save's files and the session marker: pieces and joins of saves
+        # whose ranks were killed, and temporary files of marker writes they left.
         keep = f"{session['token']}."
         for name in _listdir(self.folder):
-            if (".piece-" in name or name.endswith(".join")) and not name.startswith(keep):
+            if name != "open" and not name.startswith(keep):
                 _unlink(self.folder + name)
 
 

@@ -149,6 +149,13 @@ class S3Store(BlobStore):
         committed) if the file changes meanwhile."""
         S3Writer(self, uri, parse(uri)).upload_file(path)
 
+    def sharded_writes(self, uri: str) -> Any:
+        """One object from many ranks: one multipart upload, a range of part numbers per rank
+        (:mod:`flyte_checkpoint_s3.shards`)."""
+        from .shards import S3ShardedWrites
+
+        return S3ShardedWrites(self, uri)
+
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
         """Download into ``path`` through a temporary file beside it, renamed when whole and verified."""
         with self.open_read(uri) as src:

@@ -1,0 +1,132 @@
+"""Run a sharded save as real processes: one child per rank, coordinated through the environment.
+
+Each child (:data:`CHILD`) saves its folder with ``save_sharded`` under ``RANK`` and
+``WORLD_SIZE`` and prints ``OK`` or ``ERR <message>``. A child told to stop at a step of the
+save (``"stop": "segment"``, see :mod:`flyte_checkpoint.sharded.coordinate`) prints
+``AT <step>`` there and waits to be killed, so a kill lands where the code's own progress
+put it, never after a delay. ``"fail": true`` makes its segment fail (an unreadable file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.childlines import Lines
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, os, sys, threading
+job = json.loads(sys.argv[1])
+from flyte_checkpoint.sharded import coordinate, save_sharded
+
+rank = int(os.environ["RANK"])
+if job.get("stop"):
+    def stop(r, step):
+        if r == rank and step == job["stop"]:
+            print("AT", step, flush=True)
+            threading.Event().wait()
+    coordinate.observers.append(stop)
+if job.get("fail"):
+    def fail(r, step):
+        if r == rank and step == "packing":
+            raise OSError("this rank's disk is on fire")
+    coordinate.observers.append(fail)
+try:
+    save_sharded(job["dest"], job["folder"], timeout=job.get("timeout"))
+except Exception as exc:
+    print("ERR", type(exc).__name__, str(exc).replace(chr(10), " "), flush=True)
+else:
+    print("OK", flush=True)
+"""
+
+
+@dataclass
+class Rank:
+    rank: int
+    proc: subprocess.Popen
+    lines: Lines
+
+
+def start(
+    dest: str, folders: list[Path], *, env: dict[str, str] | None = None, world: int | None = None, **per_rank: dict
+) -> list[Rank]:
+    """Start one child per folder, in a job of ``world`` ranks (default: one per folder);
+    ``per_rank`` maps a job key to {rank: value} (``stop``, ``fail``, ``timeout``)."""
+    ranks = []
+    for rank, folder in enumerate(folders):
+        job = {"dest": dest, "folder": str(folder)}
+        for key, values in per_rank.items():
+            if rank in values:
+                job[key] = values[rank]
+        child_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(world or len(folders))}
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH")]))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, json.dumps(job)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+            cwd=ROOT,
+        )
+        ranks.append(Rank(rank, proc, Lines(proc.stdout)))  # type: ignore[arg-type]
+    return ranks
+
+
+def finish(ranks: list[Rank]) -> list[str]:
+    """Each child's last line (``""`` for one that was killed), once all have ended."""
+    out = []
+    for r in ranks:
+        last = ""
+        while (line := r.lines.next(f"rank {r.rank}")) != "":
+            last = line
+        r.proc.wait()
+        out.append(last)
+    return out
+
+
+def run(dest: str, folders: list[Path], **kw) -> list[str]:
+    return finish(start(dest, folders, **kw))
+
+
+def kill_at(ranks: list[Rank], rank: int) -> bool:
+    """Wait until ``rank`` reports its stop (True, then SIGKILL it) or ends without reaching it."""
+    r = ranks[rank]
+    line = r.lines.next(f"rank {rank}")
+    if line.startswith("AT "):
+        os.kill(r.proc.pid, signal.SIGKILL)
+        return True
+    return False
+
+
+def make_folders(root: Path, world: int, *, tag: str = "a", size: int = 100_000) -> list[Path]:
+    """One folder per rank, laid out as torch.distributed.checkpoint writes (rank 0 has .metadata),
+    with a shared subfolder; file contents carry ``tag`` so two saves are told apart."""
+    folders = []
+    for rank in range(world):
+        folder = root / f"{tag}-rank{rank}"
+        (folder / "extra").mkdir(parents=True, exist_ok=True)
+        (folder / f"__{rank}_0.distcp").write_bytes((tag.encode() + os.urandom(64)) * (size // 66 + rank))
+        (folder / "extra" / f"rank{rank}.json").write_text(json.dumps({"rank": rank, "tag": tag}))
+        if rank == 0:
+            (folder / ".metadata").write_text(tag)
+        folders.append(folder)
+    return folders
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` by relative name, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def union(folders: list[Path]) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    for folder in folders:
+        out.update(tree(folder))
+    return out

@@ -1,0 +1,207 @@
+"""Sharded saves (issue 19) on the local store and the gathering fallback, with real processes:
+one child per rank, coordinated through RANK/WORLD_SIZE and markers on the store."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import subprocess
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import require
+
+import flyte_checkpoint as fc
+from flyte_checkpoint.errors import ShardedSaveError
+from flyte_checkpoint.format.index import read_index
+from flyte_checkpoint.sharded import load_sharded, save_sharded
+from flyte_checkpoint.sharded.segment import PAD_MIN, padding
+from flyte_checkpoint.sharded.writes import coordination_prefix
+from flyte_checkpoint.storage.registry import store_for
+from tests import shardranks as sr
+
+WORLD = 4
+
+
+def leftovers(dest: Path) -> list[str]:
+    """What a sharded save left beside the object, but the session marker and the last result."""
+    folder = Path(coordination_prefix(str(dest)))
+    names = sorted(os.listdir(folder)) if folder.exists() else []
+    stray = [n for n in os.listdir(dest.parent) if n.startswith(".fcp-tmp-") and not (dest.parent / n).is_dir()]
+    return [n for n in names if n != "open" and not n.endswith(".result")] + stray
+
+
+def restore(dest: str | Path, tmp: Path) -> dict[str, bytes]:
+    """The tree our load restores from ``dest`` (read while the checkpoint is open)."""
+    with fc.Checkpoint(str(tmp / "next"), str(dest)) as cp:
+        path = cp.load_sync()
+        assert path is not None
+        return sr.tree(path)
+
+
+def extract_with_tar(obj: Path, out: Path) -> dict[str, bytes]:
+    out.mkdir()
+    run = subprocess.run(["tar", "xzf", str(obj), "-C", str(out)], capture_output=True)
+    assert (run.returncode, run.stderr) == (0, b"")
+    return sr.tree(out)
+
+
+def test_four_ranks_save_one_object_that_every_reader_restores(tmp_path):
+    folders = sr.make_folders(tmp_path, WORLD)
+    dest = tmp_path / "out" / "ckpt"
+    assert sr.run(str(dest), folders) == ["OK"] * WORLD
+    expected = sr.union(folders)
+    assert set(expected) >= {".metadata", "__3_0.distcp", "extra/rank2.json"}
+    with tarfile.open(dest) as tar:  # Python's tarfile: one gzip tar of the union
+        names = tar.getnames()
+    assert {n for n in names if n != "extra"} == set(expected)
+    require(shutil.which("tar") is not None and shutil.which("gzip") is not None, "GNU tar and gzip are needed")
+    assert extract_with_tar(dest, tmp_path / "by-tar") == expected
+    run = subprocess.run(["gzip", "-t", str(dest)], capture_output=True)
+    assert (run.returncode, run.stdout, run.stderr) == (0, b"", b"")
+    assert restore(dest, tmp_path) == expected
+    index = read_index(store_for(str(dest)), str(dest))
+    assert index is not None and len(index.shards) == WORLD and set(index.files) == set(expected)
+    assert leftovers(dest) == []
+
+
+def test_flytes_checkpoint_restores_a_sharded_object(tmp_path):
+    try:
+        import flyte
+    except ImportError:
+        flyte = None
+    require(flyte is not None, "flyte is not installed (pip install flyte==2.12.1)")
+    folders = sr.make_folders(tmp_path, WORLD)
+    dest = tmp_path / "ckpt"
+    assert sr.run(str(dest), folders) == ["OK"] * WORLD
+    theirs = flyte.Checkpoint(f"file://{tmp_path / 'next'}", f"file://{dest}")
+    assert sr.tree(Path(theirs.load_sync())) == sr.union(folders)
+
+
+def test_each_rank_restores_only_its_own_files(tmp_path):
+    folders = sr.make_folders(tmp_path, WORLD)
+    dest = tmp_path / "ckpt"
+    assert sr.run(str(dest), folders) == ["OK"] * WORLD
+    for rank, folder in enumerate(folders):
+        with fc.Checkpoint(str(tmp_path / "next"), str(dest)) as cp:
+            assert sr.tree(load_sharded(cp, own=True, rank=rank)) == sr.tree(folder)
+        with fc.Checkpoint(str(tmp_path / "next"), str(dest)) as cp:
+            assert sr.tree(load_sharded(cp, rank=rank)) == sr.union(folders)
+
+
+def test_own_files_need_a_sharded_object(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "a").write_bytes(b"a")
+    fc.Checkpoint(str(tmp_path / "ckpt")).save_sync(str(tmp_path / "plain"))
+    with fc.Checkpoint(str(tmp_path / "next"), str(tmp_path / "ckpt")) as cp:
+        with pytest.raises(ShardedSaveError, match="is not a sharded checkpoint .* load_sync"):
+            load_sharded(cp, own=True, rank=0)
+
+
+def test_a_name_written_by_two_ranks_commits_nothing(tmp_path):
+    dest = tmp_path / "ckpt"
+    good = sr.make_folders(tmp_path, WORLD, tag="good")
+    assert sr.run(str(dest), good) == ["OK"] * WORLD
+    before = dest.read_bytes()
+    clash = sr.make_folders(tmp_path, WORLD, tag="clash")
+    (clash[3] / "__1_0.distcp").write_bytes(b"not mine")
+    results = sr.run(str(dest), clash)
+    assert all(r.startswith("ERR ShardedSaveError") for r in results), results
+    assert all("rank 1 and rank 3 both wrote '__1_0.distcp'" in r for r in results), results
+    assert all("previous checkpoint" in r and str(dest) in r for r in results)
+    assert dest.read_bytes() == before
+    assert sr.run(str(dest), good) == ["OK"] * WORLD
+    assert leftovers(dest) == []
+
+
+def test_a_rank_that_fails_fails_every_rank_and_commits_nothing(tmp_path):
+    dest = tmp_path / "ckpt"
+    first = sr.make_folders(tmp_path, WORLD, tag="first")
+    assert sr.run(str(dest), first) == ["OK"] * WORLD
+    before = dest.read_bytes()
+    results = sr.run(str(dest), sr.make_folders(tmp_path, WORLD, tag="second"), fail={2: True})
+    assert all(r.startswith("ERR ShardedSaveError") for r in results), results
+    assert all("rank 2: OSError: this rank's disk is on fire" in r for r in results), results
+    assert dest.read_bytes() == before
+    assert sr.run(str(dest), first) == ["OK"] * WORLD
+    assert leftovers(dest) == []
+
+
+def test_a_rank_that_never_arrives_fails_the_save_after_the_timeout(tmp_path):
+    dest = tmp_path / "ckpt"
+    folders = sr.make_folders(tmp_path, WORLD)
+    assert sr.run(str(dest), folders) == ["OK"] * WORLD
+    before = dest.read_bytes()
+    env = {"FLYTE_CHECKPOINT_SHARD_TIMEOUT": "2s"}
+    results = sr.run(str(dest), folders[:3], env=env, world=WORLD)  # rank 3 is never started
+    assert results[0].startswith("ERR ShardedSaveError"), results
+    assert "rank 3 did not report within 2s" in results[0]
+    assert dest.read_bytes() == before
+    assert sr.run(str(dest), folders) == ["OK"] * WORLD
+    assert leftovers(dest) == []
+
+
+STEPS = {0: ["session", "packing", "segment", "committing", "outcome"], 1: ["session", "packing", "segment", "reported"]}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_a_piece(tmp_path, seed):
+    rng = random.Random(seed)
+    dest = tmp_path / "ckpt"
+    a = sr.make_folders(tmp_path, WORLD, tag="a")
+    b = sr.make_folders(tmp_path, WORLD, tag="b")
+    assert sr.run(str(dest), a) == ["OK"] * WORLD
+    victim = rng.randrange(WORLD)
+    point = rng.choice(STEPS[min(victim, 1)])
+    ranks = sr.start(str(dest), b, stop={victim: point}, timeout={r: 5 for r in range(WORLD)})
+    assert sr.kill_at(ranks, victim), f"rank {victim} never reached {point}"
+    sr.finish(ranks)
+    restored = restore(dest, tmp_path)
+    assert restored in (sr.union(a), sr.union(b)), f"a mix after killing rank {victim} at {point}"
+    # rank 0 commits once every rank reported: a kill before that keeps the previous object
+    committed = point in ("reported", "outcome")
+    assert restored == sr.union(b if committed else a), f"rank {victim} killed at {point}"
+    assert sr.run(str(dest), a) == ["OK"] * WORLD
+    assert restore(dest, tmp_path) == sr.union(a)
+    assert leftovers(dest) == []
+
+
+def test_padding_members_are_empty_gzip_members_of_the_size_asked(tmp_path):
+    import gzip
+
+    for n in (1, PAD_MIN, 70_000, 5 * 1024 * 1024 + 3):
+        members = padding(n)
+        assert sum(map(len, members)) == max(n, PAD_MIN)
+        assert gzip.decompress(b"".join(members)) == b""
+
+
+def test_a_store_without_the_capability_gathers_on_rank_0_with_a_warning(caplog):
+    dest = "memory://sharded/ckpt"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = sr.make_folders(Path(tmp), WORLD)
+        errors: list[BaseException] = []
+
+        def rank(r: int) -> None:
+            try:
+                save_sharded(dest, folders[r], rank=r, world_size=WORLD, timeout=60)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        with caplog.at_level(logging.WARNING, logger="flyte_checkpoint"):
+            threads = [threading.Thread(target=rank, args=(r,)) for r in range(WORLD)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert errors == []
+        assert "gathered and written again by rank 0" in caplog.text
+        with fc.Checkpoint("memory://x/n", dest) as cp:
+            assert sr.tree(cp.load_sync()) == sr.union(folders)
+        store = store_for(dest)
+        assert [u for u in store.list(coordination_prefix(dest)) if ".piece-" in u] == []
