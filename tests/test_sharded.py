@@ -173,7 +173,7 @@ def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_a_piece(tmp_path, seed):
 def test_padding_members_are_empty_gzip_members_of_the_size_asked(tmp_path):
     import gzip
 
-    for n in (1, PAD_MIN, 70_000, 5 * 1024 * 1024 + 3):
+    for n in (1, PAD_MIN, 70_000, 131_113, 5 * 1024 * 1024 - 79, 5 * 1024 * 1024 + 3):
         members = padding(n)
         assert sum(map(len, members)) == max(n, PAD_MIN)
         assert gzip.decompress(b"".join(members)) == b""

@@ -135,7 +135,7 @@ def save_sharded(
         from .coordinate import step
 
         try:
-            failed = [(r, rep["error"]) for r, rep in enumerate(reports) if not rep["ok"]]
+            failed = [(r, rep["error"]) for r, rep in enumerate(reports) if not rep["ok"] and rep["error"]]
             if failed:
                 shown = "; ".join(f"rank {r}: {error}" for r, error in failed)
                 raise ShardedSaveError(f"the sharded save to {redact(dest)} failed ({shown})")

@@ -111,11 +111,13 @@ class StoreCoordinator:
                     failed = failed or not doc["ok"]
             if missing and not failed and not waiter.again():
                 break
-        for rank in missing:
+        for rank in missing:  # after a failure the others are not awaited: only the failure is told
             reports[rank] = {
                 "ok": False,
-                "error": f"rank {rank} did not report within {self.timeout:g}s (it died, hangs, or"
-                " never called save_sharded)",
+                "error": ""
+                if failed
+                else f"rank {rank} did not report within {self.timeout:g}s (it died, hangs, or never"
+                " called save_sharded)",
             }
         outcome = decide(reports)  # type: ignore[arg-type]
         self.markers.put(f"{token}.result", outcome)

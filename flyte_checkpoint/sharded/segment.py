@@ -39,8 +39,7 @@ def padding(n: int) -> list[bytes]:
         return []
     n = max(n, PAD_MIN)
     count = -(-n // _PAD_MAX)
-    sizes = [n // count] * count
-    sizes[-1] += n - sum(sizes)
+    sizes = [n // count + (i < n % count) for i in range(count)]
     return [_empty_member(b"FP", bytes(size - PAD_MIN)) for size in sizes]
 
 

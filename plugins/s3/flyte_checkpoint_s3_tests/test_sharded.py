@@ -1,0 +1,178 @@
+"""Sharded saves on S3 (issue 19): 4 rank processes write one multipart upload, against a moto
+server that enforces AWS's 5 MiB minimum part size (so each rank's padded last part is tested)."""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import tarfile
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, key_of
+from .server import ServerStartError, moto_available, moto_s3_server
+
+try:
+    from conftest import require
+    from tests import shardranks as sr
+except ImportError:  # pragma: no cover - the repository's tests are needed
+    pytest.skip("run from the repository root", allow_module_level=True)
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def aws_sized_server() -> Iterator[str]:
+    require(moto_available(), "moto[server] is not installed (pip install 'moto[server]')")
+    try:
+        with moto_s3_server(min_part_size=None) as endpoint:
+            yield endpoint
+    except ServerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def env(aws_sized_server: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    from flyte_checkpoint.storage.registry import get_registry
+
+    values = {
+        "AWS_ENDPOINT_URL_S3": aws_sized_server,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": str(tmp_path / "aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for name in ("AWS_PROFILE", "AWS_REGION", "FLYTE_AWS_ENDPOINT", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    get_registry().close()
+    return values
+
+
+@pytest.fixture
+def client(env: dict[str, str]) -> Iterator[Any]:
+    import boto3
+
+    c = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL_S3"])
+    try:
+        c.create_bucket(Bucket=BUCKET)
+    except c.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def dest(client: Any) -> str:
+    return f"s3://{BUCKET}/{uuid.uuid4().hex}/ckpt"
+
+
+def uploads(client: Any, uri: str) -> list[Any]:
+    return client.list_multipart_uploads(Bucket=BUCKET, Prefix=key_of(uri)).get("Uploads", [])
+
+
+def leftovers(client: Any, uri: str) -> list[str]:
+    """Unfinished uploads and coordination objects, but the session marker and the last result."""
+    found = client.list_objects_v2(Bucket=BUCKET, Prefix=key_of(uri) + ".fcp-shard/").get("Contents", [])
+    names = [o["Key"].rsplit("/", 1)[1] for o in found]
+    return [n for n in names if n != "open" and not n.endswith(".result")] + [u["UploadId"] for u in uploads(client, uri)]
+
+
+def untar(client: Any, uri: str) -> dict[str, bytes]:
+    body = client.get_object(Bucket=BUCKET, Key=key_of(uri))["Body"].read()
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                out[m.name] = tar.extractfile(m).read()  # type: ignore[union-attr]
+    return out
+
+
+def restore(uri: str, tmp: Any) -> dict[str, bytes]:
+    import flyte_checkpoint as fc
+
+    with fc.Checkpoint(str(tmp / "next"), uri) as cp:
+        return sr.tree(cp.load_sync())
+
+
+def test_four_ranks_write_one_multipart_upload(tmp_path, client, dest):
+    folders = sr.make_folders(tmp_path, WORLD, size=300_000)
+    assert sr.run(dest, folders) == ["OK"] * WORLD
+    expected = sr.union(folders)
+    assert untar(client, dest) == expected
+    assert restore(dest, tmp_path) == expected
+    etag = client.head_object(Bucket=BUCKET, Key=key_of(dest))["ETag"]
+    assert etag.strip('"').endswith(f"-{WORLD + 1}")  # one multipart upload: a (padded) part per rank, the tail
+    assert leftovers(client, dest) == []
+    for rank, folder in enumerate(folders):
+        import flyte_checkpoint as fc
+        from flyte_checkpoint.sharded import load_sharded
+
+        with fc.Checkpoint(str(tmp_path / "own"), dest) as cp:
+            assert sr.tree(load_sharded(cp, own=True, rank=rank)) == sr.tree(folder)
+
+
+def test_a_failed_rank_aborts_the_upload_and_keeps_the_previous_object(tmp_path, client, dest):
+    first = sr.make_folders(tmp_path, WORLD, tag="first")
+    assert sr.run(dest, first) == ["OK"] * WORLD
+    results = sr.run(dest, sr.make_folders(tmp_path, WORLD, tag="second"), fail={1: True})
+    assert all("rank 1: OSError: this rank's disk is on fire" in r for r in results), results
+    assert untar(client, dest) == sr.union(first)
+    assert uploads(client, dest) == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_an_upload(tmp_path, client, dest, seed):
+    rng = random.Random(100 + seed)
+    a = sr.make_folders(tmp_path, WORLD, tag="a")
+    b = sr.make_folders(tmp_path, WORLD, tag="b")
+    assert sr.run(dest, a) == ["OK"] * WORLD
+    victim = rng.randrange(WORLD)
+    steps = ["session", "packing", "segment", "committing", "outcome"] if victim == 0 else ["packing", "segment", "reported"]
+    point = rng.choice(steps)
+    ranks = sr.start(dest, b, stop={victim: point}, timeout={r: 8 for r in range(WORLD)})
+    assert sr.kill_at(ranks, victim), f"rank {victim} never reached {point}"
+    sr.finish(ranks)
+    committed = point in ("reported", "outcome")
+    assert untar(client, dest) == sr.union(b if committed else a), f"rank {victim} killed at {point}"
+    assert sr.run(dest, a) == ["OK"] * WORLD
+    assert untar(client, dest) == sr.union(a)
+    assert leftovers(client, dest) == []
+
+
+def test_without_padding_aws_refuses_the_upload(tmp_path, client, dest, monkeypatch):
+    """The check that the server really enforces 5 MiB parts (what the padding is for)."""
+    from flyte_checkpoint_s3 import shards
+
+    monkeypatch.setattr(shards.S3Segment, "padding_needed", lambda self: 0)
+    from flyte_checkpoint.errors import ShardedSaveError
+    from flyte_checkpoint.sharded import save_sharded
+
+    folders = sr.make_folders(tmp_path, 1)
+    extra = tmp_path / "second"
+    extra.mkdir()
+    (extra / "x").write_bytes(os.urandom(1000))
+    import threading
+
+    errors: list[BaseException] = []
+
+    def rank(r: int, folder: Any) -> None:
+        try:
+            save_sharded(dest, folder, rank=r, world_size=2, timeout=60)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r, f)) for r, f in enumerate([folders[0], extra])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 2 and all(isinstance(e, ShardedSaveError) for e in errors)
+    assert "EntityTooSmall" in str(errors[0]) or "too small" in str(errors[0]).lower(), errors
