@@ -130,3 +130,48 @@ def union(folders: list[Path]) -> dict[str, bytes]:
     for folder in folders:
         out.update(tree(folder))
     return out
+
+
+#: A torchrun worker: initializes gloo, saves ``<prefix><rank>`` to ``dest`` with save_sharded
+#: (coordinated through torch.distributed), prints ``RANK r OK`` or ``RANK r ERR <message>``.
+#: ``FAIL_RANK`` names a rank whose segment fails.
+TORCH_CHILD = r"""
+import os, sys
+import torch.distributed as dist
+from flyte_checkpoint.sharded import coordinate, save_sharded
+
+dest, prefix = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+if os.environ.get("FAIL_RANK") == str(rank):
+    def fail(r, step):
+        if step == "packing":
+            raise OSError("this rank's disk is on fire")
+    coordinate.observers.append(fail)
+try:
+    save_sharded(dest, prefix + str(rank))
+except Exception as exc:
+    print("RANK", rank, "ERR", type(exc).__name__, str(exc).replace(chr(10), " "), flush=True)
+else:
+    print("RANK", rank, "OK", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def torchrun(dest: str, prefix: str, tmp: Path, world: int = 4, env: dict[str, str] | None = None) -> dict[int, str]:
+    """Run :data:`TORCH_CHILD` under torchrun (``world`` CPU ranks); each rank's result line."""
+    script = tmp / "torch_child.py"
+    script.write_text(TORCH_CHILD)
+    child_env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1"}
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
+    out = subprocess.run(
+        [*cmd, str(script), dest, prefix], capture_output=True, text=True, env=child_env, timeout=600, cwd=ROOT
+    )
+    results = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("RANK "):
+            _, rank, rest = line.split(" ", 2)
+            results[int(rank)] = rest
+    assert len(results) == world, out.stdout + out.stderr
+    return results

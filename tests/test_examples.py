@@ -60,3 +60,23 @@ def test_demo_leaves_nothing_in_the_temp_directory(tmp_path):
     assert f"checkpoints under {tmp}/flyte-checkpoint-demo-" in out.stdout
     assert "finished all 12 steps in 3 attempts" in out.stdout
     assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+def test_torch_sharded_dcp_resumes_after_a_rank_is_killed_with_identical_weights(tmp_path):
+    """Proves: 4 torchrun ranks (gloo, CPU) saving torch.distributed.checkpoint folders with
+    save_sharded, one rank SIGKILLed after epoch 3's save, resume at epoch 4 from the one object
+    with the weights of a run that was never killed."""
+    killed = run_args("torch_sharded_dcp.py", "--dest", str(tmp_path / "a" / "ckpt"))
+    assert re.findall(r"attempt (\d): starting at epoch (\d)", killed) == [("0", "0"), ("1", "4")]
+    whole = run_args("torch_sharded_dcp.py", "--dest", str(tmp_path / "b" / "ckpt"), "--kill-at", "-1")
+    assert re.findall(r"starting at epoch (\d)", whole) == ["0"]
+    weights = re.findall(r"weights: (.*)", killed)
+    assert weights and weights == re.findall(r"weights: (.*)", whole)
+
+
+def run_args(name: str, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout

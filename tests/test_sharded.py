@@ -205,3 +205,17 @@ def test_a_store_without_the_capability_gathers_on_rank_0_with_a_warning(caplog)
             assert sr.tree(cp.load_sync()) == sr.union(folders)
         store = store_for(dest)
         assert [u for u in store.list(coordination_prefix(dest)) if ".piece-" in u] == []
+
+
+def test_torchrun_ranks_coordinate_through_torch_distributed(tmp_path):
+    dest = tmp_path / "ckpt"
+    folders = sr.make_folders(tmp_path, WORLD, tag="t")
+    assert sr.torchrun(str(dest), str(tmp_path / "t-rank"), tmp_path) == {r: "OK" for r in range(WORLD)}
+    assert restore(dest, tmp_path) == sr.union(folders)
+    assert not Path(coordination_prefix(str(dest)), "open").exists()  # no markers: torch carried it
+    before = dest.read_bytes()
+    sr.make_folders(tmp_path, WORLD, tag="u")
+    results = sr.torchrun(str(dest), str(tmp_path / "u-rank"), tmp_path, env={"FAIL_RANK": "3"})
+    assert all(r.startswith("ERR ShardedSaveError") and "rank 3: OSError" in r for r in results.values()), results
+    assert dest.read_bytes() == before
+    assert leftovers(dest) == []

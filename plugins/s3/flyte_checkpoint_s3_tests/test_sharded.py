@@ -176,3 +176,14 @@ def test_without_padding_aws_refuses_the_upload(tmp_path, client, dest, monkeypa
         t.join()
     assert len(errors) == 2 and all(isinstance(e, ShardedSaveError) for e in errors)
     assert "EntityTooSmall" in str(errors[0]) or "too small" in str(errors[0]).lower(), errors
+
+
+def test_torchrun_ranks_write_one_upload_and_a_failure_aborts_it(tmp_path, client, dest):
+    folders = sr.make_folders(tmp_path, WORLD, tag="t")
+    assert sr.torchrun(dest, str(tmp_path / "t-rank"), tmp_path) == {r: "OK" for r in range(WORLD)}
+    assert untar(client, dest) == sr.union(folders)
+    sr.make_folders(tmp_path, WORLD, tag="u")
+    results = sr.torchrun(dest, str(tmp_path / "u-rank"), tmp_path, env={"FAIL_RANK": "2"})
+    assert all("rank 2: OSError" in r for r in results.values()), results
+    assert untar(client, dest) == sr.union(folders)
+    assert uploads(client, dest) == []
