@@ -82,7 +82,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dest", default=None, help="the checkpoint's URI (default: a temporary folder)")
     parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--kill-at", type=int, default=3, help="epoch after which rank 1 is killed (-1: never)")
+    parser.add_argument(
+        "--kill-at", type=int, default=3, help="epoch after which rank 1 is killed (-1: never)"
+    )
     args = parser.parse_args()
     if "RANK" in os.environ:
         worker(args)
@@ -92,7 +94,9 @@ def main() -> None:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}"]
         cmd += [__file__, "--dest", dest, "--epochs", str(args.epochs), "--kill-at", str(args.kill_at)]
         for attempt in range(2):
-            code = subprocess.call(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_ATTEMPT": str(attempt)})
+            code = subprocess.call(
+                cmd, env={**os.environ, "OMP_NUM_THREADS": "1", "EXAMPLE_ATTEMPT": str(attempt)}
+            )
             if code == 0:
                 return
             print(f"attempt {attempt} failed (exit code {code}): starting the job again", flush=True)

@@ -55,7 +55,12 @@ class Rank:
 
 
 def start(
-    dest: str, folders: list[Path], *, env: dict[str, str] | None = None, world: int | None = None, **per_rank: dict
+    dest: str,
+    folders: list[Path],
+    *,
+    env: dict[str, str] | None = None,
+    world: int | None = None,
+    **per_rank: dict,
 ) -> list[Rank]:
     """Start one child per folder, in a job of ``world`` ranks (default: one per folder);
     ``per_rank`` maps a job key to {rank: value} (``stop``, ``fail``, ``timeout``)."""
@@ -158,7 +163,9 @@ dist.destroy_process_group()
 """
 
 
-def torchrun(dest: str, prefix: str, tmp: Path, world: int = 4, env: dict[str, str] | None = None) -> dict[int, str]:
+def torchrun(
+    dest: str, prefix: str, tmp: Path, world: int = 4, env: dict[str, str] | None = None
+) -> dict[int, str]:
     """Run :data:`TORCH_CHILD` under torchrun (``world`` CPU ranks); each rank's result line."""
     script = tmp / "torch_child.py"
     script.write_text(TORCH_CHILD)
@@ -166,7 +173,12 @@ def torchrun(dest: str, prefix: str, tmp: Path, world: int = 4, env: dict[str, s
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
     out = subprocess.run(
-        [*cmd, str(script), dest, prefix], capture_output=True, text=True, env=child_env, timeout=600, cwd=ROOT
+        [*cmd, str(script), dest, prefix],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=600,
+        cwd=ROOT,
     )
     results = {}
     for line in out.stdout.splitlines():

@@ -13,9 +13,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import require
 
 import flyte_checkpoint as fc
+from conftest import require
 from flyte_checkpoint.errors import ShardedSaveError
 from flyte_checkpoint.format.index import read_index
 from flyte_checkpoint.sharded import load_sharded, save_sharded
@@ -31,7 +31,9 @@ def leftovers(dest: Path) -> list[str]:
     """What a sharded save left beside the object, but the session marker and the last result."""
     folder = Path(coordination_prefix(str(dest)))
     names = sorted(os.listdir(folder)) if folder.exists() else []
-    stray = [n for n in os.listdir(dest.parent) if n.startswith(".fcp-tmp-") and not (dest.parent / n).is_dir()]
+    stray = [
+        n for n in os.listdir(dest.parent) if n.startswith(".fcp-tmp-") and not (dest.parent / n).is_dir()
+    ]
     return [n for n in names if n != "open" and not n.endswith(".result")] + stray
 
 
@@ -59,7 +61,9 @@ def test_four_ranks_save_one_object_that_every_reader_restores(tmp_path):
     with tarfile.open(dest) as tar:  # Python's tarfile: one gzip tar of the union
         names = tar.getnames()
     assert {n for n in names if n != "extra"} == set(expected)
-    require(shutil.which("tar") is not None and shutil.which("gzip") is not None, "GNU tar and gzip are needed")
+    require(
+        shutil.which("tar") is not None and shutil.which("gzip") is not None, "GNU tar and gzip are needed"
+    )
     assert extract_with_tar(dest, tmp_path / "by-tar") == expected
     run = subprocess.run(["gzip", "-t", str(dest)], capture_output=True)
     assert (run.returncode, run.stdout, run.stderr) == (0, b"", b"")
@@ -97,9 +101,11 @@ def test_own_files_need_a_sharded_object(tmp_path):
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "a").write_bytes(b"a")
     fc.Checkpoint(str(tmp_path / "ckpt")).save_sync(str(tmp_path / "plain"))
-    with fc.Checkpoint(str(tmp_path / "next"), str(tmp_path / "ckpt")) as cp:
-        with pytest.raises(ShardedSaveError, match="is not a sharded checkpoint .* load_sync"):
-            load_sharded(cp, own=True, rank=0)
+    with (
+        fc.Checkpoint(str(tmp_path / "next"), str(tmp_path / "ckpt")) as cp,
+        pytest.raises(ShardedSaveError, match=r"is not a sharded checkpoint .* load_sync"),
+    ):
+        load_sharded(cp, own=True, rank=0)
 
 
 def test_a_name_written_by_two_ranks_commits_nothing(tmp_path):
@@ -145,7 +151,10 @@ def test_a_rank_that_never_arrives_fails_the_save_after_the_timeout(tmp_path):
     assert leftovers(dest) == []
 
 
-STEPS = {0: ["session", "packing", "segment", "committing", "outcome"], 1: ["session", "packing", "segment", "reported"]}
+STEPS = {
+    0: ["session", "packing", "segment", "committing", "outcome"],
+    1: ["session", "packing", "segment", "reported"],
+}
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -216,6 +225,8 @@ def test_torchrun_ranks_coordinate_through_torch_distributed(tmp_path):
     before = dest.read_bytes()
     sr.make_folders(tmp_path, WORLD, tag="u")
     results = sr.torchrun(str(dest), str(tmp_path / "u-rank"), tmp_path, env={"FAIL_RANK": "3"})
-    assert all(r.startswith("ERR ShardedSaveError") and "rank 3: OSError" in r for r in results.values()), results
+    assert all(r.startswith("ERR ShardedSaveError") and "rank 3: OSError" in r for r in results.values()), (
+        results
+    )
     assert dest.read_bytes() == before
     assert leftovers(dest) == []

@@ -25,9 +25,10 @@ from ..uri import redact
 
 Doc = dict[str, Any]
 #: Called with (rank, step) as a save passes each step: "session", "packing", "segment"
-#: (written, not yet durable), "reported" (not rank 0), "committing" and "outcome". Tests stop a rank there (synchronised on its own progress).
+#: (written, not yet durable), "reported" (not rank 0), "committing" and "outcome". Tests
+#: stop a rank there (synchronised on its own progress).
 observers: list[Callable[[int, str], None]] = []
-_POLL_FIRST, _POLL_MAX = 0.02, 0.5
+_POLL_FIRST, _POLL_MAX = 0.01, 0.2
 #: Tokens of sessions this process took part in, per destination and rank: never taken again.
 _used: dict[tuple[str, int], set[str]] = {}
 
@@ -66,7 +67,7 @@ class Markers:
 
 
 class _Waiter:
-    """Polls (20 ms, growing to 0.5 s) until a condition holds or ``timeout`` has passed."""
+    """Polls (10 ms, growing to 0.2 s) until a condition holds or ``timeout`` has passed."""
 
     def __init__(self, timeout: float) -> None:
         self.deadline = time.monotonic() + timeout
@@ -84,7 +85,9 @@ class _Waiter:
 class StoreCoordinator:
     """Coordination through markers on the store (see the module docstring)."""
 
-    def __init__(self, store: BlobStore, uri: str, prefix: str, rank: int, world: int, timeout: float) -> None:
+    def __init__(
+        self, store: BlobStore, uri: str, prefix: str, rank: int, world: int, timeout: float
+    ) -> None:
         self.markers = Markers(store, prefix)
         self.uri = uri
         self.rank = rank
@@ -97,11 +100,12 @@ class StoreCoordinator:
         self.used.add(token)
         self.markers.put("open", session)
         step(0, "session")
-        reports: list[Doc | None] = [own(session)] + [None] * (self.world - 1)
+        mine = own(session)
+        reports: list[Doc | None] = [mine] + [None] * (self.world - 1)
         self.markers.put(f"{token}.packed", {})
         waiter = _Waiter(self.timeout)
         missing = set(range(1, self.world))
-        failed = not reports[0]["ok"]
+        failed = not mine["ok"]
         while missing and not failed:
             for rank in sorted(missing):
                 doc = self.markers.get(f"{token}.done-{rank}")

@@ -43,7 +43,9 @@ def padding(n: int) -> list[bytes]:
     return [_empty_member(b"FP", bytes(size - PAD_MIN)) for size in sizes]
 
 
-def pack_segment(folder: str | os.PathLike[str], sink: BinaryIO, pad: Callable[[], int] | None = None) -> Report:
+def pack_segment(
+    folder: str | os.PathLike[str], sink: BinaryIO, pad: Callable[[], int] | None = None
+) -> Report:
     """Write ``folder``'s tar stream (no end-of-archive) to ``sink`` as gzip members, then
     ``pad()`` bytes of padding members; returns what the committing rank needs of it.
 

@@ -122,7 +122,7 @@ class GatherWrites:
         with self.store.open_write(self.uri) as out:
             for piece in pieces:
                 with self.store.open_read(piece["uri"]) as src:
-                    shutil.copyfileobj(src, out, COPY_CHUNK)  # type: ignore[misc]
+                    shutil.copyfileobj(src, out, COPY_CHUNK)
             out.write(tail)
         self.abort(session)
 

@@ -329,7 +329,7 @@ class LocalStore(BlobStore):
         finally:
             os.close(fd)
 
-    def sharded_writes(self, uri: str):  # noqa: ANN201 - flyte_checkpoint.sharded.writes.ShardedWrites
+    def sharded_writes(self, uri: str):
         """One object from many ranks: per-rank files joined and renamed (:mod:`flyte_checkpoint.sharded`)."""
         from ...sharded.writes import LocalShardedWrites
 

@@ -38,7 +38,10 @@ class S3Segment(S3Writer):
 
     def _part_size(self, number: int) -> int:
         return part_size_for(
-            number - self._first + 1, self.part_size, double_every=self.double_every, maximum=self.max_part_size
+            number - self._first + 1,
+            self.part_size,
+            double_every=self.double_every,
+            maximum=self.max_part_size,
         )
 
     def _start(self) -> None:
@@ -97,7 +100,9 @@ class S3ShardedWrites:
             return
         try:
             self.store.call(
-                lambda c: c.abort_multipart_upload(**self._args(UploadId=upload_id)), self.uri, "abort the upload of"
+                lambda c: c.abort_multipart_upload(**self._args(UploadId=upload_id)),
+                self.uri,
+                "abort the upload of",
             )
         except Exception as exc:
             if error_code(exc) != "NoSuchUpload" and "NoSuchUpload" not in str(exc):

@@ -82,7 +82,9 @@ def leftovers(client: Any, uri: str) -> list[str]:
     """Unfinished uploads and coordination objects, but the session marker and the last result."""
     found = client.list_objects_v2(Bucket=BUCKET, Prefix=key_of(uri) + ".fcp-shard/").get("Contents", [])
     names = [o["Key"].rsplit("/", 1)[1] for o in found]
-    return [n for n in names if n != "open" and not n.endswith(".result")] + [u["UploadId"] for u in uploads(client, uri)]
+    return [n for n in names if n != "open" and not n.endswith(".result")] + [
+        u["UploadId"] for u in uploads(client, uri)
+    ]
 
 
 def untar(client: Any, uri: str) -> dict[str, bytes]:
@@ -109,7 +111,9 @@ def test_four_ranks_write_one_multipart_upload(tmp_path, client, dest):
     assert untar(client, dest) == expected
     assert restore(dest, tmp_path) == expected
     etag = client.head_object(Bucket=BUCKET, Key=key_of(dest))["ETag"]
-    assert etag.strip('"').endswith(f"-{WORLD + 1}")  # one multipart upload: a (padded) part per rank, the tail
+    assert etag.strip('"').endswith(
+        f"-{WORLD + 1}"
+    )  # one multipart upload: a (padded) part per rank, the tail
     assert leftovers(client, dest) == []
     for rank, folder in enumerate(folders):
         import flyte_checkpoint as fc
@@ -135,7 +139,11 @@ def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_an_upload(tmp_path, clie
     b = sr.make_folders(tmp_path, WORLD, tag="b")
     assert sr.run(dest, a) == ["OK"] * WORLD
     victim = rng.randrange(WORLD)
-    steps = ["session", "packing", "segment", "committing", "outcome"] if victim == 0 else ["packing", "segment", "reported"]
+    steps = (
+        ["session", "packing", "segment", "committing", "outcome"]
+        if victim == 0
+        else ["packing", "segment", "reported"]
+    )
     point = rng.choice(steps)
     ranks = sr.start(dest, b, stop={victim: point}, timeout={r: 8 for r in range(WORLD)})
     assert sr.kill_at(ranks, victim), f"rank {victim} never reached {point}"
