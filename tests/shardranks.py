@@ -60,12 +60,16 @@ def start(
     *,
     env: dict[str, str] | None = None,
     world: int | None = None,
+    only: set[int] | None = None,
     **per_rank: dict,
 ) -> list[Rank]:
-    """Start one child per folder, in a job of ``world`` ranks (default: one per folder);
-    ``per_rank`` maps a job key to {rank: value} (``stop``, ``fail``, ``timeout``)."""
+    """Start one child per folder (or for the ranks in ``only``), in a job of ``world`` ranks
+    (default: one per folder); ``per_rank`` maps a job key to {rank: value} (``stop``, ``fail``,
+    ``timeout``)."""
     ranks = []
     for rank, folder in enumerate(folders):
+        if only is not None and rank not in only:
+            continue
         job = {"dest": dest, "folder": str(folder)}
         for key, values in per_rank.items():
             if rank in values:

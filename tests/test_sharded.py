@@ -230,3 +230,29 @@ def test_torchrun_ranks_coordinate_through_torch_distributed(tmp_path):
     )
     assert dest.read_bytes() == before
     assert leftovers(dest) == []
+
+
+def test_a_rank_whose_rank_0_never_comes_fails_after_the_timeout(tmp_path):
+    dest = tmp_path / "ckpt"
+    folders = sr.make_folders(tmp_path, 2)
+    results = sr.run(str(dest), folders, only={1}, timeout={1: 1})  # rank 0 is never started
+    assert results[0].startswith("ERR ShardedSaveError"), results
+    assert f"rank 1: rank 0 did not open the sharded save to {dest} within 1s" in results[0]
+    assert "FLYTE_CHECKPOINT_SHARD_TIMEOUT" in results[0]
+    assert not dest.exists()
+
+
+def test_rank_and_world_size_are_checked(tmp_path, monkeypatch):
+    from flyte_checkpoint.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="give both rank= and world_size="):
+        save_sharded(str(tmp_path / "c"), tmp_path, rank=1)
+    with pytest.raises(ConfigurationError, match="rank 4 is outside a world of 4"):
+        save_sharded(str(tmp_path / "c"), tmp_path, rank=4, world_size=4)
+    monkeypatch.setenv("RANK", "one")
+    with pytest.raises(ConfigurationError, match="RANK='one' .* must be whole numbers"):
+        save_sharded(str(tmp_path / "c"), tmp_path)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("FLYTE_CHECKPOINT_SHARD_TIMEOUT", "soon")
+    with pytest.raises(ConfigurationError, match="FLYTE_CHECKPOINT_SHARD_TIMEOUT"):
+        save_sharded(str(tmp_path / "c"), tmp_path)

@@ -152,7 +152,7 @@ class _FileSegment:
         return 0
 
     def finish(self) -> dict[str, Any]:
-        os.fsync(self._file.fileno())
+        # No fsync: the piece is temporary; the commit fsyncs the joined object once.
         size = os.fstat(self._file.fileno()).st_size
         self._file.close()
         return {"size": size}
@@ -170,9 +170,9 @@ def _unlink(path: str) -> None:
 
 
 class LocalShardedWrites:
-    """Per-rank files beside the target, joined into one file (``copy_file_range``: the
-    kernel copies, or shares blocks where the file system can) that is fsynced and renamed
-    over the target."""
+    """Per-rank files beside the target; the others' are appended to rank 0's
+    (``copy_file_range``: the kernel copies, or shares blocks where the file system can), which
+    is fsynced and renamed over the target."""
 
     def __init__(self, uri: str) -> None:
         self.target = local_path(uri)
@@ -192,27 +192,25 @@ class LocalShardedWrites:
         from ..storage.stores.local import _fsync_dir, _umask
 
         token = session["token"]
-        joined = f"{self.folder}{token}.join"
-        try:
-            with open(joined, "xb") as out:
-                for rank, piece in enumerate(pieces):
-                    with open(self._piece(token, rank), "rb") as src:
-                        _copy_range(src.fileno(), out.fileno(), piece["size"])
-                out.write(tail)
-                out.flush()
-                os.fsync(out.fileno())
-            os.chmod(joined, 0o666 & ~_umask())
-            os.replace(joined, self.target)
-        except BaseException:
-            _unlink(joined)
-            raise
+        joined = self._piece(token, 0)  # rank 0's piece grows into the object: one copy less
+        with open(joined, "r+b") as out:
+            out.truncate(pieces[0]["size"])
+            out.seek(0, os.SEEK_END)
+            for rank, piece in enumerate(pieces[1:], start=1):
+                with open(self._piece(token, rank), "rb") as src:
+                    _copy_range(src.fileno(), out.fileno(), piece["size"])
+            out.write(tail)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(joined, 0o666 & ~_umask())
+        os.replace(joined, self.target)
         _fsync_dir(self.target.parent)
         self.abort(session)
 
     def abort(self, session: Session) -> None:
         token = session["token"]
         for name in _listdir(self.folder):
-            if name.startswith(f"{token}.piece-") or name == f"{token}.join":
+            if name.startswith(f"{token}.piece-"):
                 _unlink(self.folder + name)
 
     def sweep(self, session: Session) -> None:
