@@ -191,3 +191,24 @@ def torchrun(
             results[int(rank)] = rest
     assert len(results) == world, out.stdout + out.stderr
     return results
+
+
+def check_gathered(dest: str, tmp: Path) -> None:
+    """On a store without the sharded capability: 4 rank processes save one object of the union
+    (gathered by rank 0), a failing rank commits nothing, and after the next save no temporary
+    piece is left under the coordination prefix."""
+    import flyte_checkpoint as fc
+    from flyte_checkpoint.storage.registry import store_for
+
+    def restored() -> dict[str, bytes]:
+        with fc.Checkpoint(str(tmp / "next"), dest) as cp:
+            return tree(cp.load_sync())  # type: ignore[arg-type]
+
+    first = make_folders(tmp, 4, tag="first")
+    assert run(dest, first) == ["OK"] * 4
+    assert restored() == union(first)
+    results = run(dest, make_folders(tmp, 4, tag="second"), fail={2: True})
+    assert all("rank 2: OSError: this rank's disk is on fire" in r for r in results), results
+    assert restored() == union(first)
+    assert run(dest, first) == ["OK"] * 4
+    assert [u for u in store_for(dest).list(dest + ".fcp-shard/") if ".piece-" in u] == []
