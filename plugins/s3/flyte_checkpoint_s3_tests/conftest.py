@@ -52,20 +52,27 @@ def s3_endpoint() -> Iterator[str]:
         pytest.fail(str(exc), pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def s3_env(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Environment pointing boto3 (and the registry's S3 store) at the test server, with small parts."""
-    from flyte_checkpoint.storage.registry import get_registry
-
-    aws_dir = tmp_path_factory.mktemp("aws")
-    env = {
-        "AWS_ENDPOINT_URL_S3": s3_endpoint,
+def server_env(endpoint: str, aws_dir: Any) -> dict[str, str]:
+    """The variables that point boto3 at the test server ``endpoint`` with the test keys, and
+    at empty AWS config files in ``aws_dir``."""
+    return {
+        "AWS_ENDPOINT_URL_S3": endpoint,
         "AWS_ACCESS_KEY_ID": ACCESS_KEY,
         "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_CONFIG_FILE": str(aws_dir / "config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(aws_dir / "credentials"),
         "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+@pytest.fixture(scope="session")
+def s3_env(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Environment pointing boto3 (and the registry's S3 store) at the test server, with small parts."""
+    from flyte_checkpoint.storage.registry import get_registry
+
+    env = {
+        **server_env(s3_endpoint, tmp_path_factory.mktemp("aws")),
         **{f"FLYTE_CHECKPOINT_S3_{k.upper()}": str(v) for k, v in SMALL.items()},
     }
     with pytest.MonkeyPatch.context() as mp:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, key_of
+from .conftest import server_env
+from .helpers import BUCKET, key_of
 from .server import ServerStartError, moto_available, moto_s3_server
 
 try:
@@ -39,15 +40,7 @@ def aws_sized_server() -> Iterator[str]:
 def env(aws_sized_server: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     from flyte_checkpoint.storage.registry import get_registry
 
-    values = {
-        "AWS_ENDPOINT_URL_S3": aws_sized_server,
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": str(tmp_path / "aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials"),
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
+    values = server_env(aws_sized_server, tmp_path)
     for name in ("AWS_PROFILE", "AWS_REGION", "FLYTE_AWS_ENDPOINT", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name, raising=False)
     for name, value in values.items():
