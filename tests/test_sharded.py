@@ -260,3 +260,45 @@ def test_rank_and_world_size_are_checked(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYTE_CHECKPOINT_SHARD_TIMEOUT", "soon")
     with pytest.raises(ConfigurationError, match="FLYTE_CHECKPOINT_SHARD_TIMEOUT"):
         save_sharded(str(tmp_path / "c"), tmp_path)
+
+
+def test_a_restarted_pod_set_resumes_each_rank_from_the_sharded_destination(tmp_path):
+    """Clustered tasks (JobSet) restart their pods within one attempt: the destination's sharded
+    object is what every rank resumes from, the whole tree or its own files."""
+    from flyte_checkpoint.integrations.flyte import resolve_source
+
+    dest = tmp_path / "attempt-1" / "ckpt"
+    folders = sr.make_folders(tmp_path, WORLD)
+    assert sr.run(str(dest), folders) == ["OK"] * WORLD
+    src = resolve_source(str(dest), str(tmp_path / "attempt-0" / "ckpt"), restart_attempt=1)
+    assert src == str(dest)
+    for rank, folder in enumerate(folders):
+        with fc.Checkpoint(str(dest), src) as cp:
+            assert sr.tree(load_sharded(cp, own=True, rank=rank)) == sr.tree(folder)
+
+
+def test_a_destination_inside_a_ranks_folder_is_left_out_and_empty_ranks_are_fine(tmp_path):
+    """Threads as ranks (rank=/world_size= given): rank 0's folder holds the destination (and its
+    coordination folder), rank 1's is empty, rank 2 holds an empty file; saved twice."""
+    folders = [tmp_path / f"r{r}" for r in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    (folders[0] / "a").write_bytes(b"a" * 100_000)
+    (folders[2] / "c").write_bytes(b"")
+    dest = folders[0] / "ckpt"
+    for _ in range(2):
+        errors: list[BaseException] = []
+
+        def rank(r: int) -> None:
+            try:
+                save_sharded(str(dest), folders[r], rank=r, world_size=3, timeout=60)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+    assert restore(dest, tmp_path) == {"a": b"a" * 100_000, "c": b""}

@@ -101,6 +101,8 @@ def save_sharded(
         ConfigurationError: a bad rank, world size or timeout.
     """
     from ..storage.registry import store_for
+    from ..storage.stores.local import leave_out_for
+    from ..uri import is_local
     from .coordinate import StoreCoordinator, TorchCoordinator, new_token
     from .segment import check_union, pack_segment, tail
     from .writes import coordination_prefix, writes_for
@@ -121,7 +123,8 @@ def save_sharded(
         try:
             step(rank, "packing")
             segment = writes.segment(session, rank, world)
-            report = pack_segment(src, segment, segment.padding_needed)  # type: ignore[arg-type]
+            leave_out = leave_out_for(dest) if is_local(dest) else None  # a destination in the folder
+            report = pack_segment(src, segment, segment.padding_needed, leave_out)  # type: ignore[arg-type]
             step(rank, "segment")
             report["piece"] = segment.finish()
             return report

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 from ..errors import ShardedSaveError
 from ..format.index import IndexBuilder, _empty_member
+from ..paths import LeaveOut
 
 #: The smallest padding member (an empty payload); the largest holds 65,531 bytes of payload.
 PAD_MIN = len(_empty_member(b"FP", b""))
@@ -44,10 +45,14 @@ def padding(n: int) -> list[bytes]:
 
 
 def pack_segment(
-    folder: str | os.PathLike[str], sink: BinaryIO, pad: Callable[[], int] | None = None
+    folder: str | os.PathLike[str],
+    sink: BinaryIO,
+    pad: Callable[[], int] | None = None,
+    leave_out: LeaveOut | None = None,
 ) -> Report:
-    """Write ``folder``'s tar stream (no end-of-archive) to ``sink`` as gzip members, then
-    ``pad()`` bytes of padding members; returns what the committing rank needs of it.
+    """Write ``folder``'s tar stream (no end-of-archive; ``leave_out`` left out) to ``sink`` as
+    gzip members, then ``pad()`` bytes of padding members; returns what the committing rank
+    needs of it.
 
     Raises what :func:`~flyte_checkpoint.format.archive.pack_directory` raises.
     """
@@ -58,7 +63,7 @@ def pack_segment(
     index = _SegmentIndex()
     names: list[tuple[str, bytes]] = []
     with ParallelGzipWriter(sink, index=index) as gz:
-        pack_directory(folder, gz, index=index, end=False, names=names)  # type: ignore[arg-type]
+        pack_directory(folder, gz, index=index, end=False, names=names, leave_out=leave_out)  # type: ignore[arg-type]
     for member in padding(pad() if pad is not None else 0):
         sink.write(member)
         index.add_member(len(member), 0, 0)
