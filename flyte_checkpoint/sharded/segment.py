@@ -70,7 +70,7 @@ def pack_segment(
     return {
         "ok": True,
         "members": [[m.clen, m.ulen, m.crc] for m in index.members],
-        "files": [list(f) for f in index._files],
+        "files": [[*f[:5], f[5] if isinstance(f[5], str) else f[5]()] for f in index._files],
         "names": [[name.rstrip("/"), flag == ts.DIRTYPE] for name, flag in names],
     }
 
