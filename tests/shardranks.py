@@ -89,14 +89,21 @@ def start(
 
 
 def finish(ranks: list[Rank]) -> list[str]:
-    """Each child's last line (``""`` for one that was killed), once all have ended."""
+    """Each child's last line (``""`` for one that was killed), once all have ended; a child
+    that prints nothing within the hang guard fails the test, and every child is killed then."""
     out = []
-    for r in ranks:
-        last = ""
-        while (line := r.lines.next(f"rank {r.rank}")) != "":
-            last = line
-        r.proc.wait()
-        out.append(last)
+    try:
+        for r in ranks:
+            last = ""
+            while (line := r.lines.next(f"rank {r.rank}")) != "":
+                last = line
+            r.proc.wait()
+            out.append(last)
+    except BaseException:
+        for r in ranks:
+            if r.proc.poll() is None:
+                r.proc.kill()
+        raise
     return out
 
 

@@ -302,3 +302,19 @@ def test_a_destination_inside_a_ranks_folder_is_left_out_and_empty_ranks_are_fin
             t.join()
         assert errors == []
     assert restore(dest, tmp_path) == {"a": b"a" * 100_000, "c": b""}
+
+
+def test_an_index_whose_rank_counts_exceed_its_members_is_damaged(tmp_path):
+    from flyte_checkpoint.errors import CorruptCheckpointError
+    from flyte_checkpoint.format import index as ix
+
+    builder = ix.IndexBuilder()
+    builder.add_member(20, 0, 0)
+    builder.shards = [1, 1]  # two members claimed, one listed
+    obj = tmp_path / "obj"
+    obj.write_bytes(bytes(20) + builder.encode())
+    with pytest.raises(CorruptCheckpointError, match="its shards do not match its members"):
+        ix.read_index(store_for(str(obj)), str(obj))
+    builder.shards = [1]
+    obj.write_bytes(bytes(20) + builder.encode())
+    assert ix.read_index(store_for(str(obj)), str(obj)).shards == (1,)
