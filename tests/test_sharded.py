@@ -45,6 +45,24 @@ def restore(dest: str | Path, tmp: Path) -> dict[str, bytes]:
         return sr.tree(path)
 
 
+def save_with_threads(dest: str, folders: list[Path]) -> list[BaseException]:
+    """Threads of this process as the ranks (rank= and world_size= given); their errors."""
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            save_sharded(dest, folders[r], rank=r, world_size=len(folders), timeout=60)
+        except BaseException as exc:  # returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(folders))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def extract_with_tar(obj: Path, out: Path) -> dict[str, bytes]:
     out.mkdir()
     run = subprocess.run(["tar", "xzf", str(obj), "-C", str(out)], capture_output=True)
@@ -198,21 +216,8 @@ def test_a_store_without_the_capability_gathers_on_rank_0_with_a_warning(caplog)
 
     with tempfile.TemporaryDirectory() as tmp:
         folders = sr.make_folders(Path(tmp), WORLD)
-        errors: list[BaseException] = []
-
-        def rank(r: int) -> None:
-            try:
-                save_sharded(dest, folders[r], rank=r, world_size=WORLD, timeout=60)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
         with caplog.at_level(logging.WARNING, logger="flyte_checkpoint"):
-            threads = [threading.Thread(target=rank, args=(r,)) for r in range(WORLD)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        assert errors == []
+            assert save_with_threads(dest, folders) == []
         assert "gathered and written again by rank 0" in caplog.text
         with fc.Checkpoint("memory://x/n", dest) as cp:
             assert sr.tree(cp.load_sync()) == sr.union(folders)
@@ -254,7 +259,7 @@ def test_rank_and_world_size_are_checked(tmp_path, monkeypatch):
     with pytest.raises(ConfigurationError, match="rank 4 is outside a world of 4"):
         save_sharded(str(tmp_path / "c"), tmp_path, rank=4, world_size=4)
     monkeypatch.setenv("RANK", "one")
-    with pytest.raises(ConfigurationError, match="RANK='one' .* must be whole numbers"):
+    with pytest.raises(ConfigurationError, match=r"RANK='one' .* must be whole numbers"):
         save_sharded(str(tmp_path / "c"), tmp_path)
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("FLYTE_CHECKPOINT_SHARD_TIMEOUT", "soon")
@@ -287,20 +292,7 @@ def test_a_destination_inside_a_ranks_folder_is_left_out_and_empty_ranks_are_fin
     (folders[2] / "c").write_bytes(b"")
     dest = folders[0] / "ckpt"
     for _ in range(2):
-        errors: list[BaseException] = []
-
-        def rank(r: int) -> None:
-            try:
-                save_sharded(str(dest), folders[r], rank=r, world_size=3, timeout=60)
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
+        assert save_with_threads(str(dest), folders) == []
     assert restore(dest, tmp_path) == {"a": b"a" * 100_000, "c": b""}
 
 
