@@ -96,8 +96,10 @@ def save_sharded(
 
     Raises:
         ShardedSaveError: a rank failed (its error is named), did not arrive within ``timeout``
-            (default ``$FLYTE_CHECKPOINT_SHARD_TIMEOUT``, 600 s), or two ranks wrote one name;
-            nothing was committed and the previous checkpoint is unchanged.
+            (default ``$FLYTE_CHECKPOINT_SHARD_TIMEOUT``, 600 s; through ``torch.distributed``,
+            the process group's own timeout, or a collective that failed because a rank died),
+            or two ranks wrote one name; nothing was committed and the previous checkpoint is
+            unchanged.
         ConfigurationError: a bad rank, world size or timeout.
     """
     from ..storage.registry import store_for
