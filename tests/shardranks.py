@@ -121,6 +121,14 @@ def kill_at(ranks: list[Rank], rank: int) -> bool:
     return False
 
 
+def kill_all(ranks: list[Rank]) -> None:
+    """SIGKILL every child still running, and reap them."""
+    for r in ranks:
+        if r.proc.poll() is None:
+            r.proc.kill()
+        r.proc.wait()
+
+
 def make_folders(root: Path, world: int, *, tag: str = "a", size: int = 100_000) -> list[Path]:
     """One folder per rank, laid out as torch.distributed.checkpoint writes (rank 0 has .metadata),
     with a shared subfolder; file contents carry ``tag`` so two saves are told apart."""
