@@ -315,3 +315,25 @@ def test_an_index_whose_rank_counts_exceed_its_members_is_damaged(tmp_path):
     builder.shards = [1]
     obj.write_bytes(bytes(20) + builder.encode())
     assert ix.read_index(store_for(str(obj)), str(obj)).shards == (1,)
+
+
+def test_a_marker_replaced_while_it_is_read_is_polled_again():
+    """GCS answers a read of an object replaced meanwhile with a transient error (found by the
+    GCS test: a rank read the session marker while rank 0 replaced it, and gave up)."""
+    from flyte_checkpoint.errors import TransientError
+    from flyte_checkpoint.sharded.coordinate import Markers
+    from flyte_checkpoint.storage.stores.memory import MemoryStore
+
+    class Replaced(MemoryStore):
+        fails = 1
+
+        def read_bytes(self, uri: str) -> bytes:
+            if self.fails:
+                self.fails -= 1
+                raise TransientError(f"{uri} was replaced while it was being read")
+            return super().read_bytes(uri)
+
+    markers = Markers(Replaced(), "memory://replaced/ckpt.fcp-shard/")
+    markers.put("open", {"token": "t"})
+    assert markers.get("open") is None  # not readable now: the caller polls again
+    assert markers.get("open") == {"token": "t"}

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import NotFoundError, ShardedSaveError
+from ..errors import NotFoundError, ShardedSaveError, TransientError
 from ..storage.blobstore import BlobStore
 from ..uri import redact
 
@@ -50,12 +50,18 @@ class Markers:
         self.prefix = prefix
 
     def put(self, name: str, doc: Doc) -> None:
-        self.store.write_bytes(self.prefix + name, json.dumps(doc).encode())
+        """Write the marker (transient store errors retried by the core's policy)."""
+        from ..retry import RetryPolicy
+
+        uri, data = self.prefix + name, json.dumps(doc).encode()
+        RetryPolicy.from_env().call(lambda: self.store.write_bytes(uri, data), f"write of {redact(uri)}")
 
     def get(self, name: str) -> Doc | None:
+        """The marker, or None when it is absent or could not be read now (a transient error,
+        such as the marker being replaced while it was read): the callers poll again."""
         try:
             return json.loads(self.store.read_bytes(self.prefix + name))
-        except NotFoundError:
+        except (NotFoundError, TransientError):
             return None
 
     def sweep(self, keep: str) -> None:
