@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.childlines import Lines
 
@@ -227,3 +228,24 @@ def check_gathered(dest: str, tmp: Path) -> None:
     assert restored() == union(first)
     assert run(dest, first) == ["OK"] * 4
     assert [u for u in store_for(dest).list(dest + ".fcp-shard/") if ".piece-" in u] == []
+
+
+def parallel_restore(dest: str, tmp: Path, monkeypatch: Any) -> dict[str, bytes]:
+    """Our full load of ``dest`` with the parallel inflate forced (2 threads), checked to have
+    taken that path."""
+    import flyte_checkpoint as fc
+    from flyte_checkpoint.format import inflate
+
+    taken: list[bool] = []
+    real = inflate.restore_indexed
+
+    def spy(*args: Any, **kwargs: Any) -> bool:
+        taken.append(real(*args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(inflate, "restore_indexed", spy)
+    monkeypatch.setenv(inflate.THREADS_ENV, "2")
+    with fc.Checkpoint(str(tmp / "parallel"), dest) as cp:
+        restored = tree(cp.load_sync())  # type: ignore[arg-type]
+    assert taken == [True], "the load did not inflate in parallel"
+    return restored

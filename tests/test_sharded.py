@@ -337,3 +337,12 @@ def test_a_marker_replaced_while_it_is_read_is_polled_again():
     markers.put("open", {"token": "t"})
     assert markers.get("open") is None  # not readable now: the caller polls again
     assert markers.get("open") == {"token": "t"}
+
+
+def test_a_parallel_inflate_restores_a_sharded_object(tmp_path, monkeypatch):
+    folders = sr.make_folders(tmp_path, WORLD)
+    for rank, folder in enumerate(folders):  # 36 MB that does not compress: over the parallel threshold
+        (folder / f"weights{rank}.bin").write_bytes(os.urandom(9_000_000))
+    dest = tmp_path / "ckpt"
+    assert sr.run(str(dest), folders) == ["OK"] * WORLD
+    assert sr.parallel_restore(str(dest), tmp_path, monkeypatch) == sr.union(folders)

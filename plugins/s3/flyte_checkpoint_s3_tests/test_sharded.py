@@ -191,3 +191,13 @@ def test_torchrun_ranks_write_one_upload_and_a_failure_aborts_it(tmp_path, clien
     assert all("rank 2: OSError" in r for r in results.values()), results
     assert untar(client, dest) == sr.union(folders)
     assert uploads(client, dest) == []
+
+
+def test_a_parallel_inflate_restores_a_padded_object(tmp_path, client, dest, monkeypatch):
+    """Padding members (empty, listed in the index) between the segments: the parallel load
+    (forced on this machine's cores) restores the union and verifies every file."""
+    folders = sr.make_folders(tmp_path, WORLD)
+    for rank, folder in enumerate(folders):  # 36 MB that does not compress: over the parallel threshold
+        (folder / f"weights{rank}.bin").write_bytes(os.urandom(9_000_000))
+    assert sr.run(dest, folders) == ["OK"] * WORLD
+    assert sr.parallel_restore(dest, tmp_path, monkeypatch) == sr.union(folders)
