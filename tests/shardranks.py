@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,8 @@ def union(folders: list[Path]) -> dict[str, bytes]:
 
 
 #: A torchrun worker: initializes gloo, saves ``<prefix><rank>`` to ``dest`` with save_sharded
-#: (coordinated through torch.distributed), prints ``RANK r OK`` or ``RANK r ERR <message>``.
+#: (coordinated through torch.distributed), and writes ``OK`` or ``ERR <message>`` to the file
+#: ``$RESULTS/rank<r>``.
 #: ``FAIL_RANK`` names a rank whose segment fails.
 TORCH_CHILD = r"""
 import os, sys
@@ -176,9 +178,11 @@ if os.environ.get("FAIL_RANK") == str(rank):
 try:
     save_sharded(dest, prefix + str(rank))
 except Exception as exc:
-    print("RANK", rank, "ERR", type(exc).__name__, str(exc).replace(chr(10), " "), flush=True)
+    result = " ".join(["ERR", type(exc).__name__, str(exc).replace(chr(10), " ")])
 else:
-    print("RANK", rank, "OK", flush=True)
+    result = "OK"
+with open(os.environ["RESULTS"] + f"/rank{rank}", "w") as f:  # torchrun mixes the ranks' stdout
+    f.write(result)
 dist.destroy_process_group()
 """
 
@@ -189,7 +193,9 @@ def torchrun(
     """Run :data:`TORCH_CHILD` under torchrun (``world`` CPU ranks); each rank's result line."""
     script = tmp / "torch_child.py"
     script.write_text(TORCH_CHILD)
-    child_env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1"}
+    folder = tmp / f"results-{uuid.uuid4().hex}"
+    folder.mkdir()
+    child_env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "RESULTS": str(folder)}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
     out = subprocess.run(
@@ -200,11 +206,7 @@ def torchrun(
         timeout=600,
         cwd=ROOT,
     )
-    results = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("RANK "):
-            _, rank, rest = line.split(" ", 2)
-            results[int(rank)] = rest
+    results = {r: (folder / f"rank{r}").read_text() for r in range(world) if (folder / f"rank{r}").exists()}
     assert len(results) == world, out.stdout + out.stderr
     return results
 

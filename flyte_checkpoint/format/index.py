@@ -358,28 +358,32 @@ def _parse(payload: bytes, data_end: int, uri: str) -> Index:
             raise _Bad("bytes follow its last file entry (not a gap section)")
         (n_gaps,) = _GAP_COUNT.unpack_from(payload, at)
         at += _GAP_COUNT.size
-        if n_gaps > len(members) or at + n_gaps * _GAP.size > len(payload):
+        rest = at + n_gaps * _GAP.size  # where a sharded save's rank counts would begin
+        if n_gaps > len(members) or not (rest == len(payload) or _shard_section_at(payload, rest)):
             raise _Bad("bytes follow its last file entry (not a gap section of that count)")
-        for end, length, digest in _GAP.iter_unpack(payload[at : at + n_gaps * _GAP.size]):
+        for end, length, digest in _GAP.iter_unpack(payload[at:rest]):
             if not 0 < length <= end <= uoff:
                 raise _Bad("a gap lies outside the tar")
             gaps[end] = (length, digest.hex())
-        at += n_gaps * _GAP.size
+        at = rest
     shards: tuple[int, ...] = ()
-    if at < len(payload):  # a sharded save's members per rank
-        if at + 4 > len(payload):
-            raise _Bad("bytes follow its last file entry")
+    if at < len(payload):  # a sharded save's members per rank (checked by _shard_section_at)
         (n_shards,) = struct.unpack_from("<I", payload, at)
-        at += 4
-        if at + 4 * n_shards != len(payload):
-            raise _Bad("bytes follow its last file entry")
-        shards = struct.unpack_from(f"<{n_shards}I", payload, at)
+        shards = struct.unpack_from(f"<{n_shards}I", payload, at + 4)
         if sum(shards) > len(members):
             raise _Bad("its shards do not match its members")
         at = len(payload)
     if at != len(payload):
         raise _Bad("bytes follow its last file entry")
     return Index(members, files, data_end, gaps, shards)
+
+
+def _shard_section_at(payload: bytes, at: int) -> bool:
+    """Whether ``payload`` ends with exactly one rank-count section starting at ``at``."""
+    if at + 4 > len(payload):
+        return False
+    (n,) = struct.unpack_from("<I", payload, at)
+    return at + 4 + 4 * n == len(payload)
 
 
 _INT_FIELDS = ("first", "last", "offset", "size", "mtime", "mode")

@@ -112,16 +112,18 @@ class StoreCoordinator:
         waiter = _Waiter(self.timeout)
         missing = set(range(1, self.world))
         failed = not mine["ok"]
-        while missing and not failed:
+        # Every rank is awaited, even after a failure: a rank that comes late then still finds
+        # the session open, and hears the outcome instead of waiting for the next session.
+        while missing:
             for rank in sorted(missing):
                 doc = self.markers.get(f"{token}.done-{rank}")
                 if doc is not None:
                     reports[rank] = doc
                     missing.discard(rank)
                     failed = failed or not doc["ok"]
-            if missing and not failed and not waiter.again():
+            if missing and not waiter.again():
                 break
-        for rank in missing:  # after a failure the others are not awaited: only the failure is told
+        for rank in missing:  # after a failure, only the failure is told
             reports[rank] = {
                 "ok": False,
                 "error": ""
