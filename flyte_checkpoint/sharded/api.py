@@ -224,7 +224,6 @@ def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None 
     if src is None:
         return None
     from ..format.index import read_index
-    from ..format.single import restore_file_to
     from ..storage.registry import store_for
 
     if rank is None:
@@ -239,7 +238,7 @@ def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None 
             f"{redact(src)} is not a sharded checkpoint (its index lists no ranks): load the whole"
             " tree with load_sharded(checkpoint) or load_sync()"
         )
-    root = checkpoint.path
-    for name in own_files(index, rank):
-        restore_file_to(store, src, size, name, str(root / name))
-    return root
+    mine = own_files(index, rank)
+    if not mine:
+        return checkpoint.path
+    return checkpoint.load_sync(members=mine)  # ranged reads of those files' members only
