@@ -117,6 +117,13 @@ class GCSStore(BlobStore):
         del data[got:]
         return bytes(data)
 
+    def sharded_writes(self, uri: str) -> Any:
+        """One object from many ranks: a temporary object per rank, composed by the committing
+        rank (:mod:`flyte_checkpoint_gcs.shards`)."""
+        from .shards import GCSShardedWrites
+
+        return GCSShardedWrites(self, uri)
+
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
         """Copy the object into ``path`` through the parallel reader; ``path`` is replaced only
         once every byte has arrived and passed the checksum."""

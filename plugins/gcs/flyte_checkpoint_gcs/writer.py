@@ -109,6 +109,8 @@ class GCSWriter(PartWriter):
         self._upload: Any = None  # google.resumable_media.requests.ResumableUpload
         self._headers: dict[str, str] = {}
         self._window = _Unacknowledged()
+        #: The committed object's generation (set by the commit).
+        self.generation: int | None = None
 
     # -- PartWriter's hooks ------------------------------------------------------------
 
@@ -230,6 +232,8 @@ class GCSWriter(PartWriter):
                 " bytes sent): the bytes were damaged in transit. That object was removed; the save"
                 " is retried"
             )
+        if result.get("generation") is not None:
+            self.generation = int(result["generation"])
 
     def _remove_damaged(self, generation: Any) -> None:
         try:
