@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,3 +253,38 @@ def parallel_restore(dest: str, tmp: Path, monkeypatch: Any) -> dict[str, bytes]
         restored = tree(cp.load_sync())  # type: ignore[arg-type]
     assert taken == [True], "the load did not inflate in parallel"
     return restored
+
+
+def check_random_kill(
+    dest: str,
+    tmp: Path,
+    seed: int,
+    read: Callable[[], dict[str, bytes]],
+    leftovers: Callable[[], list[str]],
+    world: int = 4,
+) -> None:
+    """Save ``a``; SIGKILL a rank chosen by ``seed`` at a step of saving ``b``; ``read()`` (the
+    object's files) must then be ``a``'s union or ``b``'s, whole (``b``'s exactly when every rank
+    had reported), and after the next save ``leftovers()`` (pieces, uploads) must be empty."""
+    rng = random.Random(seed)
+    a = make_folders(tmp, world, tag="a")
+    b = make_folders(tmp, world, tag="b")
+    assert run(dest, a) == ["OK"] * world
+    victim = rng.randrange(world)
+    steps = (
+        ["session", "packing", "segment", "committing", "outcome"]
+        if victim == 0
+        else ["packing", "segment", "reported"]
+    )
+    point = rng.choice(steps)
+    ranks = start(dest, b, stop={victim: point})
+    assert kill_at(ranks, victim), f"rank {victim} never reached {point}"
+    committed = point == ("outcome" if victim == 0 else "reported")  # see the file store's test
+    if committed:
+        assert [r for i, r in enumerate(finish(ranks)) if i != victim] == ["OK"] * (world - 1)
+    else:
+        kill_all(ranks)
+    assert read() == union(b if committed else a), f"rank {victim} killed at {point}"
+    assert run(dest, a) == ["OK"] * world
+    assert read() == union(a)
+    assert leftovers() == []

@@ -160,25 +160,4 @@ def test_a_failed_rank_commits_nothing_and_the_next_save_leaves_no_piece(tmp_pat
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("FCP_SHARD_KILLS", "3"))))
 def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_a_piece(tmp_path, gcs_emulator, raw, dest, seed):
-    rng = random.Random(200 + seed)
-    a = sr.make_folders(tmp_path, WORLD, tag="a")
-    b = sr.make_folders(tmp_path, WORLD, tag="b")
-    assert sr.run(dest, a) == ["OK"] * WORLD
-    victim = rng.randrange(WORLD)
-    steps = (
-        ["session", "packing", "segment", "committing", "outcome"]
-        if victim == 0
-        else ["packing", "segment", "reported"]
-    )
-    point = rng.choice(steps)
-    ranks = sr.start(dest, b, stop={victim: point})
-    assert sr.kill_at(ranks, victim), f"rank {victim} never reached {point}"
-    committed = point == ("outcome" if victim == 0 else "reported")  # see the file store's test
-    if committed:
-        assert [r for i, r in enumerate(sr.finish(ranks)) if i != victim] == ["OK"] * (WORLD - 1)
-    else:
-        sr.kill_all(ranks)
-    assert untar(raw, dest) == sr.union(b if committed else a), f"rank {victim} killed at {point}"
-    assert sr.run(dest, a) == ["OK"] * WORLD
-    assert untar(raw, dest) == sr.union(a)
-    assert leftovers(raw, dest) == []
+    sr.check_random_kill(dest, tmp_path, 200 + seed, lambda: untar(raw, dest), lambda: leftovers(raw, dest))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import random
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -127,28 +126,9 @@ def test_a_failed_rank_aborts_the_upload_and_keeps_the_previous_object(tmp_path,
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("FCP_SHARD_KILLS", "3"))))
 def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_an_upload(tmp_path, client, dest, seed):
-    rng = random.Random(100 + seed)
-    a = sr.make_folders(tmp_path, WORLD, tag="a")
-    b = sr.make_folders(tmp_path, WORLD, tag="b")
-    assert sr.run(dest, a) == ["OK"] * WORLD
-    victim = rng.randrange(WORLD)
-    steps = (
-        ["session", "packing", "segment", "committing", "outcome"]
-        if victim == 0
-        else ["packing", "segment", "reported"]
+    sr.check_random_kill(
+        dest, tmp_path, 100 + seed, lambda: untar(client, dest), lambda: leftovers(client, dest)
     )
-    point = rng.choice(steps)
-    ranks = sr.start(dest, b, stop={victim: point})
-    assert sr.kill_at(ranks, victim), f"rank {victim} never reached {point}"
-    committed = point == ("outcome" if victim == 0 else "reported")  # see the file store's test
-    if committed:
-        assert [r for i, r in enumerate(sr.finish(ranks)) if i != victim] == ["OK"] * (WORLD - 1)
-    else:
-        sr.kill_all(ranks)
-    assert untar(client, dest) == sr.union(b if committed else a), f"rank {victim} killed at {point}"
-    assert sr.run(dest, a) == ["OK"] * WORLD
-    assert untar(client, dest) == sr.union(a)
-    assert leftovers(client, dest) == []
 
 
 def test_without_padding_aws_refuses_the_upload(tmp_path, client, dest, monkeypatch):
