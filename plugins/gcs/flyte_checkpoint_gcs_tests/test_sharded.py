@@ -161,3 +161,13 @@ def test_a_failed_rank_commits_nothing_and_the_next_save_leaves_no_piece(tmp_pat
 @pytest.mark.parametrize("seed", range(int(os.environ.get("FCP_SHARD_KILLS", "3"))))
 def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_a_piece(tmp_path, gcs_emulator, raw, dest, seed):
     sr.check_random_kill(dest, tmp_path, 200 + seed, lambda: untar(raw, dest), lambda: leftovers(raw, dest))
+
+
+def test_a_parallel_inflate_restores_a_composed_object(tmp_path, gcs_emulator, dest, monkeypatch):
+    """The segments joined by compose, no padding between them: the parallel load (forced on
+    this machine's cores) restores the union and verifies every file."""
+    folders = sr.make_folders(tmp_path, WORLD)
+    for rank, folder in enumerate(folders):  # 36 MB that does not compress: over the parallel threshold
+        (folder / f"weights{rank}.bin").write_bytes(os.urandom(9_000_000))
+    assert sr.run(dest, folders) == ["OK"] * WORLD
+    assert sr.parallel_restore(dest, tmp_path, monkeypatch) == sr.union(folders)
