@@ -255,6 +255,29 @@ def parallel_restore(dest: str, tmp: Path, monkeypatch: Any) -> dict[str, bytes]
     return restored
 
 
+def tar_files(body: bytes) -> dict[str, bytes]:
+    """The regular files of a (gzip) tar object, by name, read with ``tarfile``."""
+    import io
+    import tarfile
+
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                out[m.name] = tar.extractfile(m).read()  # type: ignore[union-attr]
+    return out
+
+
+def restore(uri: str, tmp: Path) -> dict[str, bytes]:
+    """The tree a ``Checkpoint`` whose previous attempt saved ``uri`` restores."""
+    import uuid
+
+    import flyte_checkpoint as fc
+
+    with fc.Checkpoint(str(tmp / f"next-{uuid.uuid4().hex}"), uri) as cp:
+        return tree(cp.load_sync())  # type: ignore[arg-type]
+
+
 def check_random_kill(
     dest: str,
     tmp: Path,
@@ -288,3 +311,14 @@ def check_random_kill(
     assert run(dest, a) == ["OK"] * world
     assert read() == union(a)
     assert leftovers() == []
+
+
+def torchrun_case(dest: str, tmp: Path, stored: Callable[[], dict[str, bytes]], world: int = 4) -> None:
+    """torchrun ranks save one object; a second save whose rank 2 fails commits nothing."""
+    folders = make_folders(tmp, world, tag="t")
+    assert torchrun(dest, str(tmp / "t-rank"), tmp) == {r: "OK" for r in range(world)}
+    assert stored() == union(folders)
+    make_folders(tmp, world, tag="u")
+    results = torchrun(dest, str(tmp / "u-rank"), tmp, env={"FAIL_RANK": "2"})
+    assert all("rank 2: OSError" in r for r in results.values()), results
+    assert stored() == union(folders)

@@ -132,6 +132,13 @@ class AzureStore(BlobStore):
         assert isinstance(writer, AzureWriter)
         writer.upload_file(path)
 
+    def sharded_writes(self, uri: str) -> Any:
+        """One object from many ranks: blocks staged by each rank, one block list committed by
+        rank 0 (:mod:`flyte_checkpoint_azure.shards`)."""
+        from .shards import AzureShardedWrites
+
+        return AzureShardedWrites(self, uri)
+
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
         """Download into a temporary file beside ``path``, renamed over it when whole and checked."""
         with self.open_read(uri) as src:

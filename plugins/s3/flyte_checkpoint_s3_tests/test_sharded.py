@@ -3,9 +3,7 @@ server that enforces AWS's 5 MiB minimum part size (so each rank's padded last p
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -80,20 +78,7 @@ def leftovers(client: Any, uri: str) -> list[str]:
 
 
 def untar(client: Any, uri: str) -> dict[str, bytes]:
-    body = client.get_object(Bucket=BUCKET, Key=key_of(uri))["Body"].read()
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
-        for m in tar.getmembers():
-            if m.isfile():
-                out[m.name] = tar.extractfile(m).read()  # type: ignore[union-attr]
-    return out
-
-
-def restore(uri: str, tmp: Any) -> dict[str, bytes]:
-    import flyte_checkpoint as fc
-
-    with fc.Checkpoint(str(tmp / "next"), uri) as cp:
-        return sr.tree(cp.load_sync())
+    return sr.tar_files(client.get_object(Bucket=BUCKET, Key=key_of(uri))["Body"].read())
 
 
 def test_four_ranks_write_one_multipart_upload(tmp_path, client, dest):
@@ -101,7 +86,7 @@ def test_four_ranks_write_one_multipart_upload(tmp_path, client, dest):
     assert sr.run(dest, folders) == ["OK"] * WORLD
     expected = sr.union(folders)
     assert untar(client, dest) == expected
-    assert restore(dest, tmp_path) == expected
+    assert sr.restore(dest, tmp_path) == expected
     etag = client.head_object(Bucket=BUCKET, Key=key_of(dest))["ETag"]
     assert etag.strip('"').endswith(
         f"-{WORLD + 1}"
@@ -163,13 +148,7 @@ def test_without_padding_aws_refuses_the_upload(tmp_path, client, dest, monkeypa
 
 
 def test_torchrun_ranks_write_one_upload_and_a_failure_aborts_it(tmp_path, client, dest):
-    folders = sr.make_folders(tmp_path, WORLD, tag="t")
-    assert sr.torchrun(dest, str(tmp_path / "t-rank"), tmp_path) == {r: "OK" for r in range(WORLD)}
-    assert untar(client, dest) == sr.union(folders)
-    sr.make_folders(tmp_path, WORLD, tag="u")
-    results = sr.torchrun(dest, str(tmp_path / "u-rank"), tmp_path, env={"FAIL_RANK": "2"})
-    assert all("rank 2: OSError" in r for r in results.values()), results
-    assert untar(client, dest) == sr.union(folders)
+    sr.torchrun_case(dest, tmp_path, lambda: untar(client, dest))
     assert uploads(client, dest) == []
 
 

@@ -1,0 +1,88 @@
+"""Sharded saves on Azure: blocks staged by every rank, one block list (``flyte_checkpoint.sharded``).
+
+Each rank stages its segment as blocks of the destination blob (Put Block), with ids tagged by
+the save's token and the rank, so ranks never collide and every id has the length of an
+ordinary writer's (Azure wants one length for a blob's blocks). Rank 0 stages the tail and
+commits the ranks' block ids in rank order, then the tail's, in one Put Block List: the blob
+appears whole, or stays as it was. Azure has no minimum block size, so segments need no
+padding. Staged blocks cannot be deleted on their own: those of a failed or killed save stay
+uncommitted (invisible) until the blob's next commit discards them, or a week passes, so
+``abort`` and ``sweep`` have nothing to remove. The object is committed without an MD5 (it
+cannot be combined from the ranks' blocks; every block carries its own Content-MD5).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .uris import parse
+from .writer import DOUBLE_EVERY, MAX_BLOCKS, AzureWriter
+
+if TYPE_CHECKING:
+    from .store import AzureStore
+
+#: Characters of the save's token in a block id's tag (the rest of the 16 is the rank).
+_TOKEN_CHARS = 10
+
+
+def _tag(token: str, who: str) -> str:
+    """A 16-character block-id tag: the save's token, then the rank (or ``tail``)."""
+    return f"{token[:_TOKEN_CHARS]:0>{_TOKEN_CHARS}}{who:0>6}"
+
+
+class AzureSegment(AzureWriter):
+    """One rank's blocks of the blob: its share of the 50,000 (sizes doubling as a whole
+    object's would within it), staged but never committed here."""
+
+    def __init__(self, store: AzureStore, uri: str, token: str, rank: int, world: int) -> None:
+        super().__init__(store, store.clients.blob(parse(uri)), uri)
+        self._tag = _tag(token, str(rank))
+        self._md5 = None  # the object's MD5 is not this segment's to give
+        self.max_parts = (MAX_BLOCKS - 1) // world
+        self.double_every = max(1, DOUBLE_EVERY // world)
+        self._blocks: list[str] = []
+
+    def _put_whole(self, data: bytes | bytearray) -> None:
+        self._blocks = [self._send_part(1, data)] if data else []
+
+    def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        self._blocks = list(results)
+
+    def padding_needed(self) -> int:
+        return 0  # no minimum block size
+
+    def finish(self) -> dict[str, Any]:
+        self.close()
+        return {"blocks": self._blocks}
+
+
+class AzureShardedWrites:
+    """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one Azure blob."""
+
+    def __init__(self, store: AzureStore, uri: str) -> None:
+        self.store = store
+        self.uri = uri
+
+    def begin(self, token: str) -> dict[str, Any]:
+        return {}  # a block blob's upload begins with its first block
+
+    def segment(self, session: dict[str, Any], rank: int, world: int) -> AzureSegment:
+        return AzureSegment(self.store, self.uri, session["token"], rank, world)
+
+    def commit(self, session: dict[str, Any], pieces: list[dict[str, Any]], tail: bytes) -> None:
+        writer = AzureWriter(self.store, self.store.clients.blob(parse(self.uri)), self.uri)
+        writer._tag = _tag(session["token"], "tail")
+        writer._md5 = None
+        blocks = [block for piece in pieces for block in piece["blocks"]]
+        if tail:
+            blocks.append(writer._send_part(1, tail))
+        writer._complete(blocks, None)
+
+    def abort(self, session: dict[str, Any]) -> None:
+        pass  # staged blocks cannot be deleted alone; the blob's next commit discards them
+
+    def sweep(self, session: dict[str, Any]) -> None:
+        pass  # the commit just made discarded every block it did not name
+
+
+__all__ = ["AzureSegment", "AzureShardedWrites"]
