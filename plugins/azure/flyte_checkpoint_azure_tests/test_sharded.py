@@ -91,3 +91,13 @@ def test_sigkill_of_a_random_rank_never_leaves_a_mix(tmp_path, blob_service, des
 
 def test_torchrun_ranks_stage_one_block_list_and_a_failure_commits_nothing(tmp_path, blob_service, dest):
     sr.torchrun_case(dest, tmp_path, lambda: untar(blob_service, dest))
+
+
+def test_a_parallel_inflate_restores_an_object_of_staged_blocks(tmp_path, dest, monkeypatch):
+    """The ranks' segments end at block boundaries, not at the loader's ranges: the parallel
+    load (forced on this machine's cores) restores the union and verifies every file."""
+    folders = sr.make_folders(tmp_path, WORLD)
+    for rank, folder in enumerate(folders):  # 36 MB that does not compress: over the parallel threshold
+        (folder / f"weights{rank}.bin").write_bytes(os.urandom(9_000_000))
+    assert sr.run(dest, folders) == ["OK"] * WORLD
+    assert sr.parallel_restore(dest, tmp_path, monkeypatch) == sr.union(folders)
