@@ -178,8 +178,8 @@ class Checkpoint(BaseCheckpoint):
         from .preemption import deferring
 
         names = _member_names(members)
-        with deferring():
-            return self._load(Scope(f"load of {redact(self._src)}"), names)
+        scope = Scope(f"load of {redact(self._src)}")
+        return deferring(lambda: self._load(scope, names))
 
     async def load(self, members: Iterable[str] | None = None) -> Path | None:
         """Restore the previous attempt's checkpoint, in a worker thread.
@@ -396,8 +396,7 @@ class Checkpoint(BaseCheckpoint):
         from .saveorder import take
 
         self._raise_unseen()
-        with deferring():
-            self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}"))
+        deferring(lambda: self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}")))
 
     async def save(self, data: Data) -> None:
         """Store bytes, a file or a directory as this attempt's checkpoint, in a worker thread.
@@ -466,8 +465,7 @@ class Checkpoint(BaseCheckpoint):
         from .preemption import deferring
 
         self._raise_unseen()
-        with deferring():
-            return self._start_background(data)
+        return deferring(lambda: self._start_background(data))
 
     def _start_background(self, data: Data) -> SaveHandle:
         from .background import Job, SaveHandle

@@ -19,7 +19,7 @@ The handler:
   process ends by SIGTERM; with ``SIG_IGN`` the process goes on;
 - runs the saves once: a SIGTERM arriving while they run is ignored, a later one only chains;
 - works whatever the main thread is doing (sync code, an ``asyncio`` loop); inside a save
-  or load of its own (:class:`deferring`) the signal is handled when that call ends, since
+  or load of its own (:func:`deferring`) the signal is handled when that call ends, since
   the thread may hold locks any save needs;
 - aborts a save that has not finished when the budget is spent: a cancelled save commits
   nothing, so the previous checkpoint stays whole.
@@ -40,7 +40,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigurationError, OperationCancelledError
 from .logs import logger
@@ -157,10 +157,13 @@ class _Depth:
 
 
 _depth = _Depth()
+_state = _State()
+
+T = TypeVar("T")
 
 
-class deferring:
-    """``with deferring():`` around a save made in the main thread; elsewhere it does nothing.
+def deferring(fn: Callable[[], T]) -> T:
+    """``fn()``, a save or load made in the main thread; elsewhere just ``fn()``.
 
     SIGTERM stops the main thread wherever it is, and the handler runs the final saves while
     it stays stopped: inside a save of its own it may hold locks that any save needs (the
@@ -169,30 +172,36 @@ class deferring:
     is inside one is handled as soon as that save ends (committed, failed or cancelled),
     with the budget that is left: that save keeps its place in the order, and the final
     save goes after it.
+
+    The count is raised right before the ``try`` whose ``finally`` lowers it, with no call
+    between: an interrupt (``KeyboardInterrupt``) cannot leave it raised.
     """
-
-    __slots__ = ("_main",)
-
-    def __enter__(self) -> None:
-        self._main = threading.get_ident() == threading.main_thread().ident
-        if self._main:
-            _depth.value += 1
-
-    def __exit__(self, *exc: object) -> None:
-        if not self._main:
-            return
+    if threading.get_ident() != _main_ident():
+        return fn()
+    _depth.value += 1
+    try:
+        return fn()
+    finally:
         _depth.value -= 1
         if _depth.value == 0 and _state.deferred is not None:
-            signum, frame, since = _state.deferred
-            _state.deferred = None
-            logger().warning(
-                "SIGTERM came %.2f s ago, during a save of the main thread, which has now ended",
-                time.monotonic() - since,
-            )
-            _handle_now(signum, frame, since)
+            _run_deferred()
 
 
-_state = _State()
+def _main_ident() -> int | None:
+    return threading.main_thread().ident
+
+
+def _run_deferred() -> None:
+    deferred = _state.deferred
+    if deferred is None:
+        return
+    _state.deferred = None
+    signum, frame, since = deferred
+    logger().warning(
+        "SIGTERM came %.2f s ago, during a save of the main thread, which has now ended",
+        time.monotonic() - since,
+    )
+    _handle_now(signum, frame, since)
 
 
 def register(

@@ -591,3 +591,41 @@ def test_a_sigterm_during_a_save_of_the_main_thread_is_handled_when_that_save_en
     ]
     [outcome] = preemption._state.outcomes
     assert outcome.status == "done" and Path(dest).read_bytes() == b"final"
+
+
+def test_an_interrupt_anywhere_in_the_deferral_leaves_no_save_counted(tmp_path):
+    """A KeyboardInterrupt landing at any call or return of the deferral's own code (a profile
+    hook raises it there, as tests/reliability/test_interrupts.py does) must not leave the main
+    thread counted as inside a save: every later SIGTERM would then wait for a save that never
+    ends, and the process would not end on it."""
+    cp = fc.Checkpoint(str(tmp_path / "ckpt"))
+    here = preemption.__file__
+    total = [0]
+
+    def count(frame, event, arg):
+        if frame.f_code.co_filename == here:
+            total[0] += 1
+
+    sys.setprofile(count)
+    try:
+        cp.save_sync(b"x")
+    finally:
+        sys.setprofile(None)
+    assert total[0] >= 4
+    for point in range(1, total[0] + 1):
+        seen = [0]
+
+        def interrupt(frame, event, arg, point=point, seen=seen):
+            if frame.f_code.co_filename == here:
+                seen[0] += 1
+                if seen[0] == point:
+                    raise KeyboardInterrupt
+
+        sys.setprofile(interrupt)
+        try:
+            cp.save_sync(b"y")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.setprofile(None)
+        assert preemption._depth.value == 0, f"counted inside a save after an interrupt at point {point}"

@@ -13,11 +13,41 @@ from __future__ import annotations
 import hashlib
 import queue
 import threading
+import weakref
 from typing import Any
 
 _BATCH = 1024 * 1024  # bytes of file data per hand-off
 _DEPTH = 8  # batches queued at most (with 4 MiB pieces: 32 MiB held at most)
 _POLL = 0.1  # seconds: how often a waiting side checks that the other is still there
+
+
+class _Shared:
+    """What the hashing thread and its :class:`Hasher` share (the thread holds no reference to
+    the hasher itself, so that a hasher dropped unclosed, its save interrupted, ends it)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[list[tuple[Any, bytes]] | None] = queue.Queue(maxsize=_DEPTH)
+        self.error: BaseException | None = None
+        self.stopped = threading.Event()
+
+
+def _run(shared: _Shared, owner: weakref.ref[Hasher]) -> None:
+    try:
+        while True:
+            try:
+                batch = shared.queue.get(timeout=_POLL)
+            except queue.Empty:
+                if owner() is None:
+                    return  # dropped unclosed: an interrupt landed where close() or abort() could not run
+                continue
+            if batch is None:
+                return
+            for digest, piece in batch:
+                digest.update(piece)
+    except BaseException as exc:  # pragma: no cover - hashlib does not fail on bytes
+        shared.error = exc
+    finally:
+        shared.stopped.set()
 
 
 class Hasher:
@@ -26,10 +56,10 @@ class Hasher:
     def __init__(self) -> None:
         self._batch: list[tuple[Any, bytes]] = []
         self._size = 0
-        self._queue: queue.Queue[list[tuple[Any, bytes]] | None] = queue.Queue(maxsize=_DEPTH)
-        self._error: BaseException | None = None
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fcp-hash", daemon=True)
+        self._shared = _Shared()
+        self._thread = threading.Thread(
+            target=_run, args=(self._shared, weakref.ref(self)), name="fcp-hash", daemon=True
+        )
         self._thread.start()
 
     def new(self) -> Any:
@@ -44,40 +74,34 @@ class Hasher:
 
     def _send(self) -> None:
         batch, self._batch, self._size = self._batch, [], 0
+        shared = self._shared
         while True:
-            if self._error is not None:
-                raise self._error
-            if self._stopped.is_set():
+            if shared.error is not None:
+                raise shared.error
+            if shared.stopped.is_set():
                 raise RuntimeError("the hashing thread has stopped")
             try:
-                self._queue.put(batch, timeout=_POLL)
+                shared.queue.put(batch, timeout=_POLL)
                 return
             except queue.Full:
                 continue
 
-    def _run(self) -> None:
-        try:
-            while (batch := self._queue.get()) is not None:
-                for digest, piece in batch:
-                    digest.update(piece)
-        except BaseException as exc:  # pragma: no cover - hashlib does not fail on bytes
-            self._error = exc
-        finally:
-            self._stopped.set()
-
     def close(self) -> None:
         """Hash what is left and wait for the thread; raises its error if it had one."""
-        if self._batch:
-            self._send()
-        self.abort()
-        if self._error is not None:
-            raise self._error
+        try:
+            if self._batch:
+                self._send()
+        finally:
+            self.abort()
+        if self._shared.error is not None:
+            raise self._shared.error
 
     def abort(self) -> None:
         """Stop the thread (what is queued is still hashed; nothing new is taken)."""
-        while not self._stopped.is_set():
+        shared = self._shared
+        while not shared.stopped.is_set():
             try:
-                self._queue.put(None, timeout=_POLL)
+                shared.queue.put(None, timeout=_POLL)
                 break
             except queue.Full:
                 continue
