@@ -319,10 +319,10 @@ def test_inspect_tells_whether_the_object_is_indexed(saved, tmp_path, capsys):
     assert "index:     6 files (one file loads by ranged reads)" in capsys.readouterr().out
     assert main(["inspect", str(plain)]) == 0
     assert "index:     none (written by Flyte" in capsys.readouterr().out
-    forge(obj, _set(0, "../evil"))
-    assert main(["inspect", str(obj), "--json"]) == 0
+    forge(obj, _set(0, "../evil"))  # refused as a load refuses it: never described as whole
+    assert main(["inspect", str(obj), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
-    assert out["indexed_files"] is None and "outside the checkpoint" in out["index_error"]
+    assert out["type"] == "UnsafeArchiveError" and "'../evil', outside the checkpoint" in out["error"]
 
 
 def test_on_every_backend_one_file_loads_by_ranged_reads(backend, tmp_path):  # noqa: F811

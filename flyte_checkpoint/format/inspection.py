@@ -230,9 +230,11 @@ def _inspect(
     if fmt not in ("tar.gz", "tar"):
         return result
     stream = CountingReader(head, rest)
+    members = None
     try:
         if fmt == "tar.gz":
-            _summarize(iter_members(decompressor(stream)), result, on_member)  # type: ignore[arg-type]
+            members = decompressor(stream)  # type: ignore[arg-type]
+            _summarize(iter_members(members), result, on_member)  # type: ignore[arg-type]
         else:
             _summarize(iter_members(stream), result, on_member)  # type: ignore[arg-type]
     except CorruptCheckpointError:
@@ -240,6 +242,11 @@ def _inspect(
             raise
     if stream.count != size:
         raise length_error(stream.count, size)
+    if members is not None:
+        from .index import check_tail
+
+        # as a load checks it: the index after the tar is in extra fields, which decoding skips
+        check_tail(members.tail, uri or "the checkpoint")
     return result
 
 
