@@ -18,10 +18,10 @@ from .server import GcsEmulator
 PACKAGE = Path(flyte_checkpoint_gcs.__file__).parent
 #: The modules of every plugin (CONTRIBUTING: the plugin shape).
 MODULES = ["__init__", "client", "config", "errors", "integrity", "plugin", "reader", "redaction"]
-MODULES += ["store", "uris", "writer"]
+MODULES += ["shards", "store", "uris", "writer"]
 TEST_MODULES = ["__init__", "conftest", "helpers", "server", "test_config", "test_conformance"]
 TEST_MODULES += ["test_credentials", "test_errors", "test_integrity", "test_packaging", "test_reads"]
-TEST_MODULES += ["test_uris", "test_writes"]
+TEST_MODULES += ["test_incremental", "test_sharded", "test_uris", "test_writes"]
 
 
 def test_the_plugin_has_the_shared_module_names_and_is_typed() -> None:

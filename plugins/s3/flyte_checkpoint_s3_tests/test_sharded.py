@@ -34,7 +34,7 @@ def aws_sized_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def env(aws_sized_server: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def env(aws_sized_server: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     from flyte_checkpoint.storage.registry import get_registry
 
     values = server_env(aws_sized_server, tmp_path)
@@ -43,7 +43,10 @@ def env(aws_sized_server: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     get_registry().close()
-    return values
+    yield values
+    # The stores built here point at this module's server, which stops after it: later tests
+    # must build theirs from their own settings.
+    get_registry().close()
 
 
 @pytest.fixture
