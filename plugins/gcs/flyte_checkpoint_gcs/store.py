@@ -11,7 +11,7 @@ from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
 from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file
 from flyte_checkpoint.uri import redact
 
-from . import errors
+from . import copies, errors
 from .client import GCSClient
 from .config import GCSConfig
 from .reader import fetch, open_reader
@@ -32,6 +32,8 @@ class GCSStore(BlobStore):
     """
 
     supports_ranges = True
+    #: None: GCS copies only whole objects on the server (:mod:`.copies` says why).
+    copy_limits = copies.LIMITS
     supports_list = True
     supports_list_details = True
 

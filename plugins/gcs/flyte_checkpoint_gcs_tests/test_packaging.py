@@ -17,7 +17,7 @@ from .server import GcsEmulator
 
 PACKAGE = Path(flyte_checkpoint_gcs.__file__).parent
 #: The modules of every plugin (CONTRIBUTING: the plugin shape).
-MODULES = ["__init__", "client", "config", "errors", "integrity", "plugin", "reader", "redaction"]
+MODULES = ["__init__", "client", "config", "copies", "errors", "integrity", "plugin", "reader", "redaction"]
 MODULES += ["shards", "store", "uris", "writer"]
 TEST_MODULES = ["__init__", "conftest", "helpers", "server", "test_config", "test_conformance"]
 TEST_MODULES += ["test_credentials", "test_errors", "test_integrity", "test_packaging", "test_reads"]
