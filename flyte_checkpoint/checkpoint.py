@@ -611,7 +611,8 @@ class Checkpoint(BaseCheckpoint):
                 with store.open_write(dest) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     index = IndexBuilder()
-                    with ParallelGzipWriter(writer, index=index) as gz:  # type: ignore[arg-type]
+                    copy_run = None if reuse is None else reuse.copy_run
+                    with ParallelGzipWriter(writer, index=index, copy_run=copy_run) as gz:  # type: ignore[arg-type]
                         pack_directory(
                             src,
                             gz,  # type: ignore[arg-type]

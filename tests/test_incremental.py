@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import random
 import shutil
 import subprocess
 import tarfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -380,3 +382,82 @@ def test_a_parallel_load_of_an_incremental_object_checks_and_restores_it(tmp_pat
     monkeypatch.setenv(inflate.THREADS_ENV, "2")
     assert inflate.inflate_threads() == 2
     assert tree(fc.Checkpoint(str(tmp_path / "n"), obj).load_sync()) == tree(src)
+
+
+def test_unchanged_files_are_hashed_ahead_not_by_the_packer(spy, tmp_path, monkeypatch):
+    """The files an incremental save may copy are hashed by the lookahead's threads while the
+    packer goes on, so the packer hashes none of them itself (it did, one after the other)."""
+    from flyte_checkpoint.format import incremental
+
+    src = make_tree(tmp_path / "src")
+    dest = f"{spy.root}/ckpt.tgz"
+    save(spy, dest, src)
+    by_packer = []
+    real = incremental.file_sha256
+    monkeypatch.setattr(incremental, "file_sha256", lambda fd, size: by_packer.append(size) or real(fd, size))
+    written, copied = save(spy, dest, src)
+    assert copied > 12 * MiB and written < 300 * 1024, (written, copied)
+    assert by_packer == [], by_packer
+    assert restored(dest, tmp_path) == tree(src)
+    assert not [t for t in threading.enumerate() if t.name.startswith("fcp-lookahead")]
+
+
+def test_a_file_changed_after_it_was_hashed_ahead_is_sent_as_it_is_now(spy, tmp_path, monkeypatch):
+    """A file rewritten (same size, same modification time) between the lookahead's hash and the
+    packer's turn is not copied on the strength of that hash: its identity (change time) differs,
+    so the packer hashes it again and sends the new bytes."""
+    from flyte_checkpoint.format import archive, lookahead
+
+    src = make_tree(tmp_path / "src")
+    dest = f"{spy.root}/ckpt.tgz"
+    save(spy, dest, src)
+    target = src / "frozen.bin"
+    changed = []
+
+    class ChangesAfterHashing(lookahead.Lookahead):
+        def schedule(self, path: str) -> None:
+            super().schedule(path)
+            if path == str(target):
+                hashed = self._jobs[path].result()
+                assert hashed is not None
+                st = target.stat()
+                target.write_bytes(_blob(st.st_size, seed=1234))
+                os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+                assert lookahead.identity(target.stat()) != hashed[0], (
+                    "the rewrite left the identity as it was"
+                )
+                changed.append(path)
+
+    monkeypatch.setattr(archive, "Lookahead", ChangesAfterHashing)
+    written, _ = save(spy, dest, src)
+    assert changed == [str(target)]
+    assert written > 5 * MiB, "the rewritten file was copied from the previous object"
+    assert restored(dest, tmp_path) == tree(src)
+
+
+def test_a_long_run_of_copies_reaches_the_store_before_the_save_ends():
+    """For a store that gains nothing from long copies (``copy_run``), adjacent copies are given
+    to it in runs of that length as they come, so it copies while the packer goes on; without
+    ``copy_run`` (S3, Azure: parts have a minimum) they stay one copy until something else comes."""
+    from flyte_checkpoint.format.pipeline import ParallelGzipWriter
+    from flyte_checkpoint.storage.blobstore import CopySource
+
+    class Sink(io.BytesIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.copies: list[int] = []
+            self.first = threading.Event()
+
+        def copy(self, source: CopySource, start: int, length: int) -> None:
+            self.copies.append(length)
+            self.first.set()
+
+    source = CopySource("memory://x/old", 10**9, "1")
+    for run, expected in ((8 * MiB, [8 * MiB, 8 * MiB, 4 * MiB]), (None, [20 * MiB])):
+        sink = Sink()
+        with ParallelGzipWriter(sink, copy_run=run) as gz:  # type: ignore[arg-type]
+            for i in range(5):
+                gz.copy(source, i * 4 * MiB, 4 * MiB, [(4 * MiB, 4 * MiB, 0)])
+            if run is not None:
+                assert sink.first.wait(60), "no copy reached the store before the writer was closed"
+        assert sink.copies == expected, (run, sink.copies)

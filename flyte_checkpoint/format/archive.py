@@ -37,6 +37,7 @@ from ..sparse import SparseWriter
 from . import tarstream as ts
 from .hashing import Hasher
 from .index import ALIGN_MIN, IndexBuilder
+from .lookahead import Lookahead
 
 if TYPE_CHECKING:
     from .incremental import Reuse
@@ -172,6 +173,7 @@ class _Packer:
         self.index = index
         self._cut = getattr(out, "cut", None) if index is not None else None
         self._hasher: Hasher | None = None  # SHA-256 of file data off this thread (with an index)
+        self._lookahead: Lookahead | None = None  # SHA-256 of files that may be copied, hashed ahead
         self.reuse = reuse if self._cut is not None else None
         self._gz = out
         self.root_real = os.path.realpath(root)
@@ -223,12 +225,17 @@ class _Packer:
             return self.total
         self._hasher = hasher = Hasher()
         try:
+            if self.reuse is not None:
+                self._lookahead = Lookahead()
             self.add_entries(self.root, "", os.stat(self.root), None)
             if end:
                 self.write(ts.end_of_archive())
         except BaseException:
             hasher.abort()
             raise
+        finally:
+            if self._lookahead is not None:
+                self._lookahead.close()
         hasher.close()  # every file's digest is final before the index is encoded
         return self.total
 
@@ -252,11 +259,27 @@ class _Packer:
         skip = self.leave_out if self.leave_out is not None and self.leave_out.folder == key else None
         self.open_dirs.add(key)
         try:
-            for entry in _sorted_entries(path):
-                if skip is None or not skip(entry.name):
-                    self.add(entry.path, f"{arcname}/{entry.name}" if arcname else entry.name, entry, via)
+            entries = [e for e in _sorted_entries(path) if skip is None or not skip(e.name)]
+            if self._lookahead is not None and via is None:
+                self._announce(entries)
+            for entry in entries:
+                self.add(entry.path, f"{arcname}/{entry.name}" if arcname else entry.name, entry, via)
         finally:
             self.open_dirs.discard(key)
+
+    def _announce(self, entries: list[os.DirEntry[str]]) -> None:
+        """Start hashing the folder's files that an incremental save may copy (large, and of
+        a size the previous object holds), so their digests are ready when they are reached."""
+        assert self._lookahead is not None and self.reuse is not None
+        for entry in entries:
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue  # the packer meets it and says what is wrong
+            if size >= ALIGN_MIN and self.reuse.wants(size):
+                self._lookahead.schedule(entry.path)
 
     def add(self, path: str, arcname: str, entry: os.DirEntry[str], via: str | None) -> None:
         if entry.is_file(follow_symlinks=via is not None) and self.add_file(path, arcname, via):
@@ -314,21 +337,26 @@ class _Packer:
             if self.index is None:
                 _copy_fd(fd, path, st.st_size, self.write, self.on_data)
             else:
-                self._indexed_copy(fd, path, arcname, st.st_size, meta)
+                self._indexed_copy(fd, path, arcname, st, meta)
             check_unchanged(fd, st, path)
             self.total += st.st_size
             return True
         finally:
             os.close(fd)
 
-    def _indexed_copy(self, fd: int, path: str, arcname: str, size: int, meta: dict) -> None:
+    def _indexed_copy(self, fd: int, path: str, arcname: str, st: os.stat_result, meta: dict) -> None:
         """Copy the file as :func:`_copy_fd` does, hashed on the hasher's thread, in members of
         its own if large."""
         assert self.index is not None
+        size = st.st_size
         aligned = self._cut is not None and size >= ALIGN_MIN
         if aligned:
             pending = self._gz.pending() if hasattr(self._gz, "pending") else None
-            if self.reuse is not None and self.reuse.wants(size) and self._copied(fd, arcname, size, meta):
+            if (
+                self.reuse is not None
+                and self.reuse.wants(size)
+                and self._copied(fd, path, arcname, st, meta)
+            ):
                 return
             if pending:
                 self.index.add_gap(self.offset - len(pending), pending)
@@ -342,15 +370,18 @@ class _Packer:
             self._cut()  # type: ignore[misc]
         self.index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest.hexdigest)
 
-    def _copied(self, fd: int, arcname: str, size: int, meta: dict) -> bool:
+    def _copied(self, fd: int, path: str, arcname: str, st: os.stat_result, meta: dict) -> bool:
         """Copy the file's members from the previous object if it holds the same content (by
-        SHA-256: the file is read once more to hash it); False to write it as usual. The
-        caller checks afterwards that the file did not change meanwhile."""
+        SHA-256: hashed ahead by the lookahead, or read once more here); False to write it as
+        usual. The caller checks afterwards that the file did not change meanwhile."""
         from .incremental import file_sha256
 
         reuse, gz, index = self.reuse, self._gz, self.index
         assert reuse is not None and index is not None
-        digest = file_sha256(fd, size)
+        size = st.st_size
+        digest = self._lookahead.take(path, st) if self._lookahead is not None else None
+        if digest is None:
+            digest = file_sha256(fd, size)
         span = reuse.match(size, digest)
         if span is None:
             return False

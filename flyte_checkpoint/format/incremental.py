@@ -33,6 +33,9 @@ _HASH_CHUNK = 4 * 1024 * 1024
 #: The most bytes of small members (headers, small files) fetched to compare with what the
 #: save would write there, where the store needs long copies (S3).
 _GAP_MAX = 4 * 1024 * 1024
+#: Where the store gains nothing from longer copies (no minimum part: the file store's
+#: ``copy_file_range``), a run of copies this long starts while the packer goes on.
+_COPY_RUN = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class Reuse:
             span = self._members_of(entry)
             if span is not None:
                 self._by_size.setdefault(entry.size, {}).setdefault(entry.sha256, span)
+        #: How long a run of adjacent copies grows before the store is given it (None: as long
+        #: as it gets, for a store whose parts have a minimum, where one long copy beats several).
+        self.copy_run: int | None = None if limits.min_part else _COPY_RUN
         #: Files copied and bytes copied, by this save (for logs and tests).
         self.files_copied = 0
         self.bytes_copied = 0

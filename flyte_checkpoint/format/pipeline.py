@@ -108,6 +108,7 @@ class _GzipState:
             maxsize=depth
         )
         self.copying: list = []  # [source, start, length] of a copy not yet given to the sink
+        self.copy_run: int | None = None  # hand a copy this long to the sink without waiting for more
         self.closing = threading.Event()  # nothing more will be queued: write the rest, then stop
         self.aborted = threading.Event()  # drop what is queued, and stop
         self.error: BaseException | None = None
@@ -128,6 +129,8 @@ def _take_copy(state: _GzipState, item: _CopyItem) -> None:
     else:
         _flush_copy(state)
         state.copying = [item.source, item.start, item.length]
+    if state.copy_run is not None and state.copying[2] >= state.copy_run:
+        _flush_copy(state)
     if state.on_member is not None:
         for clen, ulen, crc in item.members:
             state.on_member(clen, ulen, crc)
@@ -190,7 +193,9 @@ class ParallelGzipWriter:
     member written is recorded there and ``close()`` appends the index after the last one;
     ``cut()`` ends a member early (so the next byte starts one); ``copy()`` puts members of
     another object next, copied by ``sink`` (a :class:`~flyte_checkpoint.storage.blobstore.BlobWriter`
-    of a store with ``copy_limits``), adjacent copies joined into one. Neither closes ``sink``.
+    of a store with ``copy_limits``), adjacent copies joined into one; with ``copy_run``, a
+    joined copy is handed to ``sink`` once it is that long (for a store that gains nothing from
+    longer copies: it copies while the packer goes on). Neither closes ``sink``.
     Inside a cancelled operation (:mod:`flyte_checkpoint.cancellation`) ``write()`` raises its error.
 
     No interrupt leaves a thread behind: ``close()`` and ``abort()`` first tell the threads
@@ -207,6 +212,7 @@ class ParallelGzipWriter:
         workers: int | None = None,
         on_block: Callable[[int], None] | None = None,
         index: IndexBuilder | None = None,
+        copy_run: int | None = None,
     ) -> None:
         import weakref
 
@@ -219,6 +225,7 @@ class ParallelGzipWriter:
         n = workers or default_workers()
         self._index = index
         self._state = _GzipState(sink, n + 2, index.add_member if index is not None else None)
+        self._state.copy_run = copy_run
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
         self._finalizer = weakref.finalize(self, _abandon, self._state, self._pool)
         self._buf = bytearray()

@@ -1,0 +1,111 @@
+"""SHA-256 of the files an incremental save may copy, hashed ahead on other threads.
+
+An incremental save must hash every large file whose size the previous object's index lists
+before it knows whether to copy it (size and time alone are not enough). Hashed by the
+packer's thread one after the other, that pass was most of the save's time, and the copies of
+the previous files waited behind it. Here the packer announces a folder's candidates
+(:meth:`Lookahead.schedule`) when it lists the folder, a few threads hash them in that order,
+and the packer takes each digest (:meth:`Lookahead.take`) when it reaches the file.
+
+A digest is used only for the same unchanged file: its job records the file's identity
+(device, inode, size, modification and change times, in nanoseconds) before and after it
+reads it, and :meth:`Lookahead.take` returns the digest only if both equal what the packer's
+own ``fstat`` of the file it opened says. Anything else (the file was replaced, written, or
+the job failed) returns None, and the packer hashes the file itself as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+
+#: Bytes hashed per read.
+_CHUNK = 4 * 1024 * 1024
+
+Identity = tuple[int, int, int, int, int]
+
+
+def identity(st: os.stat_result) -> Identity:
+    """What must be equal for two looks at a file to have seen the same content."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _hash(path: str, stop: threading.Event) -> tuple[Identity, str] | None:
+    """The file's identity and SHA-256, or None if it changed while read or the save ended."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        before = identity(os.fstat(fd))
+        h = hashlib.sha256()
+        at, size = 0, before[2]
+        while at < size:
+            if stop.is_set():
+                return None
+            chunk = os.pread(fd, min(_CHUNK, size - at), at)
+            if not chunk:
+                return None
+            h.update(chunk)
+            at += len(chunk)
+        if identity(os.fstat(fd)) != before:
+            return None
+        return before, h.hexdigest()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _stop(stop: threading.Event, pool: ThreadPoolExecutor) -> None:
+    stop.set()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Lookahead:
+    """Hashes announced files on ``workers`` threads, in the order they were announced.
+
+    :meth:`close` ends the threads (a job stops at its next read); a lookahead dropped without
+    it, its save interrupted, ends them when collected."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(
+            workers or min(4, os.cpu_count() or 1), thread_name_prefix="fcp-lookahead"
+        )
+        self._jobs: dict[str, Future[tuple[Identity, str] | None]] = {}
+        self._finalizer = weakref.finalize(self, _stop, self._stop, self._pool)
+        #: Digests taken from a job, and files hashed again by the packer (for tests and logs).
+        self.used = 0
+        self.missed = 0
+
+    def schedule(self, path: str) -> None:
+        """Start hashing ``path`` (a regular file, not followed if a link) after those before it."""
+        if path not in self._jobs and not self._stop.is_set():
+            self._jobs[path] = self._pool.submit(_hash, path, self._stop)
+
+    def take(self, path: str, st: os.stat_result) -> str | None:
+        """The SHA-256 of ``path`` if its job saw exactly the file ``st`` describes; else None
+        (also when ``path`` was never announced). Waits for the job if it is still running."""
+        job = self._jobs.pop(path, None)
+        found = job.result() if job is not None else None
+        if found is not None and found[0] == identity(st):
+            self.used += 1
+            return found[1]
+        self.missed += 1
+        return None
+
+    def close(self) -> None:
+        """Stop the jobs still queued or running, and wait for the threads to end."""
+        self._stop.set()
+        self._jobs.clear()
+        try:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self._finalizer.detach()
+
+
+__all__ = ["Lookahead", "identity"]
