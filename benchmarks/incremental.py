@@ -5,6 +5,7 @@
     python -m benchmarks.incremental --gcs            # also on the GCS emulator (no range copy)
     python -m benchmarks.incremental --azure          # also on Azurite (plugins/azure's npm install)
     python -m benchmarks.incremental --scale 0.05 --runs 1   # a quick check
+    python -m benchmarks.incremental --content model  # float32 weights: the full save compresses
 
 Each run saves the tree whole to a fresh object (no index to copy from: everything is sent),
 then changes one file (new bytes, same size) and saves again over that object (the unchanged
@@ -15,6 +16,11 @@ extra row is what a range copy through the client would cost at the least, the p
 downloaded and uploaded again as a temporary object (bytes both ways). The Lightning case
 trains a small model with ``ModelCheckpoint(save_top_k=3)`` and ``CheckpointMirror`` and
 reports the bytes each epoch's save sent against the size of one checkpoint file.
+
+The commit column is the time in the writers' commit step (the file store's fsync and rename,
+a cloud writer's completion request), timed around those methods: it follows the object's
+size, not the bytes sent (the file store writes the copied bytes to disk again; moto joins the
+parts in Python), so the last column gives the ratio without it.
 """
 
 from __future__ import annotations
@@ -51,31 +57,94 @@ class SentBytes(logging.Handler):
             self.sizes.append(int(found.group(1)))
 
 
-def make_tree(root: Path, files: int, size: int) -> Path:
+class Content:
+    """The files' bytes: ``random`` (incompressible: the full save stores them, its cheapest
+    case) or ``model`` (float32 normal values, as weights: the full save compresses them)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._tile = b""
+        if kind == "model":
+            from .datasets import _gauss_block
+
+            self._tile = _gauss_block(8 * MiB, seed=1)
+
+    def make(self, size: int) -> bytes:
+        if self.kind == "random":
+            return os.urandom(size)
+        # The tile from a random place, repeated: other bytes each time, compressing as weights do.
+        at = int.from_bytes(os.urandom(4), "big") % (len(self._tile) // 4) * 4
+        rolled = self._tile[at:] + self._tile[:at]
+        return (rolled * (size // len(rolled) + 1))[:size]
+
+
+def make_tree(root: Path, files: int, size: int, content: Content) -> Path:
     root.mkdir(parents=True)
     for i in range(files):
-        (root / f"part-{i:03d}.bin").write_bytes(os.urandom(size))
+        (root / f"part-{i:03d}.bin").write_bytes(content.make(size))
     (root / "meta.json").write_text('{"epoch": 0}')
     return root
 
 
-def pair(dest: Callable[[int], str], src: Path, runs: int, size: int, sent: Callable[[], int]) -> dict:
+class CommitTime:
+    """Seconds spent in the writers' commit step (the file store's fsync and rename, a cloud
+    writer's completion request): the part of a save that follows the object's size whatever
+    was sent, so both saves pay it."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        from flyte_checkpoint.storage.stores.local import _LocalWriter
+
+        self._patch(_LocalWriter, "_commit")
+        for plugin in ("s3", "gcs", "azure"):
+            try:
+                module = __import__(f"flyte_checkpoint_{plugin}.writer", fromlist=["writer"])
+            except ImportError:
+                continue
+            for cls in vars(module).values():
+                if isinstance(cls, type) and "_complete" in vars(cls):
+                    self._patch(cls, "_complete")
+
+    def _patch(self, cls: type, name: str) -> None:
+        real = getattr(cls, name)
+
+        def timed(*args, **kwargs):
+            started = time.monotonic()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.seconds += time.monotonic() - started
+
+        setattr(cls, name, timed)
+
+
+def pair(
+    dest: Callable[[int], str],
+    src: Path,
+    runs: int,
+    size: int,
+    sent: Callable[[], int],
+    content: Content,
+    commit: CommitTime,
+) -> dict:
     """``runs`` times: a full save to a fresh object, one file changed, an incremental save."""
-    full_t, incr_t, full_b, incr_b = [], [], [], []
+    full_t, incr_t, full_b, incr_b, full_c, incr_c = [], [], [], [], [], []
     files = sorted(src.glob("part-*.bin"))
     for run in range(runs):
         uri = dest(run)
-        before = sent()
+        before, committed = sent(), commit.seconds
         started = time.monotonic()
         fc.Checkpoint(uri).save_sync(str(src))
         full_t.append(time.monotonic() - started)
         full_b.append(sent() - before)
-        files[(7 * run + 3) % len(files)].write_bytes(os.urandom(size))
-        before = sent()
+        full_c.append(commit.seconds - committed)
+        files[(7 * run + 3) % len(files)].write_bytes(content.make(size))
+        before, committed = sent(), commit.seconds
         started = time.monotonic()
         fc.Checkpoint(uri).save_sync(str(src))
         incr_t.append(time.monotonic() - started)
         incr_b.append(sent() - before)
+        incr_c.append(commit.seconds - committed)
         from flyte_checkpoint.storage.registry import store_for
 
         store_for(uri).delete(uri)  # the S3 server holds objects in memory
@@ -85,6 +154,8 @@ def pair(dest: Callable[[int], str], src: Path, runs: int, size: int, sent: Call
         "incr_s": med(incr_t),
         "full_bytes": med(full_b),
         "incr_bytes": med(incr_b),
+        "full_commit_s": med(full_c),
+        "incr_commit_s": med(incr_c),
     }
 
 
@@ -93,6 +164,8 @@ def row(name: str, r: dict) -> str:
         f"| {name} | {r['full_s']:.2f} | {r['incr_s']:.2f} | {100 * r['incr_s'] / r['full_s']:.1f}% |"
         f" {r['full_bytes'] / MiB:.1f} | {r['incr_bytes'] / MiB:.2f} |"
         f" {100 * r['incr_bytes'] / r['full_bytes']:.2f}% |"
+        f" {r['full_commit_s']:.2f} / {r['incr_commit_s']:.2f} |"
+        f" {100 * (r['incr_s'] - r['incr_commit_s']) / (r['full_s'] - r['full_commit_s']):.1f}% |"
     )
 
 
@@ -228,6 +301,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--azure", action="store_true", help="also on Azurite")
     p.add_argument("--lightning", action="store_true", help="also Lightning's save_top_k=3")
     p.add_argument("--work", type=Path, default=None, help="where the tree and objects go")
+    p.add_argument(
+        "--content",
+        choices=("random", "model"),
+        default="random",
+        help="random bytes (stored as they are) or float32 weights (compressed by the full save)",
+    )
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="fcp-incr-", dir=args.work))
     sent_bytes = SentBytes()
@@ -237,16 +316,26 @@ def main(argv: list[str] | None = None) -> None:
     size = max(int(16 * MiB * args.scale), 64 * 1024)
     load = os.getloadavg()
     try:
-        src = make_tree(work / "src", args.files, size)
-        print(f"# Incremental saves: {args.files} files of {size / MiB:.2f} MiB, one changed")
+        content = Content(args.content)
+        commit = CommitTime()
+        src = make_tree(work / "src", args.files, size, content)
+        print(
+            f"# Incremental saves: {args.files} files of {size / MiB:.2f} MiB ({args.content}), one changed"
+        )
         print()
         print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")
         print()
-        print("| store | full save s | incremental s | time | full MiB sent | incremental MiB sent | bytes |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "| store | full save s | incremental s | time | full MiB sent | incremental MiB sent | bytes"
+            " | commit s (full / incremental) | time without the commit |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
         total = lambda: sum(sent_bytes.sizes)  # noqa: E731
         print(
-            row("file", pair(lambda run: str(work / f"obj-{run}.tgz"), src, args.runs, size, total)),
+            row(
+                "file",
+                pair(lambda run: str(work / f"obj-{run}.tgz"), src, args.runs, size, total, content, commit),
+            ),
             flush=True,
         )
         lightning_rows = []
@@ -260,7 +349,9 @@ def main(argv: list[str] | None = None) -> None:
                 _client, proxy = s3_setup(endpoint)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
                 key = uuid.uuid4().hex
-                r = pair(lambda run: f"s3://bench/{key}/obj-{run}.tgz", src, args.runs, size, up)
+                r = pair(
+                    lambda run: f"s3://bench/{key}/obj-{run}.tgz", src, args.runs, size, up, content, commit
+                )
                 print(row("s3 (moto, bytes at a proxy)", r), flush=True)
                 if args.lightning:
                     res = lightning_case(work, 6, width, f"s3://bench/{key}/lightning.tgz", sent_bytes)
@@ -275,7 +366,9 @@ def main(argv: list[str] | None = None) -> None:
                 proxy = gcs_setup(emu.endpoint)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
                 key = uuid.uuid4().hex
-                r = pair(lambda run: f"gs://bench/{key}/obj-{run}.tgz", src, args.runs, size, up)
+                r = pair(
+                    lambda run: f"gs://bench/{key}/obj-{run}.tgz", src, args.runs, size, up, content, commit
+                )
                 print(row("gcs (emulator, bytes at a proxy)", r), flush=True)
                 c = copy_through_client(f"gs://bench/{key}/through-client.tgz", src, proxy)
                 print(
@@ -291,7 +384,9 @@ def main(argv: list[str] | None = None) -> None:
                 proxy = azure_setup(server)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
                 key = uuid.uuid4().hex
-                r = pair(lambda run: f"az://bench/{key}/obj-{run}.tgz", src, args.runs, size, up)
+                r = pair(
+                    lambda run: f"az://bench/{key}/obj-{run}.tgz", src, args.runs, size, up, content, commit
+                )
                 print(row("azure (Azurite, bytes at a proxy)", r), flush=True)
                 proxy.__exit__(None, None, None)
         load = os.getloadavg()
