@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
     from .compression import Tail
 
-VERSION = 1
+#: The version written: 2, the payload deflated (raw deflate, level 1). Version 1 (the payload
+#: as it is) is still read.
+VERSION = 2
+_READS = (1, 2)
 #: Files at least this large start (and end) at a gzip member boundary; smaller ones share.
 ALIGN_MIN = 64 * 1024
 _MAGIC = b"FCIX"
@@ -175,11 +178,16 @@ def pack_payload(
     return b"".join(out)
 
 
-def encode_tail(payload: bytes, data_end: int) -> bytes:
-    """The index members carrying ``payload`` and the trailer, for members ending at ``data_end``."""
-    parts = [_empty_member(_INDEX_ID, payload[i : i + _CHUNK]) for i in range(0, len(payload), _CHUNK)]
+def encode_tail(payload: bytes, data_end: int, version: int = VERSION) -> bytes:
+    """The index members carrying ``payload`` (deflated, for version 2) and the trailer, for
+    members ending at ``data_end``."""
+    stored = payload
+    if version == 2:
+        packer = zlib.compressobj(1, zlib.DEFLATED, -15)
+        stored = packer.compress(payload) + packer.flush()
+    parts = [_empty_member(_INDEX_ID, stored[i : i + _CHUNK]) for i in range(0, len(stored), _CHUNK)]
     body = b"".join(parts)
-    fields = (_MAGIC, VERSION, data_end, len(body), len(payload), hashlib.sha256(payload).digest())
+    fields = (_MAGIC, version, data_end, len(body), len(payload), hashlib.sha256(stored).digest())
     packed = _TRAILER_BODY.pack(*fields, 0)
     packed = packed[:-4] + struct.pack("<I", zlib.crc32(packed[:-4]))
     return body + _empty_member(_TRAILER_ID, packed)
@@ -230,38 +238,54 @@ def read_index(store: BlobStore, uri: str, size: int | None = None) -> Index | N
     if len(tail) != TRAILER_SIZE or tail[:10] != _HEADER or tail[16:20] != _MAGIC:
         return None  # not ours: no index
     try:
-        data_end, index_len, payload_len, digest = _trailer(tail, size, uri)
+        version, data_end, index_len, payload_len, digest = _trailer(tail, size, uri)
         raw = store.read_range(uri, data_end, index_len) if index_len else b""
         if len(raw) != index_len:
             raise _Bad("the object ends inside the index")
-        return _parse(_payload(raw, payload_len, digest, uri), data_end, uri)
+        return _parse(_payload(raw, version, payload_len, digest, uri), data_end, uri)
     except _Bad as exc:
         raise _damaged(uri, str(exc)) from None
 
 
-def _trailer(tail: bytes, size: int, uri: str) -> tuple[int, int, int, bytes]:
-    """``data_end``, the index members' length, the payload's length and its SHA-256, from
-    the trailer member ``tail`` of an object of ``size`` bytes, checked."""
+def _trailer(tail: bytes, size: int, uri: str) -> tuple[int, int, int, int, bytes]:
+    """The version, ``data_end``, the index members' length, the payload's length and its
+    SHA-256, from the trailer member ``tail`` of an object of ``size`` bytes, checked."""
     body, _ = _subfield(tail, 0, _TRAILER_ID, uri)
     if len(body) != _TRAILER_BODY.size or zlib.crc32(body[:-4]) != struct.unpack("<I", body[-4:])[0]:
         raise _Bad("the trailer's checksum does not match")
     _, version, data_end, index_len, payload_len, digest, _ = _TRAILER_BODY.unpack(body)
-    if version != VERSION:
-        raise _Bad(f"index version {version}, this library reads {VERSION}: upgrade flyte-checkpoint")
-    if index_len > _MAX_INDEX or data_end + index_len != size - TRAILER_SIZE or payload_len > index_len:
+    if version not in _READS:
+        raise _Bad(
+            f"index version {version}, this library reads {' and '.join(map(str, _READS))}:"
+            " upgrade flyte-checkpoint"
+        )
+    if index_len > _MAX_INDEX or data_end + index_len != size - TRAILER_SIZE:
         raise _Bad("the trailer places the index outside the object")
-    return data_end, index_len, payload_len, digest
+    if payload_len > (index_len if version == 1 else _MAX_INDEX):
+        raise _Bad("the trailer gives the index an impossible length")
+    return version, data_end, index_len, payload_len, digest
 
 
-def _payload(raw: bytes, payload_len: int, digest: bytes, uri: str) -> bytes:
-    """The index payload carried by the index members ``raw``, its length and hash checked."""
+def _payload(raw: bytes, version: int, payload_len: int, digest: bytes, uri: str) -> bytes:
+    """The index payload carried by the index members ``raw`` (inflated, for version 2), its
+    length and hash checked."""
     chunks, at = [], 0
     while at < len(raw):
         chunk, at = _subfield(raw, at, _INDEX_ID, uri)
         chunks.append(chunk)
     payload = b"".join(chunks)
-    if len(payload) != payload_len or hashlib.sha256(payload).digest() != digest:
+    if hashlib.sha256(payload).digest() != digest:  # what is stored, so no flipped bit goes unseen
         raise _Bad("its SHA-256 does not match the trailer's")
+    if version == 2:
+        inflater = zlib.decompressobj(-15)
+        try:
+            payload = inflater.decompress(payload, payload_len + 1)
+        except zlib.error:
+            raise _Bad("its deflate stream is damaged") from None
+        if not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
+            raise _Bad("its deflate stream does not end where the index does")
+    if len(payload) != payload_len:
+        raise _Bad("its length does not match the trailer's")
     return payload
 
 
@@ -295,10 +319,10 @@ def _check_tail(tail: Tail, uri: str) -> Index | None:
     size = tail.start + len(data)
     if len(data) < TRAILER_SIZE:
         raise _Bad("the object ends inside its trailer")
-    data_end, index_len, payload_len, digest = _trailer(data[-TRAILER_SIZE:], size, uri)
+    version, data_end, index_len, payload_len, digest = _trailer(data[-TRAILER_SIZE:], size, uri)
     if data_end != tail.start:
         raise _Bad(f"the trailer says the tar's members end at byte {data_end}, not {tail.start}")
-    index = _parse(_payload(data[:index_len], payload_len, digest, uri), data_end, uri)
+    index = _parse(_payload(data[:index_len], version, payload_len, digest, uri), data_end, uri)
     if len(index.members) != tail.members_before:
         raise _Bad(f"it lists {len(index.members)} gzip members where the object has {tail.members_before}")
     return index
