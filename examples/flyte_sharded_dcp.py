@@ -1,30 +1,32 @@
-"""flyte_sharded_dcp: torch_sharded_dcp.py's 4 CPU ranks inside a Flyte task (Flyte's local
-mode): one sharded checkpoint; a rank is killed, Flyte retries the task, the ranks resume exactly.
+"""flyte_sharded_dcp: torch_sharded_dcp.py's 4 CPU ranks in a Flyte task: one sharded checkpoint;
+a rank is killed, the task is retried, the ranks resume exactly. Two ways to run the task here.
 
-The task's body takes its checkpoint from ``fc.ctx().checkpoint`` (the destination Flyte gave
-the attempt, and what to resume from) and starts the job of examples/torch_sharded_dcp.py
-with torchrun: 4 gloo ranks on this machine, each saving its ``torch.distributed.checkpoint``
-shard with ``save_sharded`` into that one checkpoint. In the first attempt rank 1 SIGKILLs
-itself after epoch ``--kill-at``'s save, torchrun ends the job and the task raises; **Flyte's
-local mode retries the task** (``retries=flyte.RetryStrategy(count=1)``; our ``fc.task`` is
-not used: inside a Flyte task it leaves the retries to Flyte). The retry's
-``fc.ctx().checkpoint`` resumes from the object the killed attempt committed (in local mode
-every attempt saves to the same destination), and the ranks restore it with ``load_sharded``
-and carry on to the weights of a run that was never killed. Then Flyte's own reader,
-``flyte.Checkpoint(...).load_sync()``, restores the object (one gzip tar of the union of the
-ranks' folders, also listed with ``tarfile``) and DCP loads the final weights from that tree.
+The task is a flyteplugins-pytorch task (``Elastic(nnodes=1, nproc_per_node=4)``, gloo on CPU).
+Each rank trains with torch_sharded_dcp's ``worker`` and saves its ``torch.distributed.checkpoint``
+shard with ``save_sharded`` into the attempt's one checkpoint (``fc.ctx().checkpoint``). In the
+first attempt rank 1 SIGKILLs itself after epoch ``--kill-at``'s save: the attempt fails, the
+retry's checkpoint resumes from the object the killed attempt committed, and the final weights
+equal those of a run that was never killed. Then Flyte's own reader,
+``flyte.Checkpoint(...).load_sync()``, restores that object (one gzip tar of the union of the
+ranks' folders, also listed with ``tarfile``) and DCP loads the final weights from its tree.
 
-Why the task starts the ranks itself: Flyte's multi-rank tasks come from the plugin
-flyteplugins-pytorch (2.12.1 for flyte 2.12.1, ``Elastic(nnodes=1, nproc_per_node=4)``). On
-a cluster its task runs torch's ``elastic_launch`` with ``nproc_per_node`` processes, but in
-local mode (``TaskContext.mode == "local"``) its ``execute`` calls the function once, in the
-calling process: run this way, such a task's body saw no ``RANK`` or ``WORLD_SIZE`` and ran in
-the caller's own process. So local mode gives one process, and this body launches the 4 ranks
-(torchrun is the command-line face of ``elastic_launch``). The ranks are processes of their
-own, where Flyte's task context does not reach: the body hands them the checkpoint's two URIs.
+- **Flyte's local mode** (default; ``flyte.with_runcontext(mode="local")``). The plugin does not
+  start ranks there: in local mode (``TaskContext.mode == "local"``) its ``execute`` calls the
+  function once, in the calling process (run so, the body sees no ``RANK``/``WORLD_SIZE``), and
+  only outside local mode runs torch's ``elastic_launch`` with ``nproc_per_node`` processes. So
+  the body, finding no ``RANK``, starts the 4 ranks itself with torchrun (the command-line face
+  of ``elastic_launch``) and hands them the checkpoint's two URIs (Flyte's task context does not
+  reach other processes). **Flyte's local mode retries the task** (``retries=`` below; our
+  ``fc.task`` is not used: inside a Flyte task it leaves the retries to Flyte), and in local
+  mode every attempt saves to the same destination, which the retry resumes from.
+- **As pods** (``--pods``): each attempt is started the way a Flyte backend starts a task's pod,
+  with Flyte's pod entrypoint ``a0`` (attempt n saves to ``ck/n/``, its previous path is
+  ``ck/n-1/``, ``FLYTE_ATTEMPT_NUMBER=n``); this script plays the backend, starting attempt 1
+  when attempt 0 fails. There the plugin's own path runs: ``elastic_launch`` starts the 4 ranks,
+  each runs the task's body with Flyte's context (so ``fc.ctx().checkpoint`` in every rank).
 
-Run: python examples/flyte_sharded_dcp.py [--raw /tmp/flyte-raw] [--epochs 6] [--kill-at 3]
-Needs: pip install torch flyte==2.12.1
+Run: python examples/flyte_sharded_dcp.py [--pods] [--work /tmp/flyte-sharded] [--kill-at 3]
+Needs: pip install torch flyte==2.12.1 flyteplugins-pytorch==2.12.1
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import argparse
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import tempfile
 import uuid
@@ -40,23 +44,84 @@ from datetime import timedelta
 from pathlib import Path
 
 import flyte
-from torch_sharded_dcp import launch, make_model, weights
+from flyteplugins.pytorch import Elastic
+from torch_sharded_dcp import WORLD, launch, make_model, weights, worker
 
 import flyte_checkpoint as fc
 
-env = flyte.TaskEnvironment(name="flyte_sharded_dcp")
+EPOCHS = 6
+#: Epoch after which rank 1 of a job that started from scratch is killed (-1: never); an
+#: environment variable, so the pods get it as they get the rest of their environment.
+KILL_AT_ENV = "FLYTE_SHARDED_KILL_AT"
+
+env = flyte.TaskEnvironment(
+    name="flyte_sharded_dcp",
+    # A rank that dies fails the attempt (no restart of the ranks within it): Flyte retries.
+    plugin_config=Elastic(nnodes=1, nproc_per_node=WORLD, max_restarts=0, monitor_interval=1),
+)
 
 
 @env.task(retries=flyte.RetryStrategy(count=1, backoff=flyte.Backoff(base=timedelta(0))))
-def train_sharded(epochs: int, kill_at: int) -> str:
-    """One attempt: the 4 ranks train from this attempt's checkpoint; returns its destination."""
+def train_sharded() -> str:
+    """One attempt (as a pod: one rank of it); returns the checkpoint's destination."""
     cp = fc.ctx().checkpoint
     assert cp is not None, "Flyte gave this attempt no checkpoint destination"
+    kill_at = int(os.environ.get(KILL_AT_ENV, "-1"))
+    if "RANK" in os.environ:  # one of the ranks the plugin's elastic_launch started
+        worker(cp.remote_destination, cp.remote_source, EPOCHS, kill_at)
+        return cp.remote_destination
+    # Flyte's local mode: the plugin ran this body once, in this process; start the ranks.
     print(f"task attempt: checkpoint source {cp.remote_source}", flush=True)
-    code = launch(cp.remote_destination, cp.remote_source, epochs, kill_at)
+    code = launch(cp.remote_destination, cp.remote_source, EPOCHS, kill_at)
     if code != 0:
         raise RuntimeError(f"the ranks failed (torchrun exit code {code}); Flyte retries the task")
     return cp.remote_destination
+
+
+def run_local(work: Path) -> str:
+    """Run the task in Flyte's local mode (raw data under ``work/raw``); the checkpoint's URI."""
+    flyte.init()
+    name = f"flyte-sharded-dcp-{uuid.uuid4().hex[:12]}"
+    run_ctx = flyte.with_runcontext(
+        mode="local",
+        name=name,
+        raw_data_path=str(work / "raw"),
+        run_base_dir=str(work / "meta"),
+        disable_run_cache=True,
+    )
+    try:
+        return run_ctx.run(train_sharded).outputs()[0]
+    finally:  # Flyte's local mode keeps each run's metadata here, whatever run_base_dir says
+        shutil.rmtree(Path("/tmp/flyte/metadata") / name, ignore_errors=True)
+
+
+def run_pods(work: Path, retries: int = 1) -> str:
+    """Start each attempt as Flyte's pod entrypoint (``a0``), as a Flyte backend does, until one
+    succeeds or ``retries`` retries are spent; the checkpoint's URI of the attempt that succeeded."""
+    here = Path(__file__).resolve().parent
+    prev = ""
+    for attempt in range(retries + 1):
+        dest = str(work / "ck" / str(attempt) / "_flytecheckpoints")
+        out = work / "out" / str(attempt)
+        out.mkdir(parents=True)
+        (out / "inputs.pb").write_bytes(b"")  # the task has no inputs: an empty message
+        cmd = [str(Path(sys.executable).with_name("a0")), "--inputs", str(out / "inputs.pb")]
+        cmd += ["--outputs-path", str(out), "--run-base-dir", str(out), "--raw-data-path", str(work / "raw")]
+        cmd += ["--checkpoint-path", dest, "--prev-checkpoint", prev, "--version", "v1"]
+        cmd += ["--run-name", "r1", "--name", "a0", "--project", "p", "--domain", "d", "--org", "o"]
+        cmd += ["--resolver", "flyte._internal.resolvers.default.DefaultTaskResolver"]
+        cmd += ["mod", "flyte_sharded_dcp", "instance", "train_sharded"]
+        path = os.pathsep.join(filter(None, [str(here), os.environ.get("PYTHONPATH")]))
+        # A clustered worker runs without a connection to a Flyte backend (there is none here).
+        pod_env = {**os.environ, "PYTHONPATH": path, "FLYTE_CLUSTERED_WORKER": "1"}
+        pod_env["FLYTE_ATTEMPT_NUMBER"] = str(attempt)
+        print(f"pod attempt {attempt}: checkpoint {dest}, previous {prev or 'none'}", flush=True)
+        code = subprocess.call(cmd, env=pod_env, cwd=here)
+        if code == 0:
+            return dest
+        print(f"pod attempt {attempt} failed (exit code {code})", flush=True)
+        prev = dest
+    sys.exit(1)
 
 
 def read_with_flyte(dest: str, work: Path) -> None:
@@ -82,27 +147,16 @@ def read_with_flyte(dest: str, work: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--raw", default=None, help="Flyte's raw data path (default: a temporary folder)")
-    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--pods", action="store_true", help="start each attempt as Flyte's pod entrypoint")
+    parser.add_argument("--work", default=None, help="a folder for the run's data (default: a temporary one)")
     parser.add_argument(
         "--kill-at", type=int, default=3, help="epoch after which rank 1 is killed (-1: never)"
     )
     args = parser.parse_args()
-    flyte.init()
-    name = f"flyte-sharded-dcp-{uuid.uuid4().hex[:12]}"
+    os.environ[KILL_AT_ENV] = str(args.kill_at)
     with tempfile.TemporaryDirectory() as tmp:
-        raw = args.raw or os.path.join(tmp, "raw")
-        run_ctx = flyte.with_runcontext(
-            mode="local",
-            name=name,
-            raw_data_path=raw,
-            run_base_dir=os.path.join(tmp, "meta"),
-            disable_run_cache=True,
-        )
-        try:
-            dest = run_ctx.run(train_sharded, args.epochs, args.kill_at).outputs()[0]
-        finally:  # Flyte's local mode keeps each run's metadata here, whatever run_base_dir says
-            shutil.rmtree(Path("/tmp/flyte/metadata") / name, ignore_errors=True)
+        work = Path(args.work or tmp)
+        dest = run_pods(work) if args.pods else run_local(work)
         print(f"checkpoint: {dest}", flush=True)
         read_with_flyte(dest, Path(tmp))
 
