@@ -53,6 +53,8 @@ EPOCHS = 6
 #: Epoch after which rank 1 of a job that started from scratch is killed (-1: never); an
 #: environment variable, so the pods get it as they get the rest of their environment.
 KILL_AT_ENV = "FLYTE_SHARDED_KILL_AT"
+#: The process id of the script that runs the task: the body tells whether it runs in it.
+CALLER_ENV = "FLYTE_SHARDED_CALLER"
 
 env = flyte.TaskEnvironment(
     name="flyte_sharded_dcp",
@@ -70,8 +72,9 @@ def train_sharded() -> str:
     if "RANK" in os.environ:  # one of the ranks the plugin's elastic_launch started
         worker(cp.remote_destination, cp.remote_source, EPOCHS, kill_at)
         return cp.remote_destination
-    # Flyte's local mode: the plugin ran this body once, in this process; start the ranks.
-    print(f"task attempt: checkpoint source {cp.remote_source}", flush=True)
+    # Flyte's local mode: the plugin ran this body once, in the calling process; start the ranks.
+    where = "the calling process" if os.environ.get(CALLER_ENV) == str(os.getpid()) else "another process"
+    print(f"task attempt: no RANK, in {where}; checkpoint source {cp.remote_source}", flush=True)
     code = launch(cp.remote_destination, cp.remote_source, EPOCHS, kill_at)
     if code != 0:
         raise RuntimeError(f"the ranks failed (torchrun exit code {code}); Flyte retries the task")
@@ -154,6 +157,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     os.environ[KILL_AT_ENV] = str(args.kill_at)
+    os.environ[CALLER_ENV] = str(os.getpid())
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         dest = run_pods(work) if args.pods else run_local(work)
