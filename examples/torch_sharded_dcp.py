@@ -10,7 +10,8 @@ With ``--kill-at N``, rank 1 of a job that started from scratch SIGKILLs itself 
 N's save, and torchrun ends the job; the script then starts the job again (as a retried Flyte
 task would), each rank restores the whole tree with ``load_sharded`` and ``dcp.load`` and
 carries on, so the final weights equal those of a run that was never killed.
-examples/flyte_sharded_dcp.py runs the same ranks (:func:`launch`) inside a Flyte task.
+examples/flyte_sharded_dcp.py runs the same ranks (:func:`worker`) in a Flyte task, started by
+:func:`launch` or by Flyte's pytorch plugin.
 
 Run: python examples/torch_sharded_dcp.py [--dest /tmp/sharded/ckpt] [--epochs 6] [--kill-at 3]
 (it starts torchrun itself). Needs: pip install torch
@@ -44,9 +45,9 @@ def weights(model: Any) -> list[float]:
 
 
 def worker(dest: str, source: str | None, epochs: int, kill_at: int) -> None:
-    """One rank (under torchrun): train ``epochs`` epochs, resuming from the sharded checkpoint
-    at ``source``, saving to ``dest`` after each; in a job that started from scratch, rank 1
-    SIGKILLs itself after epoch ``kill_at``'s save."""
+    """One rank (started by torchrun or elastic_launch): train ``epochs`` epochs, resuming from
+    the sharded checkpoint at ``source``, saving to ``dest`` after each; in a job that started
+    from scratch, rank 1 SIGKILLs itself after epoch ``kill_at``'s save."""
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
