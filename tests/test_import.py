@@ -19,6 +19,9 @@ SDKS = (
     "flyte_checkpoint.testing",
     "asyncio",
     "tarfile",
+    "flyte",
+    "flyteplugins",
+    "torch",
 )
 
 PROBE = f"""
