@@ -60,6 +60,35 @@ def _empty_member(sub_id: bytes, payload: bytes) -> bytes:
 
 
 TRAILER_SIZE = len(_empty_member(_TRAILER_ID, bytes(_TRAILER_BODY.size)))
+_PAD_ID = b"FP"
+#: The smallest padding member (an empty payload); the largest holds 65,531 bytes of payload.
+PAD_MIN = len(_empty_member(_PAD_ID, b""))
+_PAD_MAX = PAD_MIN + 65531
+
+
+def padding(n: int) -> list[bytes]:
+    """Padding members of ``n`` bytes in all (at least :data:`PAD_MIN` when ``n`` is not 0):
+    empty gzip members whose extra field holds one subfield ``FP`` of zeros, which every gzip
+    reader decodes to nothing (docs/FORMAT.md)."""
+    if n <= 0:
+        return []
+    n = max(n, PAD_MIN)
+    count = -(-n // _PAD_MAX)
+    sizes = [n // count + (i < n % count) for i in range(count)]
+    return [_empty_member(_PAD_ID, bytes(size - PAD_MIN)) for size in sizes]
+
+
+def aligning(offset: int, align: int) -> int:
+    """Bytes of padding that make a member written at ``offset`` start at the next multiple
+    of ``align`` that leaves room for one (from :data:`PAD_MIN` to ``align + PAD_MIN - 1``:
+    always one padding member, so that the index's length depends on the layout only)."""
+    n = -offset % align
+    return n + align if n < PAD_MIN else n
+
+
+def is_padding(member: bytes | memoryview) -> bool:
+    """Whether ``member`` is exactly one padding member (:func:`padding`)."""
+    return len(member) >= PAD_MIN and member == _empty_member(_PAD_ID, bytes(len(member) - PAD_MIN))
 
 
 @dataclass(frozen=True)
