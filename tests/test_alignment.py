@@ -22,6 +22,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from conftest import require
+from flyte_checkpoint.errors import CorruptCheckpointError
 from flyte_checkpoint.format import index as ix
 from flyte_checkpoint.format import inflate
 from flyte_checkpoint.format.inspection import inspect_uri
@@ -245,3 +246,56 @@ def test_every_reader_reads_the_aligned_objects(aligned_objects, tmp_path, which
     require(flyte is not None, "flyte is not installed (pip install flyte==2.12.1)")
     theirs = flyte.Checkpoint(f"file://{tmp_path / 'next'}", f"file://{obj}")
     assert tree(Path(theirs.load_sync())) == expected
+
+
+def _a_padding_member(obj: Path) -> ix.Member:
+    index = index_of(str(obj))
+    return next(m for m in index.members if m.ulen == 0)
+
+
+def _fails_every_full_load(obj: Path, tmp_path: Path, monkeypatch, tag: str) -> None:
+    for threads in ("1", "2"):  # streamed; parallel inflate
+        monkeypatch.setenv(inflate.THREADS_ENV, threads)
+        cp = fc.Checkpoint(str(tmp_path / f"n-{tag}-{threads}"), str(obj))
+        with pytest.raises(CorruptCheckpointError, match="save the checkpoint again"):
+            cp.load_sync()
+        assert list(cp.path.iterdir()) == [], (tag, threads)
+        cp.close()
+    with pytest.raises(CorruptCheckpointError, match="save the checkpoint again"):
+        inspect_uri(str(obj))
+
+
+def test_a_flipped_bit_in_a_padding_member_fails_every_full_load(aligned_objects, tmp_path, monkeypatch):
+    """Gzip readers skip extra fields, and a padding member holds nothing: only the loader's
+    check that each such member is exactly padding sees a flip in its payload."""
+    _, objects = aligned_objects
+    obj = objects["incremental"]
+    monkeypatch.setattr(inflate, "PARALLEL_MIN", 0)
+    good = obj.read_bytes()
+    pad = _a_padding_member(obj)
+    assert pad.clen > 40
+    at = [*range(16), pad.clen // 2, pad.clen - 11, *range(pad.clen - 10, pad.clen)]
+    for i in at:
+        for bit in (0x01, 0x04, 0x80):
+            data = bytearray(good)
+            data[pad.coff + i] ^= bit
+            obj.write_bytes(bytes(data))
+            _fails_every_full_load(obj, tmp_path, monkeypatch, f"{i}-{bit}")
+
+
+@pytest.mark.parametrize("forged", ["index-member", "other-subfield"])
+def test_a_padding_member_replaced_by_another_empty_member_fails_every_full_load(
+    aligned_objects, tmp_path, monkeypatch, forged
+):
+    """The same length and an empty member still: not padding, so not accepted as padding."""
+    _, objects = aligned_objects
+    obj = objects["full"]
+    monkeypatch.setattr(inflate, "PARALLEL_MIN", 0)
+    good = obj.read_bytes()
+    pad = _a_padding_member(obj)
+    sub = {"index-member": b"FI", "other-subfield": b"XY"}[forged]
+    other = ix._empty_member(sub, bytes(pad.clen - ix.PAD_MIN))
+    assert len(other) == pad.clen and not ix.is_padding(other)
+    obj.write_bytes(good[: pad.coff] + other + good[pad.coff + pad.clen :])
+    gzip.decompress(obj.read_bytes())  # a gzip reader sees nothing wrong
+    _fails_every_full_load(obj, tmp_path, monkeypatch, forged)

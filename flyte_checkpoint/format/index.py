@@ -303,7 +303,9 @@ def check_tail(tail: Tail, uri: str) -> Index | None:
     the empty members some writers end with): None. Otherwise the tail must be exactly an
     index and trailer that verify and describe the members before it. Gzip readers skip extra
     fields, so this is the only check that sees a damaged byte there; a flip cannot hide the
-    index, which has at least two members of ours (one ``FI``, the trailer).
+    index, which has at least two members of ours (one ``FI``, the trailer). Likewise, with
+    an index, an empty member between the members holding data that carries an extra field
+    must be exactly a padding member (``tail.odd`` says where the first that is not begins).
 
     Raises:
         CorruptCheckpointError: anything else.
@@ -330,6 +332,8 @@ def _check_tail(tail: Tail, uri: str) -> Index | None:
     index = _parse(_payload(data[:index_len], payload_len, digest, uri), data_end, uri)
     if len(index.members) != tail.members_before:
         raise _Bad(f"it lists {len(index.members)} gzip members where the object has {tail.members_before}")
+    if tail.odd is not None:
+        raise _Bad(f"the empty gzip member at byte {tail.odd} carries an extra field but is not padding")
     return index
 
 
