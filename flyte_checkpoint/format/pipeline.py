@@ -131,7 +131,7 @@ def _flush_copy(state: _GzipState) -> None:
 
 def _pad(state: _GzipState) -> None:
     """Write a padding member after what came before, so that the next member starts at a
-    multiple of ``state.align`` (docs/FORMAT.md, "Alignment")."""
+    multiple of ``state.align`` (docs/FORMAT.md, "Block alignment")."""
     from .index import aligning, padding
 
     _flush_copy(state)
