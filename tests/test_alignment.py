@@ -179,7 +179,7 @@ def test_without_align_nothing_is_padded():
 
 
 @pytest.fixture
-def aligned_objects(tmp_path):
+def aligned_objects(tmp_path, copies):
     """A full save and an incremental one of the tree (its source folder changed in between)."""
     src = make_tree(tmp_path / "src")
     full = tmp_path / "full.tgz"
@@ -188,6 +188,7 @@ def aligned_objects(tmp_path):
     incr = tmp_path / "incr.tgz"
     shutil.copyfile(full, incr)
     fc.Checkpoint(str(incr)).save_sync(str(src))
+    assert len(copies) == 5, copies
     objects = {"full": full, "incremental": incr}
     for obj in objects.values():
         assert_aligned(index_of(str(obj)))
