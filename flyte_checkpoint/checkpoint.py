@@ -612,7 +612,8 @@ class Checkpoint(BaseCheckpoint):
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     index = IndexBuilder()
                     copy_run = None if reuse is None else reuse.copy_run
-                    with ParallelGzipWriter(writer, index=index, copy_run=copy_run) as gz:  # type: ignore[arg-type]
+                    align = store.copy_limits.align if store.copy_limits is not None else 0
+                    with ParallelGzipWriter(writer, index=index, copy_run=copy_run, align=align) as gz:  # type: ignore[arg-type]
                         pack_directory(
                             src,
                             gz,  # type: ignore[arg-type]

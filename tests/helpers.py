@@ -45,6 +45,19 @@ def dir_member(name: str) -> tuple[tarfile.TarInfo, None]:
     return info, None
 
 
+def stdlib_tree(obj: Path, out: Path) -> dict[str, object]:
+    """The tree Python's ``tarfile`` extracts from the gzip tar ``obj`` into ``out`` (after
+    ``gzip.decompress`` read it whole), any warning of either an error."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with tarfile.open(obj, "r:gz") as tf:
+            tf.extractall(out, filter="tar")
+        gzip.decompress(obj.read_bytes())
+    return tree(out)
+
+
 def tree(root: Path) -> dict[str, object]:
     """Every entry under root: file bytes, ("dir",) or ("link", target)."""
     out: dict[str, object] = {}

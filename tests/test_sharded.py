@@ -17,9 +17,8 @@ import pytest
 import flyte_checkpoint as fc
 from conftest import require
 from flyte_checkpoint.errors import ShardedSaveError
-from flyte_checkpoint.format.index import read_index
+from flyte_checkpoint.format.index import PAD_MIN, padding, read_index
 from flyte_checkpoint.sharded import load_sharded, save_sharded
-from flyte_checkpoint.sharded.segment import PAD_MIN, padding
 from flyte_checkpoint.sharded.writes import coordination_prefix
 from flyte_checkpoint.storage.registry import store_for
 from tests import shardranks as sr

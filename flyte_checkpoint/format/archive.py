@@ -119,7 +119,8 @@ def pack_directory(
     ``on_data`` (if given) is called with the size of each piece of file data as it is read.
     With an ``index``, ``out`` must have ``cut()`` (a :class:`~.pipeline.ParallelGzipWriter`):
     the data of each file of at least :data:`~.index.ALIGN_MIN` bytes, with its padding, is
-    cut into gzip members of its own, and each regular file is recorded in ``index``.
+    cut into gzip members of its own (the first placed by ``out.align()`` where ``out`` has
+    it), and each regular file is recorded in ``index``.
     With ``reuse`` too (:class:`~.incremental.Reuse`: the previous object of an incremental
     save), such a file whose SHA-256 that object's index records is not read into ``out`` but
     copied from there (``out.copy``), and where the store needs long copies the headers between
@@ -172,6 +173,8 @@ class _Packer:
         self.on_data = on_data
         self.index = index
         self._cut = getattr(out, "cut", None) if index is not None else None
+        # the cut before a large file's data, placing it where a later save may copy it from
+        self._align = getattr(out, "align", self._cut) if index is not None else None
         self._hasher: Hasher | None = None  # SHA-256 of file data off this thread (with an index)
         self._lookahead: Lookahead | None = None  # SHA-256 of files that may be copied, hashed ahead
         self.reuse = reuse if self._cut is not None else None
@@ -360,7 +363,7 @@ class _Packer:
                 return
             if pending:
                 self.index.add_gap(self.offset - len(pending), pending)
-            self._cut()  # type: ignore[misc]
+            self._align()  # type: ignore[misc]
         start = self.offset
         hasher = self._hasher
         assert hasher is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import itertools
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -138,6 +139,10 @@ class Tail:
     starts: list[int] = field(default_factory=list)  # where each begins in ``data``
     members_before: int = 0  # the members before them
     overflow: bool = False  # more than _MAX_TAIL bytes: ``data`` was not kept
+    #: Where the first empty member *before* a member holding data begins, if it carries an
+    #: extra field but is not a padding member (:func:`.index.is_padding`); only an object
+    #: with an index is held to that (:func:`.index.check_tail`).
+    odd: int | None = None
 
 
 _MAX_TAIL = 256 * 1024 * 1024 + 1024
@@ -154,7 +159,8 @@ class GzipMembers:
     ``read`` raises :class:`~flyte_checkpoint.errors.CorruptCheckpointError` for a damaged
     member, bytes between or after members, or input that ends inside a member. Once read to
     the end, :attr:`tail` holds the empty members that follow the last one holding data
-    (where a folder object keeps its index: :func:`.index.check_tail`).
+    (where a folder object keeps its index: :func:`.index.check_tail`), and where the first
+    empty member before them that carries an extra field but is not padding begins.
     """
 
     def __init__(self, fileobj: BinaryIO) -> None:
@@ -230,8 +236,32 @@ class GzipMembers:
             ) from None
         if out and not self._gave:
             self._gave = True
+            if len(self._tail.starts) > 1 and self._tail.odd is None:
+                self._check_padding()
             self._kept, self._kept_len = None, 0  # a member with data: not part of the tail
         return out
+
+    def _check_padding(self) -> None:
+        """Note in :attr:`Tail.odd` the first of the empty members just passed (those before
+        the member now giving data) that carries an extra field and is not a padding member:
+        gzip decoders skip extra fields, so only this sees a damaged byte there."""
+        from .index import is_padding
+
+        tail = self._tail
+        if self._kept is None:  # over _MAX_TAIL bytes of empty members
+            tail.odd = tail.start
+            return
+        need, got, parts = tail.starts[-1], 0, []
+        for piece in self._kept:  # up to the current member's start
+            if got >= need:
+                break
+            parts.append(piece[: need - got])
+            got += len(parts[-1])
+        run = b"".join(parts)
+        for a, b in itertools.pairwise(tail.starts):
+            if run[a + 3] & 0x04 and not is_padding(run[a:b]):
+                tail.odd = tail.start + a
+                return
 
     def _next_member(self, rest: bytes | memoryview) -> None:
         """After a member's end: start the next one, or end the stream if nothing follows."""

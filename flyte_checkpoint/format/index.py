@@ -63,6 +63,35 @@ def _empty_member(sub_id: bytes, payload: bytes) -> bytes:
 
 
 TRAILER_SIZE = len(_empty_member(_TRAILER_ID, bytes(_TRAILER_BODY.size)))
+_PAD_ID = b"FP"
+#: The smallest padding member (an empty payload); the largest holds 65,531 bytes of payload.
+PAD_MIN = len(_empty_member(_PAD_ID, b""))
+_PAD_MAX = PAD_MIN + 65531
+
+
+def padding(n: int) -> list[bytes]:
+    """Padding members of ``n`` bytes in all (at least :data:`PAD_MIN` when ``n`` is not 0):
+    empty gzip members whose extra field holds one subfield ``FP`` of zeros, which every gzip
+    reader decodes to nothing (docs/FORMAT.md)."""
+    if n <= 0:
+        return []
+    n = max(n, PAD_MIN)
+    count = -(-n // _PAD_MAX)
+    sizes = [n // count + (i < n % count) for i in range(count)]
+    return [_empty_member(_PAD_ID, bytes(size - PAD_MIN)) for size in sizes]
+
+
+def aligning(offset: int, align: int) -> int:
+    """Bytes of padding that make a member written at ``offset`` start at the next multiple
+    of ``align`` that leaves room for one (from :data:`PAD_MIN` to ``align + PAD_MIN - 1``:
+    always one padding member, so that the index's length depends on the layout only)."""
+    n = -offset % align
+    return n + align if n < PAD_MIN else n
+
+
+def is_padding(member: bytes | memoryview) -> bool:
+    """Whether ``member`` is exactly one padding member (:func:`padding`)."""
+    return len(member) >= PAD_MIN and member == _empty_member(_PAD_ID, bytes(len(member) - PAD_MIN))
 
 
 @dataclass(frozen=True)
@@ -298,7 +327,9 @@ def check_tail(tail: Tail, uri: str) -> Index | None:
     the empty members some writers end with): None. Otherwise the tail must be exactly an
     index and trailer that verify and describe the members before it. Gzip readers skip extra
     fields, so this is the only check that sees a damaged byte there; a flip cannot hide the
-    index, which has at least two members of ours (one ``FI``, the trailer).
+    index, which has at least two members of ours (one ``FI``, the trailer). Likewise, with
+    an index, an empty member between the members holding data that carries an extra field
+    must be exactly a padding member (``tail.odd`` says where the first that is not begins).
 
     Raises:
         CorruptCheckpointError: anything else.
@@ -325,6 +356,8 @@ def _check_tail(tail: Tail, uri: str) -> Index | None:
     index = _parse(_payload(data[:index_len], version, payload_len, digest, uri), data_end, uri)
     if len(index.members) != tail.members_before:
         raise _Bad(f"it lists {len(index.members)} gzip members where the object has {tail.members_before}")
+    if tail.odd is not None:
+        raise _Bad(f"the empty gzip member at byte {tail.odd} carries an extra field but is not padding")
     return index
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from ..errors import CorruptCheckpointError
 from ..interrupts import finish
 from .compression import GZIP_ERRORS, member_decoder
+from .index import is_padding
 
 if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
@@ -117,6 +118,8 @@ def inflate_member(raw: memoryview, m: Member, i: int, uri: str) -> list[bytes]:
     length, which must equal the index's."""
     if len(raw) < 18 or struct.unpack("<II", raw[-8:]) != (m.crc, m.ulen & 0xFFFFFFFF):
         raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) does not match the index")
+    if not m.ulen and raw[3] & 0x04 and not is_padding(raw):  # decoders skip extra fields
+        raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) carries an extra field but is not padding")
     d = member_decoder()
     pieces: list[bytes] = []
     got = 0

@@ -73,6 +73,10 @@ class _Stop:
     pass
 
 
+class _Align:
+    """A padding member, so that the next member starts at a multiple of the writer's ``align``."""
+
+
 class _CopyItem:
     """Members of another object, copied by the store (``sink.copy``) rather than written."""
 
@@ -83,6 +87,7 @@ class _CopyItem:
 
 
 _STOP = _Stop()
+_ALIGN = _Align()
 
 
 def _empty(q: queue.Queue) -> None:
@@ -104,9 +109,11 @@ class _GzipState:
     def __init__(self, sink: BinaryIO, depth: int, on_member: Callable[[int, int, int], None] | None) -> None:
         self.sink = sink
         self.on_member = on_member  # (compressed length, uncompressed length, CRC-32) of each member
-        self.pending: queue.Queue[Future[list[bytes | memoryview]] | _CopyItem | _Stop] = queue.Queue(
-            maxsize=depth
+        self.pending: queue.Queue[Future[list[bytes | memoryview]] | _CopyItem | _Align | _Stop] = (
+            queue.Queue(maxsize=depth)
         )
+        self.align = 0  # place aligned members at multiples of this (0: nowhere)
+        self.coff = 0  # bytes of the object so far, written or copied (a copy not yet given included)
         self.copying: list = []  # [source, start, length] of a copy not yet given to the sink
         self.copy_run: int | None = None  # hand a copy this long to the sink without waiting for more
         self.closing = threading.Event()  # nothing more will be queued: write the rest, then stop
@@ -122,13 +129,29 @@ def _flush_copy(state: _GzipState) -> None:
         state.sink.copy(source, start, length)  # type: ignore[attr-defined]
 
 
+def _pad(state: _GzipState) -> None:
+    """Write a padding member after what came before, so that the next member starts at a
+    multiple of ``state.align`` (docs/FORMAT.md, "Block alignment")."""
+    from .index import aligning, padding
+
+    _flush_copy(state)
+    for member in padding(aligning(state.coff, state.align)):
+        state.sink.write(member)
+        state.coff += len(member)
+        if state.on_member is not None:
+            state.on_member(len(member), 0, 0)
+
+
 def _take_copy(state: _GzipState, item: _CopyItem) -> None:
     run = state.copying
     if run and run[0] == item.source and run[1] + run[2] == item.start:
         run[2] += item.length
     else:
         _flush_copy(state)
+        if state.align and item.start % state.align == 0:
+            _pad(state)  # from an aligned place to an aligned place: the store may share blocks
         state.copying = [item.source, item.start, item.length]
+    state.coff += item.length
     if state.copy_run is not None and state.copying[2] >= state.copy_run:
         _flush_copy(state)
     if state.on_member is not None:
@@ -159,17 +182,21 @@ def _drain_items(state: _GzipState) -> None:
                 return
             continue
         if state.error is not None or state.aborted.is_set():
-            if not isinstance(item, _CopyItem):
+            if isinstance(item, Future):
                 item.cancel()
             continue
         try:
             if isinstance(item, _CopyItem):
                 _take_copy(state, item)
                 continue
+            if isinstance(item, _Align):
+                _pad(state)
+                continue
             pieces = item.result()
             _flush_copy(state)
             for piece in pieces:
                 state.sink.write(piece)
+                state.coff += len(piece)
             if state.on_member is not None:
                 crc, isize = struct.unpack("<II", bytes(pieces[-1][-8:]))
                 state.on_member(sum(len(p) for p in pieces), isize, crc)
@@ -196,6 +223,11 @@ class ParallelGzipWriter:
     of a store with ``copy_limits``), adjacent copies joined into one; with ``copy_run``, a
     joined copy is handed to ``sink`` once it is that long (for a store that gains nothing from
     longer copies: it copies while the packer goes on). Neither closes ``sink``.
+    With ``align`` (the store's ``copy_limits.align``), ``align()`` starts the next member at a
+    multiple of ``align`` bytes from the sink's first byte, after a padding member
+    (:func:`~.index.padding`, recorded in the index as a member); so does a copy from such a
+    place that does not continue the copy before it, so that the store copies from and to
+    aligned places (a file system that shares blocks then shares them).
     Inside a cancelled operation (:mod:`flyte_checkpoint.cancellation`) ``write()`` raises its error.
 
     No interrupt leaves a thread behind: ``close()`` and ``abort()`` first tell the threads
@@ -213,6 +245,7 @@ class ParallelGzipWriter:
         on_block: Callable[[int], None] | None = None,
         index: IndexBuilder | None = None,
         copy_run: int | None = None,
+        align: int = 0,
     ) -> None:
         import weakref
 
@@ -226,6 +259,7 @@ class ParallelGzipWriter:
         self._index = index
         self._state = _GzipState(sink, n + 2, index.add_member if index is not None else None)
         self._state.copy_run = copy_run
+        self._state.align = align
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
         self._finalizer = weakref.finalize(self, _abandon, self._state, self._pool)
         self._buf = bytearray()
@@ -270,6 +304,13 @@ class ParallelGzipWriter:
             self._buf = bytearray()
         self._sent_since_cut = False
 
+    def align(self) -> None:
+        """End the current gzip member here, and start the next one at a multiple of ``align``
+        bytes of the sink (after a padding member); only :meth:`cut` without ``align``."""
+        self.cut()
+        if self._state.align:
+            self._put(_ALIGN)
+
     def pending(self) -> bytes | None:
         """Everything written since the last :meth:`cut` or :meth:`copy`, if it is all still
         here (not yet compressed); else None."""
@@ -301,7 +342,7 @@ class ParallelGzipWriter:
         fut = self._pool.submit(compress_block, block, self._level)
         self._put(fut)
 
-    def _put(self, item: Future[list[bytes | memoryview]] | _CopyItem) -> None:
+    def _put(self, item: Future[list[bytes | memoryview]] | _CopyItem | _Align) -> None:
         state = self._state
         while True:
             if state.error is not None:

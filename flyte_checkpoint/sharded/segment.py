@@ -17,12 +17,8 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from ..errors import ShardedSaveError
-from ..format.index import IndexBuilder, _empty_member
+from ..format.index import IndexBuilder, padding
 from ..paths import LeaveOut
-
-#: The smallest padding member (an empty payload); the largest holds 65,531 bytes of payload.
-PAD_MIN = len(_empty_member(b"FP", b""))
-_PAD_MAX = PAD_MIN + 65531
 
 Report = dict[str, Any]
 
@@ -32,16 +28,6 @@ class _SegmentIndex(IndexBuilder):
 
     def encode(self) -> bytes:
         return b""
-
-
-def padding(n: int) -> list[bytes]:
-    """Empty gzip members of ``n`` bytes in all (at least :data:`PAD_MIN` when ``n`` is not 0)."""
-    if n <= 0:
-        return []
-    n = max(n, PAD_MIN)
-    count = -(-n // _PAD_MAX)
-    sizes = [n // count + (i < n % count) for i in range(count)]
-    return [_empty_member(b"FP", bytes(size - PAD_MIN)) for size in sizes]
 
 
 def pack_segment(

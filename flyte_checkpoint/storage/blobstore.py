@@ -115,12 +115,17 @@ class CopyLimits:
             number of copies well below it.
         min_copy: copies shorter than this cost more than they save (a request each); a
             caller writes such ranges instead. Never required for correctness.
+        align: a copy whose source and destination offsets are both multiples of this costs
+            next to nothing for its whole blocks (a file system that shares extents between
+            files: its block size); a folder save places what a later save may copy at such
+            offsets. ``0``: no such gain. Never required for correctness.
     """
 
     min_part: int = 0
     max_copy: int | None = None
     max_pieces: int | None = None
     min_copy: int = 0
+    align: int = 0
 
 
 @dataclass(frozen=True)

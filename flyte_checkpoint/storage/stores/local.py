@@ -232,7 +232,9 @@ class LocalStore(BlobStore):
 
     supports_ranges = True
     supports_list_details = True  # sizes and times from os.scandir
-    copy_limits = CopyLimits()  # copy_file_range: any length, in the kernel
+    # copy_file_range: any length, in the kernel; on XFS and btrfs whole blocks between offsets
+    # that are multiples of the block size (4096 by default) are shared, not copied
+    copy_limits = CopyLimits(align=4096)
     # part_size stays None: a writer fills a temporary file and renames it whole at the commit.
 
     def open_read(self, uri: str) -> BinaryIO:
