@@ -366,7 +366,9 @@ class Pod:
         cmd += ["--resolver", "flyte._internal.resolvers.default.DefaultTaskResolver"]
         cmd += ["mod", "podtask", "instance", "steps"]
         full_env = {
-            k: v for k, v in os.environ.items() if k not in ("FLYTE_ATTEMPT_NUMBER", "JOBSET_RESTART_ATTEMPT")
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("FLYTE_ATTEMPT_NUMBER", "JOBSET_RESTART_ATTEMPT", "TORCHELASTIC_RESTART_COUNT")
         }
         # A clustered worker runs without a controller (no connection to a Flyte backend).
         full_env.update(FLYTE_CLUSTERED_WORKER="1", STEPS="5", **env)
@@ -422,6 +424,23 @@ def test_pod_restarted_with_a_blank_previous_path_resumes_from_the_destination(p
     assert (again["start"], again["src"], again["restart"]) == (4, dest, None)
 
 
+def test_workers_restarted_by_the_elastic_agent_resume_from_this_attempts_destination(pod, tmp_path):
+    """torchrun (or Flyte's PyTorch plugin) with max_restarts > 0 restarts the workers in the
+    same pod and attempt, setting TORCHELASTIC_RESTART_COUNT: the destination holds what they
+    saved before, newer than the previous attempt's checkpoint."""
+    prev = tmp_path / "ck" / "0" / "_flytecheckpoints"
+    prev.parent.mkdir(parents=True)
+    prev.write_bytes(b"1")
+    dest = str(tmp_path / "ck" / "1" / "_flytecheckpoints")
+    first = pod.run(
+        dest=dest, prev=str(prev), crash_at=3, FLYTE_ATTEMPT_NUMBER="1", TORCHELASTIC_RESTART_COUNT="0"
+    )
+    assert (first["start"], first["src"]) == (1, str(prev))
+    again = pod.run(dest=dest, prev=str(prev), FLYTE_ATTEMPT_NUMBER="1", TORCHELASTIC_RESTART_COUNT="1")
+    assert (again["start"], again["src"]) == (3, dest)  # not 1: no progress of this attempt redone
+    assert Path(dest).read_bytes() == b"5"
+
+
 def test_restarted_pod_with_nothing_saved_yet_in_this_attempt_uses_the_previous_attempt(pod, tmp_path):
     prev = tmp_path / "ck" / "0" / "_flytecheckpoints"
     prev.parent.mkdir(parents=True)
@@ -471,6 +490,10 @@ def test_resolve_source_rules():
     # Otherwise the previous path, even when the destination holds something.
     assert resolve_source("memory://rs/held", "memory://rs/p") == "memory://rs/p"
     assert resolve_source("memory://rs/held", "memory://rs/p", restart_attempt=0) == "memory://rs/p"
+    # Workers restarted by torch's elastic agent, in the same pod and attempt: the same rule.
+    assert resolve_source("memory://rs/held", "memory://rs/p", elastic_restart=1) == "memory://rs/held"
+    assert resolve_source("memory://rs/empty", "memory://rs/p", elastic_restart=2) == "memory://rs/p"
+    assert resolve_source("memory://rs/held", "memory://rs/p", elastic_restart=0) == "memory://rs/p"
 
 
 def test_resolve_source_steps_back_only_a_previous_uri_naming_this_attempt():
@@ -493,6 +516,8 @@ def test_restart_check_that_cannot_read_the_destination_raises_naming_it(denying
     message = str(info.value)
     assert "SECRET" not in message and "deny://<redacted>@bucket/r/_flytecheckpoints" in message
     assert "pod restart 1" in message and "credentials" in message
+    with pytest.raises(PermissionError, match="worker restart 2 by the elastic agent of this attempt"):
+        resolve_source(dest, "memory://p", elastic_restart=2)
 
 
 def test_local_mode_that_cannot_read_the_destination_raises_not_starts_fresh(denying_scheme):

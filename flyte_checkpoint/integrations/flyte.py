@@ -17,15 +17,20 @@ What is taken from Flyte's ``TaskContext`` (``flyte.ctx()``):
   every attempt, though it retries: whether ``load()`` found a checkpoint is what tells a
   resumed attempt);
 - ``action.run_name`` / ``action.name``;
-- ``restart_attempt`` (``JOBSET_RESTART_ATTEMPT``, set on the pods of clustered tasks).
+- ``restart_attempt`` (``JOBSET_RESTART_ATTEMPT``, set on the pods of clustered tasks);
+- ``TORCHELASTIC_RESTART_COUNT``, set by torch's elastic agent (``torchrun``, Flyte's PyTorch
+  plugin) on the worker processes it starts: above 0 when it restarted them after one failed
+  (``max_restarts``), within the same pod and the same Flyte attempt.
 
 Where ``load()`` reads (:func:`resolve_source`):
 
 1. **A pod restarted within one attempt.** A clustered (JobSet) task whose pod set restarts
    keeps the same Flyte attempt: the previous path stays what it was (blank on the first
-   attempt) while this attempt's destination already holds what the earlier pods saved. When
-   ``JOBSET_RESTART_ATTEMPT > 0`` or the previous path is blank, and the destination holds a
-   non-empty object, ``load()`` resumes from the destination. (Flyte's own
+   attempt) while this attempt's destination already holds what the earlier pods saved. So
+   do workers that torch's elastic agent restarts inside a pod. When
+   ``JOBSET_RESTART_ATTEMPT > 0``, ``TORCHELASTIC_RESTART_COUNT > 0`` or the previous path
+   is blank, and the destination holds a non-empty object, ``load()`` resumes from the
+   destination. (Flyte's own
    ``TaskContext.checkpoint`` does this on ``JOBSET_RESTART_ATTEMPT > 0`` alone, and then
    reads only the destination, even when it is still empty and an earlier attempt's
    checkpoint exists; here the previous attempt's is used in that case.)
@@ -66,6 +71,8 @@ log = logging.getLogger("flyte_checkpoint")
 CONTEXT_KEY = "__flyte_checkpoint_context__"
 #: Set by JobSet on the pods of clustered tasks: how often the pod set restarted in this attempt.
 RESTART_ENV = "JOBSET_RESTART_ATTEMPT"
+#: Set by torch's elastic agent on the workers it starts: how often it restarted them (in one pod).
+ELASTIC_RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
 
 _lock = threading.Lock()
 
@@ -76,10 +83,12 @@ class FlyteTaskContext(TaskContext):
 
     ``attempt_number``, ``checkpoint_paths``, ``run_name`` and ``action_name`` are Flyte's (a
     blank previous path is ``None``). ``restart_attempt`` is the JobSet restart count (``None``
-    outside clustered tasks); ``flyte_context`` is Flyte's ``TaskContext`` itself.
+    outside clustered tasks), ``elastic_restart`` the elastic agent's (``None`` outside its
+    workers); ``flyte_context`` is Flyte's ``TaskContext`` itself.
     """
 
     restart_attempt: int | None = None
+    elastic_restart: int | None = None
     flyte_context: Any = field(default=None, repr=False, compare=False)
     #: Flyte's local mode, where every attempt and every re-run with the same raw data path
     #: saves to the same destination (see :func:`resolve_source`).
@@ -94,8 +103,8 @@ class FlyteTaskContext(TaskContext):
         Raises:
             OSError: deciding whether a restarted pod resumes from the destination needed
                 the size of the object there and the store could not tell (only when
-                ``JOBSET_RESTART_ATTEMPT > 0``; with a blank previous path the error is
-                logged and the previous path is used).
+                ``JOBSET_RESTART_ATTEMPT > 0`` or ``TORCHELASTIC_RESTART_COUNT > 0``; with a
+                blank previous path the error is logged and the previous path is used).
         """
         if self._checkpoint is None and self.checkpoint_paths.checkpoint_path:
             with _lock:
@@ -107,6 +116,7 @@ class FlyteTaskContext(TaskContext):
                         dest,
                         self.checkpoint_paths.prev_checkpoint_path,
                         restart_attempt=self.restart_attempt,
+                        elastic_restart=self.elastic_restart,
                         run_name=self.run_name,
                         action_name=self.action_name,
                         local_mode=self.local_mode,
@@ -165,6 +175,7 @@ def from_flyte(tctx: Any) -> FlyteTaskContext:
         run_name=str(getattr(action, "run_name", "") or ""),
         action_name=str(getattr(action, "name", "") or ""),
         restart_attempt=_restart_attempt(tctx),
+        elastic_restart=_env_count(ELASTIC_RESTART_ENV),
         flyte_context=tctx,
         local_mode=getattr(tctx, "mode", None) == "local",
     )
@@ -217,6 +228,7 @@ def resolve_source(
     prev: str | None,
     *,
     restart_attempt: int | None = None,
+    elastic_restart: int | None = None,
     run_name: str = "",
     action_name: str = "",
     retry: RetryPolicy | None = None,
@@ -224,25 +236,29 @@ def resolve_source(
 ) -> str | None:
     """The URI ``load()`` should read for a Flyte attempt saving to ``dest`` (see the module doc).
 
-    Looks at the store (one size query of ``dest``) only when ``restart_attempt > 0``,
+    Looks at the store (one size query of ``dest``) only when ``restart_attempt > 0`` (JobSet
+    restarted the pods), ``elastic_restart > 0`` (the elastic agent restarted the workers),
     ``prev`` is blank, or in Flyte's local mode.
 
     Raises:
-        OSError: with ``restart_attempt > 0`` or in local mode, the size of the object at
+        OSError: after a restart or in local mode, the size of the object at
             ``dest`` could not be read (after retries of transient errors). With a blank ``prev``
             and no restart (on a cluster) the error is logged and ``None`` returned, which is what
             Flyte itself would load.
     """
     prev = _blank_to_none(prev)
-    restarted = restart_attempt is not None and restart_attempt > 0
+    restarts = []
+    if restart_attempt is not None and restart_attempt > 0:
+        restarts.append(f"pod restart {restart_attempt}")
+    if elastic_restart is not None and elastic_restart > 0:
+        restarts.append(f"worker restart {elastic_restart} by the elastic agent")
+    restarted = bool(restarts)
     if restarted or prev is None or local_mode:
         try:
             size = _size_of(dest, retry)
         except OSError as exc:
             if restarted or local_mode:  # there, the destination may hold the newest checkpoint
-                where = (
-                    f"pod restart {restart_attempt} of this attempt" if restarted else "Flyte's local mode"
-                )
+                where = f"{' and '.join(restarts)} of this attempt" if restarted else "Flyte's local mode"
                 raise type(exc)(
                     f"{where}: could not check for this "
                     f"attempt's own checkpoint at {redact(dest)} ({exc}); check the store's "
@@ -257,8 +273,8 @@ def resolve_source(
             size = None
         if size:
             if restarted or not local_mode:
-                why = "the pod restarted within the attempt"
-                why += f" (JobSet restart {restart_attempt})" if restarted else ""
+                why = "the task restarted within the attempt"
+                why += f" ({', '.join(restarts)})" if restarted else ""
             else:
                 why = "Flyte's local mode saves every attempt and re-run there, so it is the newest"
             log.info(
@@ -290,11 +306,15 @@ def _restart_attempt(tctx: Any) -> int | None:
     value = getattr(type(tctx), "restart_attempt", None)
     if value is not None:  # Flyte >= 2.12 has the property
         return getattr(tctx, "restart_attempt", None)
-    raw = os.environ.get(RESTART_ENV)
+    return _env_count(RESTART_ENV)
+
+
+def _env_count(name: str) -> int | None:
+    raw = os.environ.get(name)
     try:
         return int(raw) if raw is not None else None
     except ValueError:
-        log.warning("ignoring %s=%r: not an integer", RESTART_ENV, raw)
+        log.warning("ignoring %s=%r: not an integer", name, raw)
         return None
 
 
