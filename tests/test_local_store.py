@@ -24,6 +24,27 @@ def test_large_writes_start_write_back_early_and_commit_whole(tmp_path, monkeypa
     assert hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(chunk * 20).digest()
 
 
+def test_large_copies_start_write_back_early_too(tmp_path, monkeypatch):
+    """On ext4 a copy is as many dirty pages as a write: an incremental save made of copies
+    must not leave all of them to the commit's fsync."""
+    calls = []
+    real = local._quiet_datasync
+    monkeypatch.setattr(local, "_quiet_datasync", lambda fd: (calls.append(fd), real(fd)))
+    monkeypatch.setattr(local, "_FLUSH_EVERY", 4 * 1024 * 1024)
+    data = os.urandom(12 * 1024 * 1024)
+    store, old = LocalStore(), str(tmp_path / "old")
+    store.write_bytes(old, data)
+    source = store.copy_source(old)
+    calls.clear()  # the old object's own writes started some
+    target = tmp_path / "new"
+    with store.open_write(str(target)) as w:
+        w.write(b"x" * 100)  # under the threshold: only the copies can start the write-back
+        for start in range(0, len(data), 1024 * 1024):
+            w.copy(source, start, 1024 * 1024)
+        assert calls, "no early write-back was started by the copies"
+    assert target.read_bytes() == b"x" * 100 + data
+
+
 def test_abort_during_write_back_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(local, "_FLUSH_EVERY", 1024 * 1024)
     w = LocalStore().open_write(str(tmp_path / "gone"))

@@ -119,9 +119,14 @@ class _LocalWriter(BlobWriter):
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
         self._unsynced += len(data)
+        self._flush_behind()
+
+    def _flush_behind(self) -> None:
+        """Every 32 MiB written or copied, start writing back what is there while more
+        arrives, so the fsync of the commit has only the tail left to wait for (durability
+        costs overlap, not add up; on a file system without shared extents a copy is as many
+        dirty pages as a write)."""
         if self._unsynced >= _FLUSH_EVERY and (self._flusher is None or not self._flusher.is_alive()):
-            # Start writing back what is there while more arrives, so the fsync at the end
-            # has only the tail left to wait for (durability costs overlap, not add up).
             self._unsynced = 0
             self._flusher = threading.Thread(
                 target=_quiet_datasync, args=(self._file.fileno(),), name="fcp-datasync", daemon=True
@@ -143,6 +148,7 @@ class _LocalWriter(BlobWriter):
                     raise copy_source_changed(source, "it ended early")
                 start, length = start + n, length - n
                 self._unsynced += n
+                self._flush_behind()
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
 
