@@ -106,8 +106,11 @@ def test_memory_stays_bounded_by_block_size_and_queue_depth(workers):
     """A 128 MiB stream through a sink slower than the producer: the writer's peak memory
     (tracemalloc, in a child process of its own) stays within block size x (queue depth + 3)
     as the pipeline module states, plus one block for the input buffer's over-allocation and
-    the compressors' samples. (Measured: 6.2, 7.2 and 9.2 blocks for 1, 2 and 4 workers; with
-    an unbounded queue, 170-200 MiB of a 256 MiB stream.)"""
+    the compressors' samples, plus 1 MiB for the rest that tracemalloc sees at that moment (the
+    64 KiB piece being written, futures, member headers: how much of it is alive at the peak
+    depends on how the threads interleave, and a bound without it failed by 0.3 MiB on a busy
+    machine). (Measured: 6.2, 7.2 and 9.2 blocks for 1, 2 and 4 workers; with an unbounded
+    queue, 170-200 MiB of a 256 MiB stream.)"""
     block, total = 4 * 1024 * 1024, 128 * 1024 * 1024
     queue_depth = workers + 2
     out = subprocess.run(
@@ -118,7 +121,7 @@ def test_memory_stays_bounded_by_block_size_and_queue_depth(workers):
     )
     assert out.returncode == 0, out.stderr
     peak = int(out.stdout)
-    bound = block * (queue_depth + 4)
+    bound = block * (queue_depth + 4) + 1024 * 1024
     assert peak <= bound, (
         f"peak {peak / 2**20:.1f} MiB above {bound / 2**20:.0f} MiB for a {total >> 20} MiB stream"
     )
