@@ -187,7 +187,7 @@ class Checkpoint(BaseCheckpoint):
         ``members`` (paths inside a folder checkpoint) restores only those files, and every
         regular file under the folders among them, into :attr:`path` (which it returns, as a
         full load does): with an index, by ranged reads of their gzip members only, each file's
-        SHA-256 verified; without one (Flyte's, older objects), by streaming the archive to its
+        hash verified; without one (Flyte's, older objects), by streaming the archive to its
         end and keeping the selected files. Symbolic links and empty folders are left out
         (``load()`` without ``members`` restores them). Files restored replace those of the
         same names in :attr:`path`; names restored before are not read again. See docs/FORMAT.md.
@@ -295,7 +295,7 @@ class Checkpoint(BaseCheckpoint):
 
         ``load(members=[name])`` for one file written anywhere: an object with an index (folder
         saves of this library) is read by ranged reads of that file's gzip members only, and the
-        file's SHA-256 is verified; one without (Flyte's, older ones) is streamed to its end
+        file's content hash is verified; one without (Flyte's, older ones) is streamed to its end
         (every member's CRC checked). See docs/FORMAT.md.
 
         Raises:

@@ -10,6 +10,28 @@ import tarfile
 from pathlib import Path
 
 
+def older_index(raw: bytes, version: int) -> bytes:
+    """The indexed folder object ``raw`` as an older library wrote it: its index re-encoded as
+    ``version`` (1 or 2), every file and gap hashed with SHA-256 from the tar stream itself."""
+    from flyte_checkpoint.format import index as ix
+    from flyte_checkpoint.storage.stores.memory import MemoryStore
+
+    store = MemoryStore()
+    store.write_bytes("memory://older-index/obj", raw)
+    index = ix.read_index(store, "memory://older-index/obj")
+    assert index is not None and index.algorithm == "blake3"
+    tar = gzip.decompress(raw[: index.data_end])
+    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    files = []
+    for e in index.files.values():
+        start = index.members[e.first].uoff + e.offset
+        digest = hashlib.sha256(tar[start : start + e.size]).hexdigest()
+        files.append((e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, digest))
+    gaps = [(end, n, hashlib.sha256(tar[end - n : end]).digest()) for end, (n, _) in index.gaps.items()]
+    payload = ix.pack_payload(members, files, gaps, list(index.shards) if index.shards else None)
+    return raw[: index.data_end] + ix.encode_tail(payload, index.data_end, version=version)
+
+
 def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]], *, gz: bool = True) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:

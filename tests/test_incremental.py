@@ -1,11 +1,10 @@
-"""Incremental folder saves (issue 18): files whose SHA-256 the previous object's index records
+"""Incremental folder saves (issue 18): files whose hash the previous object's index records
 are copied from it on the server, not compressed and sent; the object stays one gzip tar that
 every reader reads; a store without the capability sends everything."""
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import os
 import random
@@ -17,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from blake3 import blake3
 
 import flyte_checkpoint as fc
 from conftest import require
@@ -27,7 +27,7 @@ from flyte_checkpoint.storage.blobstore import CopyLimits
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.storage.stores.memory import MemoryStore
 
-from .helpers import tree
+from .helpers import older_index, tree
 from .spystore import SpyStore, spying
 
 MiB = 1024 * 1024
@@ -70,6 +70,26 @@ def restored(dest: str, tmp_path: Path) -> dict:
         return tree(cp.load_sync())
 
 
+def test_an_object_whose_index_records_sha256_is_not_copied_from(spy, tmp_path, caplog):
+    """An object saved by an older version of this library (index version 2: SHA-256) cannot
+    tell which files are unchanged by their BLAKE3: the next save sends everything, correctly,
+    says so, and the save after it copies again."""
+    src = make_tree(tmp_path / "src")
+    dest = f"{spy.root}/ckpt.tgz"
+    save(spy, dest, src)
+    store = store_for(dest)
+    store.write_bytes(dest, older_index(store.read_bytes(dest), 2))
+    assert ix.read_index(store, dest).algorithm == "sha256"
+    total = sum(len(v) for v in tree(src).values() if isinstance(v, bytes))
+    with caplog.at_level("INFO", logger="flyte_checkpoint"):
+        written, copied = save(spy, dest, src)
+    assert copied == 0 and written > total // 2
+    assert "records SHA-256 hashes (an older index): this save sends every file" in caplog.text
+    assert restored(dest, tmp_path) == tree(src)
+    written, copied = save(spy, dest, src)
+    assert copied > total * 0.9 and written < 300 * 1024, (written, copied)
+
+
 def test_a_sequence_of_incremental_saves_restores_each_tree(spy, tmp_path):
     """Unchanged, one file changed, a file renamed, a file removed, and a file rewritten with
     other bytes of the same size and modification time: each save restores the tree saved,
@@ -107,7 +127,7 @@ def test_a_sequence_of_incremental_saves_restores_each_tree(spy, tmp_path):
     assert restored(dest, tmp_path) == tree(src)
     index = ix.read_index(store_for(dest), dest)
     assert index is not None
-    assert index.files["frozen.bin"].sha256 == hashlib.sha256(target.read_bytes()).hexdigest()
+    assert index.files["frozen.bin"].digest == blake3(target.read_bytes()).hexdigest()
 
 
 def test_an_attempts_first_save_copies_from_the_previous_attempts_object(spy, tmp_path):
@@ -166,7 +186,7 @@ def test_the_index_lists_the_copied_members_as_they_were(tmp_path):
         old, new = before.files[name], after.files[name]
         rows = lambda idx, e: [(m.clen, m.ulen, m.crc) for m in idx.members[e.first : e.last + 1]]  # noqa: E731
         assert rows(before, old) == rows(after, new)
-        assert new.sha256 == old.sha256
+        assert new.digest == old.digest
     assert tree(fc.Checkpoint(str(tmp_path / "n"), obj).load_sync()) == tree(src)
 
 
@@ -354,7 +374,7 @@ def test_a_forged_gap_section_is_refused(tmp_path, gaps, extra, match):
     assert index is not None and index.gaps, "a folder save records the gaps before large files"
     members = [(m.clen, m.ulen, m.crc) for m in index.members]
     files = [
-        (e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.sha256) for e in index.files.values()
+        (e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest) for e in index.files.values()
     ]
     payload = ix.pack_payload(members, files, gaps) + extra
     raw = obj.read_bytes()
@@ -364,7 +384,7 @@ def test_a_forged_gap_section_is_refused(tmp_path, gaps, extra, match):
 
 
 def test_a_parallel_load_of_an_incremental_object_checks_and_restores_it(tmp_path, monkeypatch):
-    """The parallel inflate of a full load (every member's CRC, every file's SHA-256 against
+    """The parallel inflate of a full load (every member's CRC, every file's hash against
     the index) restores an object made mostly of copied members."""
     from flyte_checkpoint.format import inflate
 
@@ -387,14 +407,14 @@ def test_a_parallel_load_of_an_incremental_object_checks_and_restores_it(tmp_pat
 def test_unchanged_files_are_hashed_ahead_not_by_the_packer(spy, tmp_path, monkeypatch):
     """The files an incremental save may copy are hashed by the lookahead's threads while the
     packer goes on, so the packer hashes none of them itself (it did, one after the other)."""
-    from flyte_checkpoint.format import incremental
+    from flyte_checkpoint.format import digests
 
     src = make_tree(tmp_path / "src")
     dest = f"{spy.root}/ckpt.tgz"
     save(spy, dest, src)
     by_packer = []
-    real = incremental.file_sha256
-    monkeypatch.setattr(incremental, "file_sha256", lambda fd, size: by_packer.append(size) or real(fd, size))
+    real = digests.of_file
+    monkeypatch.setattr(digests, "of_file", lambda fd, size: by_packer.append(size) or real(fd, size))
     written, copied = save(spy, dest, src)
     assert copied > 12 * MiB and written < 300 * 1024, (written, copied)
     assert by_packer == [], by_packer

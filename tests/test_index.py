@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from blake3 import blake3
 
 import flyte_checkpoint as fc
 from conftest import require
@@ -23,7 +24,7 @@ from flyte_checkpoint.errors import CorruptCheckpointError, NotFoundError, Unsaf
 from flyte_checkpoint.format import index as ix
 from flyte_checkpoint.storage.registry import store_for
 
-from .helpers import stdlib_tree, tree
+from .helpers import older_index, stdlib_tree, tree
 from .reliability.backends import backend, backend_pool  # noqa: F401
 from .spystore import spying
 
@@ -61,7 +62,7 @@ def test_folder_saves_carry_an_index_of_every_file(saved):
     for name in names:
         entry = index.files[name]
         data = (src / name).read_bytes()
-        assert entry.sha256 == hashlib.sha256(data).hexdigest()
+        assert entry.digest == blake3(data).hexdigest()
         assert entry.size == len(data)
         if len(data) >= ix.ALIGN_MIN:
             assert entry.offset == 0  # starts at a member boundary
@@ -211,7 +212,7 @@ def forge(obj: Path, edit) -> None:
     doc = {
         "members": [[m.clen, m.ulen, m.crc] for m in index.members],
         "files": [
-            [e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.sha256]
+            [e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest]
             for e in index.files.values()
         ],
     }
@@ -459,34 +460,44 @@ def test_the_index_costs_little_more_than_each_files_hash(tmp_path):
     assert fc.Checkpoint(str(tmp_path / "n"), str(obj)).load_sync() is not None
 
 
-def test_an_index_of_version_1_is_still_read(tmp_path):
-    """Objects written before the index was deflated (version 1: the payload as it is) load,
-    and their index is used."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_indexes_of_older_versions_are_still_read(tmp_path, version):
+    """Objects written before the index was deflated (version 1: the payload as it is) or
+    before it recorded BLAKE3 (versions 1 and 2: SHA-256) load, fully and by partial restore,
+    and their index is used with the hash it records."""
     obj, good, data_end = _small_indexed(tmp_path)
-    index = ix.read_index(store_for(str(obj)), str(obj))
-    assert index is not None
-    members = [(m.clen, m.ulen, m.crc) for m in index.members]
-    files = [
-        (e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.sha256) for e in index.files.values()
-    ]
-    old = good[:data_end] + ix.encode_tail(
-        ix.pack_payload(members, files, [(end, n, bytes.fromhex(h)) for end, (n, h) in index.gaps.items()]),
-        data_end,
-        version=1,
-    )
-    assert old != good
+    old = older_index(good, version)
+    assert old != good and old[:data_end] == good[:data_end]
     obj.write_bytes(old)
-    again = ix.read_index(store_for(str(obj)), str(obj))
-    assert again is not None and again.files == index.files
-    restored = fc.Checkpoint(str(tmp_path / "n"), str(obj)).load_sync()
-    assert restored is not None
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None and index.algorithm == "sha256"
+    assert (
+        index.files["b.bin"].digest == hashlib.sha256((tmp_path / "src" / "b.bin").read_bytes()).hexdigest()
+    )
+    cp, cp_part = fc.Checkpoint(str(tmp_path / "n"), str(obj)), fc.Checkpoint(str(tmp_path / "p"), str(obj))
+    restored = cp.load_sync()
+    assert restored is not None and tree(restored) == tree(tmp_path / "src")
+    part = cp_part.load_sync(members=["b.bin"])
+    assert part is not None and (part / "b.bin").read_bytes() == (tmp_path / "src" / "b.bin").read_bytes()
+
+
+def test_new_objects_record_blake3_in_an_index_of_version_3(tmp_path):
+    obj, good, _ = _small_indexed(tmp_path)
+    tail = good[-ix.TRAILER_SIZE :]
+    assert struct.unpack_from("<H", tail, 20)[0] == 3  # the trailer's version, after the magic
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None and index.algorithm == "blake3"
+    for name in ("a.txt", "b.bin"):
+        assert index.files[name].digest == blake3((tmp_path / "src" / name).read_bytes()).hexdigest()
 
 
 def test_file_data_is_hashed_off_the_thread_that_reads_the_files(tmp_path, monkeypatch):
     """Hashing on the packer's thread made it the slowest stage of small-file saves."""
     import threading
 
-    real = hashlib.sha256
+    from flyte_checkpoint.format import digests
+
+    real = digests.new
     threads: set[str] = set()
 
     class Recording:
@@ -503,15 +514,15 @@ def test_file_data_is_hashed_off_the_thread_that_reads_the_files(tmp_path, monke
         def digest(self) -> bytes:
             return self._h.digest()
 
-    monkeypatch.setattr(hashlib, "sha256", Recording)
+    monkeypatch.setattr(digests, "new", Recording)
     src = make_tree(tmp_path / "src")
     obj = tmp_path / "obj.tgz"
     fc.Checkpoint(str(obj)).save_sync(str(src))
-    monkeypatch.setattr(hashlib, "sha256", real)
+    monkeypatch.setattr(digests, "new", real)
     assert threads and threading.current_thread().name not in threads, threads
     index = ix.read_index(store_for(str(obj)), str(obj))
     assert index is not None
-    assert index.files["big.bin"].sha256 == real((src / "big.bin").read_bytes()).hexdigest()
+    assert index.files["big.bin"].digest == blake3((src / "big.bin").read_bytes()).hexdigest()
 
 
 def test_a_failed_folder_save_leaves_no_hashing_thread(tmp_path):

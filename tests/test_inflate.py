@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from blake3 import blake3
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CorruptCheckpointError, UnsafeArchiveError
@@ -20,7 +21,7 @@ from flyte_checkpoint.format import index as ix
 from flyte_checkpoint.format import inflate
 from flyte_checkpoint.storage.registry import store_for
 
-from .helpers import tree
+from .helpers import older_index, tree
 from .reliability.backends import backend_pool  # noqa: F401
 from .spystore import spying
 from .test_index import _set, forge
@@ -148,17 +149,50 @@ def test_a_flipped_byte_in_a_data_member_raises_and_keeps_nothing(src, tmp_path)
     _no_staging_left(cp)
 
 
-def test_a_wrong_sha256_in_a_rebuilt_index_raises(src, tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_objects_of_older_index_versions_are_verified_with_sha256(src, tmp_path, version):
+    """Indexes of versions 1 and 2 record SHA-256 (version 3: BLAKE3): a parallel load of such
+    an object verifies every file with SHA-256, and a file that does not match is named."""
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    obj.write_bytes(older_index(obj.read_bytes(), version))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None and index.algorithm == "sha256"
+    for e in index.files.values():
+        assert e.digest == hashlib.sha256((src / e.name).read_bytes()).hexdigest()
+    stats = inflate.LoadStats()
+    dest = tmp_path / "out"
+    dest.mkdir()
+    assert inflate.restore_indexed(store_for(str(obj)), str(obj), obj.stat().st_size, str(dest), stats=stats)
+    assert stats.files_verified == len(index.files) and stats.threads >= 2
+    assert tree(dest) == tree(src)
+
+    row = next(i for i, e in enumerate(index.files.values()) if e.name == "log.jsonl")
+    raw = obj.read_bytes()
+    files = [
+        [e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest] for e in index.files.values()
+    ]
+    files[row][7] = hashlib.sha256(b"something else").hexdigest()
+    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    gaps = [(end, n, bytes.fromhex(h)) for end, (n, h) in index.gaps.items()]
+    payload = ix.pack_payload(members, files, gaps)
+    obj.write_bytes(raw[: index.data_end] + ix.encode_tail(payload, index.data_end, version=version))
+    cp = fc.Checkpoint(str(tmp_path / "d"), str(obj))
+    with pytest.raises(CorruptCheckpointError, match=r"'log.jsonl' does not match the SHA-256 its index"):
+        cp.load_sync()
+
+
+def test_a_wrong_hash_in_a_rebuilt_index_raises(src, tmp_path):
     obj = tmp_path / "obj.tgz"
     fc.Checkpoint(str(obj)).save_sync(str(src))
 
     def wrong_hash(doc):
         row = next(r for r in doc["files"] if r[0] == "log.jsonl")
-        row[7] = hashlib.sha256(b"something else").hexdigest()
+        row[7] = blake3(b"something else").hexdigest()
 
     forge(obj, wrong_hash)
     cp = fc.Checkpoint(str(tmp_path / "d"), str(obj))
-    with pytest.raises(CorruptCheckpointError, match=r"'log.jsonl' does not match the SHA-256 its index"):
+    with pytest.raises(CorruptCheckpointError, match=r"'log.jsonl' does not match the BLAKE3 its index"):
         cp.load_sync()
     _no_staging_left(cp)
 
@@ -201,7 +235,7 @@ def _indexed_tar(obj: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> Non
     data = os.urandom(big.size)
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         tf.addfile(big, io.BytesIO(data))  # one header block, then the data
-        builder.add_file("big", 512, big.size, 0, 0o644, hashlib.sha256(data).hexdigest())
+        builder.add_file("big", 512, big.size, 0, 0o644, blake3(data).hexdigest())
         for info, content in members:
             tf.addfile(info, io.BytesIO(content))
     with open(obj, "wb") as f:

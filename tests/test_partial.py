@@ -197,10 +197,10 @@ def test_a_file_whose_data_does_not_match_its_hash_is_refused(tmp_path):
     from .test_index import _set, forge
 
     names = list(ix.read_index(store_for(str(obj)), str(obj)).files)  # type: ignore[union-attr]
-    forge(obj, _set(7, "0" * 64))  # the first file's recorded SHA-256
+    forge(obj, _set(7, "0" * 64))  # the first file's recorded hash
     cp = fc.Checkpoint(str(tmp_path / "next"), str(obj))
     with pytest.raises(
-        CorruptCheckpointError, match=f"{names[0]!r} restored from .* does not match the SHA-256"
+        CorruptCheckpointError, match=f"{names[0]!r} restored from .* does not match the BLAKE3"
     ):
         cp.load_sync(members=[names[0]])
     assert listing(cp.path) == {}

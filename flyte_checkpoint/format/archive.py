@@ -122,7 +122,7 @@ def pack_directory(
     cut into gzip members of its own (the first placed by ``out.align()`` where ``out`` has
     it), and each regular file is recorded in ``index``.
     With ``reuse`` too (:class:`~.incremental.Reuse`: the previous object of an incremental
-    save), such a file whose SHA-256 that object's index records is not read into ``out`` but
+    save), such a file whose hash that object's index records is not read into ``out`` but
     copied from there (``out.copy``), and where the store needs long copies the headers between
     two copied files are copied too when they are the same bytes.
     ``end=False`` leaves out the end-of-archive blocks (a segment of a sharded save, which
@@ -175,8 +175,8 @@ class _Packer:
         self._cut = getattr(out, "cut", None) if index is not None else None
         # the cut before a large file's data, placing it where a later save may copy it from
         self._align = getattr(out, "align", self._cut) if index is not None else None
-        self._hasher: Hasher | None = None  # SHA-256 of file data off this thread (with an index)
-        self._lookahead: Lookahead | None = None  # SHA-256 of files that may be copied, hashed ahead
+        self._hasher: Hasher | None = None  # hashes of file data off this thread (with an index)
+        self._lookahead: Lookahead | None = None  # hashes of files that may be copied, computed ahead
         self.reuse = reuse if self._cut is not None else None
         self._gz = out
         self.root_real = os.path.realpath(root)
@@ -375,16 +375,16 @@ class _Packer:
 
     def _copied(self, fd: int, path: str, arcname: str, st: os.stat_result, meta: dict) -> bool:
         """Copy the file's members from the previous object if it holds the same content (by
-        SHA-256: hashed ahead by the lookahead, or read once more here); False to write it as
+        hash: hashed ahead by the lookahead, or read once more here); False to write it as
         usual. The caller checks afterwards that the file did not change meanwhile."""
-        from .incremental import file_sha256
+        from . import digests
 
         reuse, gz, index = self.reuse, self._gz, self.index
         assert reuse is not None and index is not None
         size = st.st_size
         digest = self._lookahead.take(path, st) if self._lookahead is not None else None
         if digest is None:
-            digest = file_sha256(fd, size)
+            digest = digests.of_file(fd, size)
         span = reuse.match(size, digest)
         if span is None:
             return False

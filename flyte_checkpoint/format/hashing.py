@@ -1,20 +1,21 @@
-"""SHA-256 of the files a folder save packs, on a thread of its own.
+"""The content hash (:mod:`.digests`) of the files a folder save packs, on a thread of its own.
 
 The packer's thread reads the files and feeds the compressors; hashing there too made it the
 slowest stage of small-file saves. Here it hands each piece of file data (``bytes``, which
 nobody changes afterwards) to one hashing thread, in batches so that small files cost one
-queue hand-off per batch rather than per file; ``hashlib`` releases the GIL on pieces over
-2 KiB, so the hashing runs beside the reading. One thread keeps each file's pieces in order.
+queue hand-off per batch rather than per file; the hashes release the GIL on large pieces,
+so the hashing runs beside the reading. One thread keeps each file's pieces in order.
 The queue is bounded: the reader waits rather than holding more than a few batches in memory.
 """
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import threading
 import weakref
 from typing import Any
+
+from . import digests
 
 _BATCH = 1024 * 1024  # bytes of file data per hand-off
 _DEPTH = 8  # batches queued at most (with 4 MiB pieces: 32 MiB held at most)
@@ -44,7 +45,7 @@ def _run(shared: _Shared, owner: weakref.ref[Hasher]) -> None:
                 return
             for digest, piece in batch:
                 digest.update(piece)
-    except BaseException as exc:  # pragma: no cover - hashlib does not fail on bytes
+    except BaseException as exc:  # pragma: no cover - hashing does not fail on bytes
         shared.error = exc
     finally:
         shared.stopped.set()
@@ -63,8 +64,9 @@ class Hasher:
         self._thread.start()
 
     def new(self) -> Any:
-        """A SHA-256 object to :meth:`update`; read it (``hexdigest()``) after :meth:`close`."""
-        return hashlib.sha256()
+        """A hash object (:data:`.digests.CURRENT`) to :meth:`update`; read it (``hexdigest()``)
+        after :meth:`close`."""
+        return digests.new()
 
     def update(self, digest: Any, piece: bytes) -> None:
         self._batch.append((digest, piece))

@@ -1,7 +1,7 @@
 """Planning an incremental folder save against the previous object's index (docs/FORMAT.md).
 
-A large file's gzip members hold exactly its data and tar padding, so a file whose SHA-256
-the previous object's index records is a byte range of that object: the save copies it on
+A large file's gzip members hold exactly its data and tar padding, so a file whose hash
+(:mod:`.digests`) the previous object's index records is a byte range of that object: the save copies it on
 the server (:meth:`~flyte_checkpoint.storage.blobstore.BlobWriter.copy`) instead of
 compressing and sending it, and the new index lists the copied members with the same
 lengths and CRCs. :func:`find_base` picks the object to copy from; :class:`Reuse` answers the
@@ -10,9 +10,7 @@ packer's questions about it. A store without the capability gets ``None``: every
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CheckpointPermissionError, CorruptCheckpointError, UnsafeArchiveError
 from ..uri import redact
+from . import digests
 from . import tarstream as ts
 from .index import FileEntry, Index, Member, read_index
 
@@ -28,8 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flyte_checkpoint")
 
-#: Bytes hashed per read while checking whether a file is unchanged.
-_HASH_CHUNK = 4 * 1024 * 1024
 #: The most bytes of small members (headers, small files) fetched to compare with what the
 #: save would write there, where the store needs long copies (S3).
 _GAP_MAX = 4 * 1024 * 1024
@@ -51,7 +48,7 @@ class Copy:
 
 class Reuse:
     """The base object of an incremental save: its index, how to copy from it, and which of
-    its files (by size and SHA-256) are copyable ranges."""
+    its files (by size and hash) are copyable ranges."""
 
     def __init__(self, store: BlobStore, source: CopySource, index: Index, limits: CopyLimits) -> None:
         self.store = store
@@ -65,7 +62,7 @@ class Reuse:
         for entry in index.files.values():
             span = self._members_of(entry)
             if span is not None:
-                self._by_size.setdefault(entry.size, {}).setdefault(entry.sha256, span)
+                self._by_size.setdefault(entry.size, {}).setdefault(entry.digest, span)
         #: How long a run of adjacent copies grows before the store is given it (None: as long
         #: as it gets, for a store whose parts have a minimum, where one long copy beats several).
         self.copy_run: int | None = None if limits.min_part else _COPY_RUN
@@ -95,9 +92,9 @@ class Reuse:
         """Whether a file of ``size`` bytes may be a copy (a copyable file has that size)."""
         return size in self._by_size
 
-    def match(self, size: int, sha256: str) -> Copy | None:
+    def match(self, size: int, digest: str) -> Copy | None:
         """The members to copy for a file of ``size`` bytes with this hash, if any."""
-        found = self._by_size.get(size, {}).get(sha256)
+        found = self._by_size.get(size, {}).get(digest)
         return None if found is None else self._span(*found)
 
     def _span(self, first: int, last: int) -> Copy:
@@ -121,7 +118,7 @@ class Reuse:
         end = self.index.members[first].uoff
         recorded = self.index.gaps.get(end)
         if recorded is not None:  # hashed when the base was saved: nothing to read back
-            if recorded != (len(pending), hashlib.sha256(pending).hexdigest()):
+            if recorded != (len(pending), digests.of_bytes(pending, self.index.algorithm).hex()):
                 return None
             return span
         if span.length > _GAP_MAX:
@@ -152,20 +149,6 @@ def _offsets(members: list[Member]) -> list[int]:
     return out
 
 
-def file_sha256(fd: int, size: int) -> str:
-    """The SHA-256 of the first ``size`` bytes of the open file (read with ``pread``: the
-    descriptor's offset stays where it is)."""
-    h = hashlib.sha256()
-    at = 0
-    while at < size:
-        chunk = os.pread(fd, min(_HASH_CHUNK, size - at), at)
-        if not chunk:
-            break
-        h.update(chunk)
-        at += len(chunk)
-    return h.hexdigest()
-
-
 def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str], bool]) -> Reuse | None:
     """The first of ``candidates`` (URIs: the destination, then on an attempt's first save the
     previous attempt's object) that the store can copy from and that carries an index; None
@@ -192,6 +175,13 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
             continue
         if index is None:
             continue
+        if index.algorithm != digests.CURRENT:  # its hashes cannot tell which files are unchanged
+            log.info(
+                "%s records %s hashes (an older index): this save sends every file; the next one copies",
+                redact(uri),
+                digests.LABEL[index.algorithm],
+            )
+            continue
         if store.copy_source(uri) != source:  # replaced while its index was read: not that index
             from ..storage.blobstore import copy_source_changed
 
@@ -200,4 +190,4 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
     return None
 
 
-__all__ = ["Copy", "Reuse", "file_sha256", "find_base"]
+__all__ = ["Copy", "Reuse", "find_base"]

@@ -22,15 +22,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, UnsafeArchiveError
+from . import digests
 
 if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
     from .compression import Tail
 
-#: The version written: 2, the payload deflated (raw deflate, level 1). Version 1 (the payload
-#: as it is) is still read.
-VERSION = 2
-_READS = (1, 2)
+#: The version written: 3, files and gaps hashed with BLAKE3 (:mod:`.digests`), the payload
+#: deflated (raw deflate, level 1). Versions 2 (SHA-256, deflated) and 1 (SHA-256, the payload
+#: as it is) are still read.
+VERSION = 3
+_READS = (1, 2, 3)
 #: Files at least this large start (and end) at a gzip member boundary; smaller ones share.
 ALIGN_MIN = 64 * 1024
 _MAGIC = b"FCIX"
@@ -43,10 +45,10 @@ _TRAILER_BODY = struct.Struct("<4sHQQQ32sI")
 # tree's names and layout only): member and file counts, each member, then each file.
 _COUNTS = struct.Struct("<II")
 _MEMBER = struct.Struct("<III")  # clen, ulen, crc32
-_FILE = struct.Struct("<IIIQqI32sI")  # first, last, offset, size, mtime, mode, sha256, name length
+_FILE = struct.Struct("<IIIQqI32sI")  # first, last, offset, size, mtime, mode, digest, name length
 # Optional, after the files: a gap count, then each gap (the tar bytes before a large file).
 _GAP_COUNT = struct.Struct("<I")
-_GAP = struct.Struct("<QI32s")  # end (uncompressed offset), length, sha256
+_GAP = struct.Struct("<QI32s")  # end (uncompressed offset), length, digest
 _HEADER = b"\x1f\x8b\x08\x04\x00\x00\x00\x00\x00\xff"  # deflate, FEXTRA, no mtime, unknown OS
 _EMPTY_DEFLATE = b"\x03\x00"
 _EMPTY_TRAILER = b"\x00" * 8  # CRC-32 and size of no data
@@ -116,7 +118,8 @@ class FileEntry:
     size: int
     mtime: int
     mode: int
-    sha256: str
+    #: The content hash (hex) of :attr:`Index.algorithm`.
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -124,11 +127,14 @@ class Index:
     members: list[Member]
     files: dict[str, FileEntry]
     data_end: int  # where the index members begin (the end of the tar's members)
-    #: SHA-256 of the tar bytes between large files (headers, folders, small files), by where
-    #: they end in the uncompressed stream: ``{end: (length, sha256 hex)}``; empty without them
+    #: The hash of the tar bytes between large files (headers, folders, small files), by where
+    #: they end in the uncompressed stream: ``{end: (length, digest hex)}``; empty without them
     gaps: dict[int, tuple[int, str]] = field(default_factory=dict)
     #: A sharded save's members per rank, in rank order (the rest: the end of the archive); empty otherwise.
     shards: tuple[int, ...] = ()
+    #: The content hash of the files and gaps (:data:`.digests.BY_VERSION`): ``blake3`` from
+    #: version 3, ``sha256`` before.
+    algorithm: str = digests.CURRENT
 
 
 class IndexBuilder:
@@ -151,18 +157,19 @@ class IndexBuilder:
         self._uoff += ulen
 
     def add_file(
-        self, name: str, offset: int, size: int, mtime: int, mode: int, sha256: str | Callable[[], str]
+        self, name: str, offset: int, size: int, mtime: int, mode: int, digest: str | Callable[[], str]
     ) -> None:
-        """A regular file whose data starts at ``offset`` in the tar stream; ``sha256`` is its
-        hex digest, or a function that gives it once the data is hashed (called by :meth:`encode`)."""
-        self._files.append((name, offset, size, mtime, mode, sha256))
+        """A regular file whose data starts at ``offset`` in the tar stream; ``digest`` is its
+        hex digest (:data:`.digests.CURRENT`), or a function that gives it once the data is
+        hashed (called by :meth:`encode`)."""
+        self._files.append((name, offset, size, mtime, mode, digest))
 
     def add_gap(self, offset: int, data: bytes) -> None:
         """The tar bytes ``data`` from ``offset``, just before a large file's data: members of
         their own (the writer cuts after the previous large file and before this one), recorded
         by hash so that an incremental save can tell they are unchanged without reading them."""
         if data:
-            self._gaps.append((offset + len(data), len(data), hashlib.sha256(data).digest()))
+            self._gaps.append((offset + len(data), len(data), digests.of_bytes(data)))
 
     def add_alias(self, name: str, target: str) -> None:
         """A hard link ``name`` to the file ``target`` added before: the same data."""
@@ -193,7 +200,7 @@ def pack_payload(
     shards: list[int] | None = None,
 ) -> bytes:
     """The index payload of ``members`` (clen, ulen, crc32), ``files`` (the fields of
-    :class:`FileEntry`, in order) and ``gaps`` (end, length, SHA-256 digest; the section is
+    :class:`FileEntry`, in order) and ``gaps`` (end, length, digest; the section is
     left out when there are none): fixed-width fields, names as UTF-8 (docs/FORMAT.md)."""
     out = [_COUNTS.pack(len(members), len(files))]
     out += [_MEMBER.pack(*m) for m in members]
@@ -208,10 +215,10 @@ def pack_payload(
 
 
 def encode_tail(payload: bytes, data_end: int, version: int = VERSION) -> bytes:
-    """The index members carrying ``payload`` (deflated, for version 2) and the trailer, for
+    """The index members carrying ``payload`` (deflated, from version 2) and the trailer, for
     members ending at ``data_end``."""
     stored = payload
-    if version == 2:
+    if version >= 2:
         packer = zlib.compressobj(1, zlib.DEFLATED, -15)
         stored = packer.compress(payload) + packer.flush()
     parts = [_empty_member(_INDEX_ID, stored[i : i + _CHUNK]) for i in range(0, len(stored), _CHUNK)]
@@ -271,7 +278,7 @@ def read_index(store: BlobStore, uri: str, size: int | None = None) -> Index | N
         raw = store.read_range(uri, data_end, index_len) if index_len else b""
         if len(raw) != index_len:
             raise _Bad("the object ends inside the index")
-        return _parse(_payload(raw, version, payload_len, digest, uri), data_end, uri)
+        return _parse(_payload(raw, version, payload_len, digest, uri), data_end, uri, version)
     except _Bad as exc:
         raise _damaged(uri, str(exc)) from None
 
@@ -296,7 +303,7 @@ def _trailer(tail: bytes, size: int, uri: str) -> tuple[int, int, int, int, byte
 
 
 def _payload(raw: bytes, version: int, payload_len: int, digest: bytes, uri: str) -> bytes:
-    """The index payload carried by the index members ``raw`` (inflated, for version 2), its
+    """The index payload carried by the index members ``raw`` (inflated, from version 2), its
     length and hash checked."""
     chunks, at = [], 0
     while at < len(raw):
@@ -305,7 +312,7 @@ def _payload(raw: bytes, version: int, payload_len: int, digest: bytes, uri: str
     payload = b"".join(chunks)
     if hashlib.sha256(payload).digest() != digest:  # what is stored, so no flipped bit goes unseen
         raise _Bad("its SHA-256 does not match the trailer's")
-    if version == 2:
+    if version >= 2:
         inflater = zlib.decompressobj(-15)
         try:
             payload = inflater.decompress(payload, payload_len + 1)
@@ -353,7 +360,7 @@ def _check_tail(tail: Tail, uri: str) -> Index | None:
     version, data_end, index_len, payload_len, digest = _trailer(data[-TRAILER_SIZE:], size, uri)
     if data_end != tail.start:
         raise _Bad(f"the trailer says the tar's members end at byte {data_end}, not {tail.start}")
-    index = _parse(_payload(data[:index_len], version, payload_len, digest, uri), data_end, uri)
+    index = _parse(_payload(data[:index_len], version, payload_len, digest, uri), data_end, uri, version)
     if len(index.members) != tail.members_before:
         raise _Bad(f"it lists {len(index.members)} gzip members where the object has {tail.members_before}")
     if tail.odd is not None:
@@ -370,7 +377,7 @@ def _carries_ours(data: bytes, at: int) -> bool:
     )
 
 
-def _parse(payload: bytes, data_end: int, uri: str) -> Index:
+def _parse(payload: bytes, data_end: int, uri: str, version: int) -> Index:
     from ..limits import LoadLimits
 
     limits = LoadLimits.from_env()
@@ -432,7 +439,7 @@ def _parse(payload: bytes, data_end: int, uri: str) -> Index:
         at = len(payload)
     if at != len(payload):
         raise _Bad("bytes follow its last file entry")
-    return Index(members, files, data_end, gaps, shards)
+    return Index(members, files, data_end, gaps, shards, digests.BY_VERSION[version])
 
 
 def _shard_section_at(payload: bytes, at: int) -> bool:
@@ -457,7 +464,7 @@ def _check_entry(e: FileEntry, members: list[Member], uri: str) -> None:
             f"the index of {redact(uri)} names the file {e.name[:200]!r}, outside the checkpoint;"
             " refusing. The object is forged or damaged: save it again"
         )
-    if not isinstance(e.sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", e.sha256):
+    if not isinstance(e.digest, str) or not re.fullmatch(r"[0-9a-f]{64}", e.digest):
         raise _Bad(f"the hash of {e.name[:200]!r} is malformed")
     if not (0 <= e.first <= e.last < len(members)) or e.offset < 0 or e.size < 0:
         raise _Bad(f"{e.name[:200]!r} lies outside the object's members")
@@ -472,7 +479,7 @@ def _check_entry(e: FileEntry, members: list[Member], uri: str) -> None:
 
 def read_file(store: BlobStore, uri: str, index: Index, name: str, out) -> int:
     """Write file ``name``'s data to the writable ``out`` by ranged reads of its members
-    (one read for adjacent ones), verifying each member's CRC-32 and the file's SHA-256;
+    (one read for adjacent ones), verifying each member's CRC-32 and the file's hash;
     returns the bytes written. Partial restore (:mod:`.partial`) reads files this way.
 
     Raises:

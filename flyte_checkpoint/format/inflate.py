@@ -1,13 +1,13 @@
 """Load an indexed folder object (docs/FORMAT.md) by inflating its gzip members on several threads.
 
 The index gives every member's compressed offset and length, its uncompressed length and
-CRC-32, and every file's place and SHA-256. :func:`restore_indexed` reads the index by two
+CRC-32, and every file's place and hash (:mod:`.digests`). :func:`restore_indexed` reads the index by two
 ranged reads, then streams the object as a streamed load does (the store's own download),
 cut into batches of members of a few MiB that a pool of threads inflates (the decompressors
 release the GIL) while the next batches download, and hands the tar stream, in order, to the
 same extractor as a streamed load (:func:`~.archive.unpack`): headers are parsed and every
 archive-safety rule applies unchanged. On the way, each member's length and CRC-32 are
-checked against the index, each file's data against its SHA-256, and each regular file the
+checked against the index, each file's data against its hash, and each regular file the
 tar extracts against its index entry (name, place, size), so every restored byte is verified.
 Any mismatch is a :class:`~flyte_checkpoint.errors.CorruptCheckpointError`; the caller
 discards what was restored.
@@ -19,7 +19,6 @@ load by streaming, as before (:func:`~.restore.restore`).
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import threading
 from collections import deque
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import CorruptCheckpointError
 from ..interrupts import finish
+from . import digests
 from .compression import GZIP_ERRORS, member_decoder
 from .index import is_padding
 
@@ -142,7 +142,7 @@ def inflate_member(raw: memoryview, m: Member, i: int, uri: str) -> list[bytes]:
 
 class _Verifier:
     """Hashes each file's data as the tar stream passes, in order, and compares it with the
-    index's SHA-256 once the file's last byte has passed. Hard links share one hash."""
+    index's hash once the file's last byte has passed. Hard links share one hash."""
 
     def __init__(self, index: Index, uri: str, stats: LoadStats) -> None:
         spans: dict[tuple[int, int], list[FileEntry]] = {}
@@ -155,7 +155,8 @@ class _Verifier:
                 raise _corrupt(uri, f"the index places {entries[0].name[:200]!r} over another file")
             end = start + size
         self._at = 0
-        self._hash = hashlib.sha256()
+        self._algorithm = index.algorithm
+        self._hash = digests.new(self._algorithm)
         self._uri = uri
         self._stats = stats
 
@@ -175,12 +176,13 @@ class _Verifier:
                 return
             digest = self._hash.hexdigest()
             for e in entries:
-                if digest != e.sha256:
+                if digest != e.digest:
+                    label = digests.LABEL[self._algorithm]
                     raise _corrupt(
-                        self._uri, f"{e.name[:200]!r} does not match the SHA-256 its index records"
+                        self._uri, f"{e.name[:200]!r} does not match the {label} its index records"
                     )
             self._stats.files_verified += len(entries)
-            self._hash = hashlib.sha256()
+            self._hash = digests.new(self._algorithm)
             self._at += 1
 
     def finish(self) -> None:

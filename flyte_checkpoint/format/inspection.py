@@ -344,7 +344,7 @@ def inspect_index(uri: str, *, on_member: Callable[[Member], None] | None = None
 
     def members() -> Iterator[Member]:
         for e in entries:
-            data = (e.first, e.offset, e.size, e.sha256)
+            data = (e.first, e.offset, e.size, e.digest)
             if data in seen and e.size:  # a hard link's second name: the same data
                 yield Member(e.name, "hardlink", 0, e.mode, e.mtime, seen[data])
                 continue

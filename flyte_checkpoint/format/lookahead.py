@@ -1,4 +1,4 @@
-"""SHA-256 of the files an incremental save may copy, hashed ahead on other threads.
+"""The content hash of the files an incremental save may copy, hashed ahead on other threads.
 
 An incremental save must hash every large file whose size the previous object's index lists
 before it knows whether to copy it (size and time alone are not enough). Hashed by the
@@ -16,11 +16,12 @@ the job failed) returns None, and the packer hashes the file itself as before.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
+
+from . import digests
 
 #: Bytes hashed per read.
 _CHUNK = 4 * 1024 * 1024
@@ -34,14 +35,14 @@ def identity(st: os.stat_result) -> Identity:
 
 
 def _hash(path: str, stop: threading.Event) -> tuple[Identity, str] | None:
-    """The file's identity and SHA-256, or None if it changed while read or the save ended."""
+    """The file's identity and hash, or None if it changed while read or the save ended."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
     try:
         before = identity(os.fstat(fd))
-        h = hashlib.sha256()
+        h = digests.new()
         at, size = 0, before[2]
         while at < size:
             if stop.is_set():
@@ -88,7 +89,7 @@ class Lookahead:
             self._jobs[path] = self._pool.submit(_hash, path, self._stop)
 
     def take(self, path: str, st: os.stat_result) -> str | None:
-        """The SHA-256 of ``path`` if its job saw exactly the file ``st`` describes; else None
+        """The hash of ``path`` if its job saw exactly the file ``st`` describes; else None
         (also when ``path`` was never announced). Waits for the job if it is still running."""
         job = self._jobs.pop(path, None)
         found = job.result() if job is not None else None

@@ -3,7 +3,7 @@
 A name selects the regular file of that name, or every regular file under the folder of
 that name. With an index (:mod:`.index`) only the selected files' gzip members are read,
 adjacent ones merged into one ranged read, each member checked against its CRC-32 and
-length and each file against its SHA-256. Without one (Flyte's objects, older ones) the
+length and each file against its hash. Without one (Flyte's objects, older ones) the
 archive is streamed to its end, so every gzip member's CRC-32 is checked, and only the
 selected files are written.
 
@@ -19,7 +19,6 @@ workspace never holds part of a partial restore.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import zlib
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, NotFoundError, UnsafeArchiveError
 from ..limits import DiskBudget, LoadLimits
+from . import digests
 from .archive import ExactReader, read_members
 
 if TYPE_CHECKING:
@@ -262,7 +262,7 @@ def _from_index(
     groups: dict[tuple[int, int, int, str], list[FileEntry]] = {}  # a hard link's names share data
     for name, entry in index.files.items():
         if selection.match(member_name(name)):
-            groups.setdefault((entry.first, entry.offset, entry.size, entry.sha256), []).append(entry)
+            groups.setdefault((entry.first, entry.offset, entry.size, entry.digest), []).append(entry)
     missing = selection.missing()
     if missing:
         raise absent(uri, missing, folders=selection.folders)
@@ -352,8 +352,8 @@ def file_data(store: BlobStore, uri: str, index: Index, entry: FileEntry) -> Ite
 
 def _file_data(entry: FileEntry, index: Index, members: _MemberReader, uri: str) -> Iterator[memoryview]:
     """The pieces of ``entry``'s data; raises CorruptCheckpointError after the last one if
-    they do not hash to the SHA-256 the index records."""
-    digest = hashlib.sha256()
+    they do not hash to what the index records."""
+    digest = digests.new(index.algorithm)
     skip, left = entry.offset, entry.size
     i = entry.first
     while left and i <= entry.last:
@@ -363,12 +363,13 @@ def _file_data(entry: FileEntry, index: Index, members: _MemberReader, uri: str)
         left -= len(piece)
         i += 1
         yield piece
-    if left or digest.hexdigest() != entry.sha256:
+    if left or digest.hexdigest() != entry.digest:
         from ..uri import redact
 
         raise CorruptCheckpointError(
-            f"{entry.name[:200]!r} restored from {redact(uri)} does not match the SHA-256 its index"
-            " records; the object is damaged: save the checkpoint again"
+            f"{entry.name[:200]!r} restored from {redact(uri)} does not match the"
+            f" {digests.LABEL[index.algorithm]} its index records; the object is damaged: save the"
+            " checkpoint again"
         )
 
 

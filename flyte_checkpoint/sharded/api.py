@@ -210,7 +210,7 @@ def own_files(index: Any, rank: int) -> list[str]:
 def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None = None) -> Path | None:
     """Restore the previous checkpoint on this rank: the whole tree (``own=False``, as
     :meth:`~flyte_checkpoint.Checkpoint.load_sync`), or only the files this rank saved
-    (``own=True``, by ranged reads through the object's index, each file's SHA-256 verified).
+    (``own=True``, by ranged reads through the object's index, each file's content hash verified).
     Returns the workspace folder, or None when there is no checkpoint.
 
     Raises:
