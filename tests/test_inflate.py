@@ -310,6 +310,7 @@ def test_threads_follow_the_cores_unless_told(monkeypatch):
     monkeypatch.delenv(inflate.THREADS_ENV)
     for cores, threads in [
         (1, 1),
+        (2, 2),  # from 2 cores up: with BLAKE3 the parallel load beats the streamed one there
         (inflate.MIN_CORES - 1, 1),
         (inflate.MIN_CORES, inflate.MIN_CORES),
         (8, 8),
@@ -398,3 +399,37 @@ def test_damage_after_the_tar_fails_a_parallel_load_too(src, tmp_path, where):
     with pytest.raises(CorruptCheckpointError, match=str(obj)):
         cp.load_sync()
     _no_staging_left(cp)
+
+
+def test_by_default_two_cores_inflate_in_parallel_unless_the_members_are_mostly_stored(
+    src, tmp_path, monkeypatch
+):
+    """From 2 cores up a load inflates in parallel, every file verified (with BLAKE3 it is the
+    faster load there), except an object of mostly stored blocks (model weights, random bytes),
+    which has nothing to inflate and streams; told a thread count, it does as told."""
+    from flyte_checkpoint.format import pipeline
+
+    monkeypatch.delenv(inflate.THREADS_ENV)
+    monkeypatch.setattr(pipeline, "default_workers", lambda: 2)
+    stored = tmp_path / "stored"
+    stored.mkdir()
+    for i in range(3):
+        (stored / f"w{i}.bin").write_bytes(os.urandom(2 * MiB))
+    for tree_root, parallel in [(src, True), (stored, False)]:
+        obj = tmp_path / f"{tree_root.name}.tgz"
+        fc.Checkpoint(str(obj)).save_sync(str(tree_root))
+        index = ix.read_index(store_for(str(obj)), str(obj))
+        assert index is not None and inflate.mostly_stored(index) is not parallel
+        for told in (None, "2"):
+            if told is not None:
+                monkeypatch.setenv(inflate.THREADS_ENV, told)
+            dest = tmp_path / f"out-{tree_root.name}-{told}"
+            dest.mkdir()
+            stats = inflate.LoadStats()
+            done = inflate.restore_indexed(
+                store_for(str(obj)), str(obj), obj.stat().st_size, str(dest), stats=stats
+            )
+            assert done is (parallel or told is not None), (tree_root.name, told)
+            if done:
+                assert stats.files_verified == len(index.files) and tree(dest) == tree(tree_root)
+        monkeypatch.delenv(inflate.THREADS_ENV)

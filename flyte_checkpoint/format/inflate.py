@@ -53,12 +53,18 @@ _PIECE = 1024 * 1024
 
 
 THREADS_ENV = "FLYTE_CHECKPOINT_INFLATE_THREADS"
-#: Cores from which a load inflates in parallel unless told. Verifying each file's SHA-256
-#: costs about 0.8x the CPU of inflating JSON (a parallel load of the JSON-lines set: 1.3 CPU
-#: seconds, a streamed one 0.8), so on 2 cores, busy either way, the parallel load took 2x the
-#: streamed one's time (benchmarks/, 2 cores, load 14). With 4 cores the inflate spreads and
-#: the hashing (one thread, 0.43 s) bounds it; not measured here (a 2-core machine).
-MIN_CORES = 4
+#: Cores from which a load inflates in parallel unless told. With SHA-256 (index versions 1
+#: and 2) verifying each file cost about 0.8x the CPU of inflating JSON, and on 2 cores the
+#: parallel load took 2.15x the streamed one's time; with BLAKE3 (version 3) it takes 0.77x
+#: (the JSON-lines set: 0.45 s against 0.59 s, and 1.03x the time of ``tar xf``; benchmarks/,
+#: 2 cores, quiet), every file verified. One core has nothing to spread the inflate over.
+MIN_CORES = 2
+#: Unless told how many threads, an object whose members are at least this large against the
+#: tar they hold (mostly stored blocks: model weights, random bytes) streams: there is next to
+#: nothing to inflate, and the parallel load's extra copies and allocations cost more than they
+#: spread (the model set, 1 GiB stored: 1.87 s in parallel against 0.45 s streamed; the
+#: JSON-lines set at 0.25 and the small-files set at 0.56 gain or break even).
+STORED_RATIO = 0.8
 
 
 def inflate_threads() -> int:
@@ -398,9 +404,15 @@ class InflatedStream:
         self.close()
 
 
+def mostly_stored(index: Index) -> bool:
+    """Whether the object's members are :data:`STORED_RATIO` or more of the tar they hold."""
+    tar = sum(m.ulen for m in index.members)
+    return tar > 0 and index.data_end >= STORED_RATIO * tar
+
+
 def _check_file(index: Index, uri: str) -> Callable[[str, int, int], None]:
     """The check of each regular file the tar extracts: its index entry has its place and size
-    (so the data written is the data whose SHA-256 was verified)."""
+    (so the data written is the data whose hash was verified)."""
 
     def check(name: str, offset: int, size: int) -> None:
         e = index.files.get(name)
@@ -423,14 +435,17 @@ def restore_indexed(
 ) -> bool:
     """Restore the folder object at ``uri`` into the empty folder ``dest`` by parallel inflate;
     False (``dest`` untouched) where it does not apply: :func:`inflate_threads` is 1, a store
-    without ranged reads, an object under :data:`PARALLEL_MIN` bytes or without an index.
+    without ranged reads, an object under :data:`PARALLEL_MIN` bytes or without an index, or
+    (unless ``FLYTE_CHECKPOINT_INFLATE_THREADS`` is set) one :func:`mostly_stored`.
 
     Raises:
-        CorruptCheckpointError: the index, a member, a file's SHA-256 or the tar is damaged.
+        CorruptCheckpointError: the index, a member, a file's hash or the tar is damaged.
         UnsafeArchiveError, WorkspaceError, PathTooLongError, StoreError: as
             :func:`~.restore.restore` (the same extractor and limits).
         TransientError: a ranged read came back short.
     """
+    from ..limits import _env_count
+
     threads = inflate_threads()
     if threads < 2 or not getattr(store, "supports_ranges", False) or size < PARALLEL_MIN:
         return False
@@ -441,6 +456,8 @@ def restore_indexed(
 
     index = read_index(store, uri, size)
     if index is None:
+        return False
+    if _env_count(THREADS_ENV, "threads") is None and mostly_stored(index):
         return False
     limits = LoadLimits.from_env()
     source = redact(uri)
