@@ -385,6 +385,8 @@ class _Packer:
         digest = self._lookahead.take(path, st) if self._lookahead is not None else None
         if digest is None:
             digest = digests.of_file(fd, size)
+        if digest is None:  # it ended early: it changed, which writing it as usual reports
+            return False
         span = reuse.match(size, digest)
         if span is None:
             return False

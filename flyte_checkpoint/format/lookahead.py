@@ -23,9 +23,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from . import digests
 
-#: Bytes hashed per read.
-_CHUNK = 4 * 1024 * 1024
-
 Identity = tuple[int, int, int, int, int]
 
 
@@ -42,19 +39,10 @@ def _hash(path: str, stop: threading.Event) -> tuple[Identity, str] | None:
         return None
     try:
         before = identity(os.fstat(fd))
-        h = digests.new()
-        at, size = 0, before[2]
-        while at < size:
-            if stop.is_set():
-                return None
-            chunk = os.pread(fd, min(_CHUNK, size - at), at)
-            if not chunk:
-                return None
-            h.update(chunk)
-            at += len(chunk)
-        if identity(os.fstat(fd)) != before:
+        digest = digests.of_file(fd, before[2], stop=stop)
+        if digest is None or identity(os.fstat(fd)) != before:
             return None
-        return before, h.hexdigest()
+        return before, digest
     except OSError:
         return None
     finally:
