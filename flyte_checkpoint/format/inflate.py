@@ -13,8 +13,10 @@ Any mismatch is a :class:`~flyte_checkpoint.errors.CorruptCheckpointError`; the 
 discards what was restored.
 
 Objects without an index, stores without ranged reads, objects too small for the extra
-reads to pay, and machines with too few cores for the hashing to pay (:func:`inflate_threads`)
-load by streaming, as before (:func:`~.restore.restore`).
+reads to pay, one core (:func:`inflate_threads`), and objects a parallel load does not speed
+up (:func:`pays`: mostly stored blocks, or many small files) load by streaming, as before
+(:func:`~.restore.restore`): every member's CRC-32 and length and the index are checked, not
+each file's hash.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ THREADS_ENV = "FLYTE_CHECKPOINT_INFLATE_THREADS"
 #: Cores from which a load inflates in parallel unless told. With SHA-256 (index versions 1
 #: and 2) verifying each file cost about 0.8x the CPU of inflating JSON, and on 2 cores the
 #: parallel load took 2.15x the streamed one's time; with BLAKE3 (version 3) it takes 0.77x
-#: (the JSON-lines set: 0.45 s against 0.59 s, and 1.03x the time of ``tar xf``; benchmarks/,
-#: 2 cores, quiet), every file verified. One core has nothing to spread the inflate over.
+#: (the JSON-lines set: 0.45 s against 0.59 s, and 1.03x-1.06x the time of ``tar xf``;
+#: benchmarks/, 2 cores, quiet), every file verified. One core has nothing to spread the inflate over.
 MIN_CORES = 2
 #: Unless told how many threads, an object whose members are at least this large against the
 #: tar they hold (mostly stored blocks: model weights, random bytes) streams: there is next to
