@@ -481,6 +481,22 @@ def test_indexes_of_older_versions_are_still_read(tmp_path, version):
     assert part is not None and (part / "b.bin").read_bytes() == (tmp_path / "src" / "b.bin").read_bytes()
 
 
+def test_an_index_of_a_later_version_is_refused_saying_to_upgrade(tmp_path):
+    obj, good, data_end = _small_indexed(tmp_path)
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    files = [
+        (e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest) for e in index.files.values()
+    ]
+    payload = ix.pack_payload([(m.clen, m.ulen, m.crc) for m in index.members], files)
+    obj.write_bytes(good[:data_end] + ix.encode_tail(payload, data_end, version=4))
+    message = r"index of .*obj.tgz is damaged \(index version 4, this library reads versions 1 to 3: upgrade"
+    with pytest.raises(CorruptCheckpointError, match=message):
+        ix.read_index(store_for(str(obj)), str(obj))
+    with pytest.raises(CorruptCheckpointError, match=message):
+        fc.Checkpoint(str(tmp_path / "n"), str(obj)).load_sync()
+
+
 def test_new_objects_record_blake3_in_an_index_of_version_3(tmp_path):
     obj, good, _ = _small_indexed(tmp_path)
     tail = good[-ix.TRAILER_SIZE :]

@@ -291,7 +291,7 @@ def _trailer(tail: bytes, size: int, uri: str) -> tuple[int, int, int, int, byte
     _, version, data_end, index_len, payload_len, digest, _ = _TRAILER_BODY.unpack(body)
     if version not in _READS:
         raise _Bad(
-            f"index version {version}, this library reads {' and '.join(map(str, _READS))}:"
+            f"index version {version}, this library reads versions {_READS[0]} to {_READS[-1]}:"
             " upgrade flyte-checkpoint"
         )
     if index_len > _MAX_INDEX or data_end + index_len != size - TRAILER_SIZE:
