@@ -285,13 +285,13 @@ def test_objects_without_an_index_small_ones_and_stores_without_ranges_stream(sr
     assert small.stat().st_size < inflate.PARALLEL_MIN
     indexed = tmp_path / "indexed.tgz"
     fc.Checkpoint(str(indexed)).save_sync(str(src))
-    cases = [
+    cases = [  # the trailer is read (to know the hash a streamed load checks files with), no index
         (plain, src, 1, True, "2"),
-        (small, small_src, 0, True, "2"),
+        (small, small_src, 1, True, "2"),
         (indexed, src, 0, False, "2"),
-        (indexed, src, 0, True, "1"),
+        (indexed, src, 1, True, "1"),
     ]
-    for obj, expected, tail_reads, ranges, threads in cases:  # none reads an index
+    for obj, expected, tail_reads, ranges, threads in cases:
         monkeypatch.setenv(inflate.THREADS_ENV, threads)
         with spying("file") as spy:
             spy.supports_ranges = ranges
@@ -439,3 +439,57 @@ def test_by_default_two_cores_inflate_in_parallel_unless_it_does_not_pay(src, tm
             if done:
                 assert stats.files_verified == len(index.files) and tree(dest) == tree(tree_root)
         monkeypatch.delenv(inflate.THREADS_ENV)
+
+
+@pytest.mark.parametrize("version", [None, 2])
+def test_a_streamed_load_checks_every_files_hash_against_the_index(src, tmp_path, monkeypatch, version):
+    """Loads that stream (one core here; also small objects, mostly stored ones, many small
+    files) hash each file as they write it and check it against the index found at the end:
+    a file whose bytes were swapped for others of the same length, with every gzip CRC and
+    the index intact, is refused. The same for an object of an older index (SHA-256)."""
+    monkeypatch.setenv(inflate.THREADS_ENV, "1")
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    if version is not None:
+        obj.write_bytes(older_index(obj.read_bytes(), version))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    verified = []
+    from flyte_checkpoint.format import filehashes
+
+    real = filehashes.FileHashes.verify
+    monkeypatch.setattr(filehashes.FileHashes, "verify", lambda self, *a: verified.append(real(self, *a)))
+    with fc.Checkpoint(str(tmp_path / "ok"), str(obj)) as cp:
+        got = cp.load_sync()
+        assert got is not None and tree(got) == tree(src)
+    assert verified == [len(index.files) - 2]  # two names are hard links: extracted as links
+
+    # "exact" (64 KiB of b"e", members of its own) swapped for 64 KiB of b"f" in new members
+    # with their own right CRCs: only the file's hash, recorded in the index, tells
+    e = index.files["exact"]
+    first, last = index.members[e.first], index.members[e.last]
+    raw = obj.read_bytes()
+    old = raw[first.coff : last.coff + last.clen]
+    import gzip as gz
+    import zlib
+
+    new_data = gz.compress(b"f" * ix.ALIGN_MIN, mtime=0)
+    assert zlib.crc32(b"f" * ix.ALIGN_MIN) != first.crc
+    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    members[e.first : e.last + 1] = [(len(new_data), ix.ALIGN_MIN, zlib.crc32(b"f" * ix.ALIGN_MIN))]
+    assert e.first == e.last, "the test swaps a file held in one member"
+    files = [
+        (x.name, x.first, x.last, x.offset, x.size, x.mtime, x.mode, x.digest) for x in index.files.values()
+    ]
+    gaps = [(end, n, bytes.fromhex(h)) for end, (n, h) in index.gaps.items()]
+    body = raw[: first.coff] + new_data + raw[first.coff + len(old) : index.data_end]
+    data_end = len(body)
+    tail = ix.encode_tail(ix.pack_payload(members, files, gaps), data_end, version=version or ix.VERSION)
+    obj.write_bytes(body + tail)
+    label = "BLAKE3" if version is None else "SHA-256"
+    with pytest.raises(
+        CorruptCheckpointError, match=rf"'exact' does not match the {label} its index records"
+    ):
+        fc.Checkpoint(str(tmp_path / "bad"), str(obj)).load_sync()
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
+    assert not [t for t in threading.enumerate() if t.name == "fcp-hash" and t.is_alive()]

@@ -40,6 +40,7 @@ from .index import ALIGN_MIN, IndexBuilder
 from .lookahead import Lookahead
 
 if TYPE_CHECKING:
+    from .filehashes import FileHashes
     from .incremental import Reuse
 
 _CHUNK = 4 * 1024 * 1024  # the compressors' block size: file data reaches them uncopied
@@ -697,6 +698,7 @@ def unpack(
     budget: DiskBudget | None = None,
     source: str = "the checkpoint",
     on_file: Callable[[str, int, int], None] | None = None,
+    hashes: FileHashes | None = None,
 ) -> UnpackStats:
     """Extract a tar stream under ``dest`` (an existing, empty directory of ours).
 
@@ -710,6 +712,8 @@ def unpack(
     may hold part of the tree (never a link that leaves it): the caller discards it.
     ``on_file`` (if given) is called with each regular file's path, the offset of its data in
     the tar stream and its size before the file is written; it may raise to refuse it.
+    ``hashes`` (if given) gets each regular file's place and data as it is written
+    (:class:`~.filehashes.FileHashes`).
 
     Raises:
         UnsafeArchiveError: a member would land outside ``dest``, is a device or FIFO,
@@ -725,7 +729,7 @@ def unpack(
     import tempfile
 
     with tempfile.TemporaryFile(dir=root, buffering=256 * 1024) as spill:  # O_TMPFILE: never named
-        return _Extractor(root, limits, budget, source, spill, on_file).run(ExactReader(stream))
+        return _Extractor(root, limits, budget, source, spill, on_file, hashes).run(ExactReader(stream))
 
 
 _PLACEHOLDER_MODE = 0o400  # no owner write: no restored file has that (they get at least 0o600)
@@ -759,9 +763,11 @@ class _Extractor:
         source: str,
         spill: IO[bytes],
         on_file: Callable[[str, int, int], None] | None = None,
+        hashes: FileHashes | None = None,
     ) -> None:
         self.root = root
         self.on_file = on_file
+        self.hashes = hashes
         self.limits = limits
         self.budget = budget
         self.source = source
@@ -813,6 +819,8 @@ class _Extractor:
                 raise UnsafeArchiveError(f"file member {_shown(name)} names the destination itself")
             if self.on_file is not None:
                 self.on_file(rel, reader.offset, size)
+            hashes = self.hashes
+            digest = hashes.start(rel, reader.offset, size) if hashes is not None else None
             mode = (h.mode & 0o777) | 0o600
             fd = self._create(rel, name, mode)
             try:
@@ -821,6 +829,8 @@ class _Extractor:
                 while left:
                     chunk = reader.read_some(min(left, _CHUNK))
                     out.write(chunk)
+                    if hashes is not None:
+                        hashes.update(digest, chunk)
                     left -= len(chunk)
                 out.finish()
                 if self.umask < 0 or mode & self.umask:  # the umask took bits away: put them back

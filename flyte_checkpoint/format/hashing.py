@@ -27,7 +27,7 @@ class _Shared:
     the hasher itself, so that a hasher dropped unclosed, its save interrupted, ends it)."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[list[tuple[Any, bytes]] | None] = queue.Queue(maxsize=_DEPTH)
+        self.queue: queue.Queue[list[tuple[Any, bytes | memoryview]] | None] = queue.Queue(maxsize=_DEPTH)
         self.error: BaseException | None = None
         self.stopped = threading.Event()
 
@@ -54,8 +54,9 @@ def _run(shared: _Shared, owner: weakref.ref[Hasher]) -> None:
 class Hasher:
     """Hashes pieces of files on one background thread; :meth:`close` waits for all of them."""
 
-    def __init__(self) -> None:
-        self._batch: list[tuple[Any, bytes]] = []
+    def __init__(self, algorithm: str = digests.CURRENT) -> None:
+        self.algorithm = algorithm
+        self._batch: list[tuple[Any, bytes | memoryview]] = []
         self._size = 0
         self._shared = _Shared()
         self._thread = threading.Thread(
@@ -64,11 +65,11 @@ class Hasher:
         self._thread.start()
 
     def new(self) -> Any:
-        """A hash object (:data:`.digests.CURRENT`) to :meth:`update`; read it (``hexdigest()``)
-        after :meth:`close`."""
-        return digests.new()
+        """A hash object (of :attr:`algorithm`: :data:`.digests.CURRENT` unless told) to
+        :meth:`update`; read it (``hexdigest()``) after :meth:`close`."""
+        return digests.new(self.algorithm)
 
-    def update(self, digest: Any, piece: bytes) -> None:
+    def update(self, digest: Any, piece: bytes | memoryview) -> None:
         self._batch.append((digest, piece))
         self._size += len(piece)
         if self._size >= _BATCH:

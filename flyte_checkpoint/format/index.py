@@ -256,10 +256,13 @@ def _subfield(data: bytes, at: int, sub_id: bytes, uri: str) -> tuple[bytes, int
     return data[at + 16 : at + 16 + slen], end
 
 
-def read_index(store: BlobStore, uri: str, size: int | None = None) -> Index | None:
+def read_index(
+    store: BlobStore, uri: str, size: int | None = None, tail: bytes | None = None
+) -> Index | None:
     """The index of the object at ``uri``; None for an object without one (Flyte's, older ones).
 
-    One ranged read of the tail, one of the index (and a ``stat`` unless ``size`` is given).
+    One ranged read of the tail (unless ``tail``, its last :data:`TRAILER_SIZE` bytes, is
+    given), one of the index (and a ``stat`` unless ``size`` is given).
 
     Raises:
         CorruptCheckpointError: the trailer names an index that is damaged or inconsistent.
@@ -269,7 +272,8 @@ def read_index(store: BlobStore, uri: str, size: int | None = None) -> Index | N
         size = store.stat(uri)
     if not size or size < TRAILER_SIZE:
         return None
-    tail = store.read_range(uri, size - TRAILER_SIZE, TRAILER_SIZE)
+    if tail is None:
+        tail = store.read_range(uri, size - TRAILER_SIZE, TRAILER_SIZE)
     if len(tail) != TRAILER_SIZE or tail[:10] != _HEADER or tail[16:20] != _MAGIC:
         return None  # not ours: no index
     try:
@@ -280,6 +284,22 @@ def read_index(store: BlobStore, uri: str, size: int | None = None) -> Index | N
         return _parse(_payload(raw, version, payload_len, digest, uri), data_end, uri, version)
     except _Bad as exc:
         raise _damaged(uri, str(exc)) from None
+
+
+def read_trailer(store: BlobStore, uri: str, size: int) -> tuple[int, bytes] | None:
+    """The index version the object's trailer names and the trailer's bytes (one ranged read
+    of its tail: pass them to :func:`read_index`), or None when it has no trailer of a version
+    this library reads. Nothing is raised for a damaged trailer: the load that asks checks the
+    whole tail when it reaches it."""
+    if size < TRAILER_SIZE:
+        return None
+    tail = store.read_range(uri, size - TRAILER_SIZE, TRAILER_SIZE)
+    if len(tail) != TRAILER_SIZE or tail[:10] != _HEADER or tail[16:20] != _MAGIC:
+        return None
+    try:
+        return _trailer(tail, size, uri)[0], tail
+    except _Bad:
+        return None
 
 
 def _trailer(tail: bytes, size: int, uri: str) -> tuple[int, int, int, int, bytes]:

@@ -15,8 +15,8 @@ discards what was restored.
 Objects without an index, stores without ranged reads, objects too small for the extra
 reads to pay, one core (:func:`inflate_threads`), and objects a parallel load does not speed
 up (:func:`pays`: mostly stored blocks, or many small files) load by streaming, as before
-(:func:`~.restore.restore`): every member's CRC-32 and length and the index are checked, not
-each file's hash.
+(:func:`~.restore.restore`), each file hashed as it is written and checked against the index
+at the end (:mod:`.filehashes`).
 """
 
 from __future__ import annotations
@@ -440,6 +440,7 @@ def restore_indexed(
     *,
     on_chunk: Callable[[int], None] | None = None,
     stats: LoadStats | None = None,
+    tail: bytes | None = None,
 ) -> bool:
     """Restore the folder object at ``uri`` into the empty folder ``dest`` by parallel inflate;
     False (``dest`` untouched) where it does not apply: :func:`inflate_threads` is 1, a store
@@ -462,7 +463,7 @@ def restore_indexed(
     from .archive import unpack
     from .index import read_index
 
-    index = read_index(store, uri, size)
+    index = read_index(store, uri, size, tail)  # ``tail``: the trailer, if the caller read it
     if index is None:
         return False
     if _env_count(THREADS_ENV, "threads") is None and not pays(index):

@@ -13,7 +13,7 @@ first header raises :class:`CorruptCheckpointError`.
 from __future__ import annotations
 
 import os
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import CorruptCheckpointError, StoreError, TransientError
 from ..limits import DiskBudget, LoadLimits
@@ -22,6 +22,9 @@ from . import tarstream as ts
 from .archive import file_system_error, unpack
 from .compression import GZIP_MAGIC, decompressor, inflate
 from .pipeline import ReadAhead
+
+if TYPE_CHECKING:
+    from .filehashes import FileHashes
 
 PAYLOAD = "payload"
 _HEAD = 64 * 1024
@@ -130,6 +133,7 @@ def restore(
     max_bytes: int | None = None,
     limits: LoadLimits | None = None,
     uri: str | None = None,
+    hashes: FileHashes | None = None,
 ) -> bool:
     """Restore the object read from ``raw`` into the empty folder ``dest``.
 
@@ -137,7 +141,9 @@ def restore(
     (``dest/payload``). Reads the object to its end and checks its length. ``limits``
     default to :meth:`LoadLimits.from_env`; ``max_bytes``, if given, replaces theirs.
     ``uri`` (credentials already removed, or not: it is redacted here) names the object
-    in error messages.
+    in error messages. With ``hashes`` (:func:`.filehashes.for_object`: the object's trailer
+    names an index), a gzip tarball's files are hashed as they are extracted and checked
+    against the index once the stream has ended.
 
     Raises:
         CorruptCheckpointError: a damaged or truncated tarball.
@@ -163,26 +169,32 @@ def restore(
     kind = sniff(head, expected_size)
     members = None
     try:
-        if kind == "tar.gz":
-            members = decompressor(stream)  # type: ignore[arg-type]
-            # decompression (which releases the GIL) runs in its own thread, ahead of unpacking
-            with ReadAhead(members, chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
-                unpack(inflated, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
-        elif kind == "tar":
-            unpack(stream, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
-        else:
-            _write_payload(stream, os.path.join(dest, PAYLOAD), budget, source)
-    except CorruptCheckpointError:
-        if stream.eof and stream.count != expected_size:
-            raise length_error(stream.count, expected_size) from None
-        raise
-    if stream.count != expected_size:
-        raise length_error(stream.count, expected_size)
-    if members is not None:
-        from .index import check_tail
+        try:
+            if kind == "tar.gz":
+                members = decompressor(stream)  # type: ignore[arg-type]
+                # decompression (which releases the GIL) runs in its own thread, ahead of unpacking
+                with ReadAhead(members, chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
+                    unpack(inflated, dest, limits=limits, budget=budget, source=source, hashes=hashes)  # type: ignore[arg-type]
+            elif kind == "tar":
+                unpack(stream, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
+            else:
+                _write_payload(stream, os.path.join(dest, PAYLOAD), budget, source)
+        except CorruptCheckpointError:
+            if stream.eof and stream.count != expected_size:
+                raise length_error(stream.count, expected_size) from None
+            raise
+        if stream.count != expected_size:
+            raise length_error(stream.count, expected_size)
+        if members is not None:
+            from .index import check_tail
 
-        # the index after the tar is in extra fields, which decoding skips: checked here
-        check_tail(members.tail, uri or source)
+            # the index after the tar is in extra fields, which decoding skips: checked here
+            index = check_tail(members.tail, uri or source)
+            if hashes is not None and index is not None and index.algorithm == hashes.algorithm:
+                hashes.verify(index, uri or source)
+    finally:
+        if hashes is not None:
+            hashes.abort()  # stops the thread if verify did not run (it is idempotent)
     return kind in ("tar.gz", "tar")
 
 

@@ -1,0 +1,102 @@
+"""Each file's hash checked on a streamed load of an indexed object (docs/FORMAT.md).
+
+A streamed load meets the index last: it follows the tar. So the object's trailer is read
+first (:func:`for_object`, one ranged read of its tail), which names the index version and so
+the hash its entries record; the extractor then hands each regular file's data, as it writes
+it, to a hashing thread (:class:`.hashing.Hasher`), with the file's place in the tar stream.
+Once the stream has ended and its tail has been checked (:func:`.index.check_tail`),
+:meth:`FileHashes.verify` compares every file extracted with its index entry (place, size,
+hash) and checks that the tar held data wherever the index places a file. A mismatch is a
+:class:`~flyte_checkpoint.errors.CorruptCheckpointError`; the caller discards what was
+restored. Objects without an index (Flyte's, older ones) are not hashed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CorruptCheckpointError
+from . import digests
+from .hashing import Hasher
+
+if TYPE_CHECKING:
+    from ..storage.blobstore import BlobStore
+    from .index import Index
+
+
+class FileHashes:
+    """The hashes of the regular files one extraction writes, taken off its thread."""
+
+    def __init__(self, algorithm: str, tail: bytes | None = None) -> None:
+        self.algorithm = algorithm
+        #: The object's trailer, as read (for :func:`.index.read_index`), if known.
+        self.tail = tail
+        self._hasher: Hasher | None = None  # started with the first file
+        self._files: list[tuple[str, int, int, Any]] = []  # name, offset in the tar, size, hash
+
+    def start(self, name: str, offset: int, size: int) -> Any:
+        """A regular file ``name`` whose ``size`` bytes start at ``offset`` of the tar stream:
+        the hash to :meth:`update` with its data."""
+        if self._hasher is None:
+            self._hasher = Hasher(self.algorithm)
+        digest = self._hasher.new()
+        self._files.append((name, offset, size, digest))
+        return digest
+
+    def update(self, digest: Any, piece: bytes | memoryview) -> None:
+        """``piece`` of a file's data (of bytes nobody changes afterwards), in order."""
+        assert self._hasher is not None
+        self._hasher.update(digest, piece)
+
+    def abort(self) -> None:
+        """Stop hashing (the extraction failed, or the object has no index to check against);
+        a second call does nothing."""
+        if self._hasher is not None:
+            self._hasher.abort()
+
+    def verify(self, index: Index, uri: str) -> int:
+        """Check every file extracted against ``index`` (whose hash must be :attr:`algorithm`);
+        returns the number of files checked.
+
+        Raises:
+            CorruptCheckpointError: a file is not where the index places it, or its content
+                does not hash to what the index records, or the index places a file where
+                the tar held none.
+        """
+        if self._hasher is not None:
+            self._hasher.close()
+        label = digests.LABEL[self.algorithm]
+        spans = set()
+        for name, offset, size, digest in self._files:
+            e = index.files.get(name)
+            if e is None or index.members[e.first].uoff + e.offset != offset or e.size != size:
+                raise _corrupt(
+                    uri, f"the tar's file {name[:200]!r} (at byte {offset}) is not where its index places it"
+                )
+            if digest.hexdigest() != e.digest:
+                raise _corrupt(uri, f"{name[:200]!r} does not match the {label} its index records")
+            spans.add((offset, size))
+        for e in index.files.values():  # a hard link's names share their first name's span
+            if (index.members[e.first].uoff + e.offset, e.size) not in spans:
+                raise _corrupt(uri, f"the tar holds no file where its index places {e.name[:200]!r}")
+        return len(self._files)
+
+
+def for_object(store: BlobStore, uri: str, size: int) -> FileHashes | None:
+    """The hashes to take while loading the object at ``uri`` of ``size`` bytes, if its
+    trailer names an index (one ranged read, on a store that has them); None otherwise."""
+    from .index import read_trailer
+
+    if not getattr(store, "supports_ranges", False):
+        return None
+    found = read_trailer(store, uri, size)
+    return None if found is None else FileHashes(digests.BY_VERSION[found[0]], found[1])
+
+
+def _corrupt(uri: str, what: str) -> CorruptCheckpointError:
+    from ..uri import redact
+
+    return CorruptCheckpointError(f"{redact(uri)} is damaged: {what}; save the checkpoint again")
+
+
+__all__ = ["FileHashes", "for_object"]
