@@ -358,10 +358,7 @@ class Checkpoint(BaseCheckpoint):
         return (store, size) if size else None
 
     def _download(self) -> tuple[Path | None, int]:
-        from .format.filehashes import for_object
-        from .format.inflate import restore_indexed
-        from .format.pipeline import ReadAhead
-        from .format.restore import PAYLOAD, restore
+        from .format.restore import PAYLOAD, restore_object
 
         found = self._source()
         if found is None:
@@ -377,18 +374,7 @@ class Checkpoint(BaseCheckpoint):
             progress = self._progress
             counter = _Counter(progress, size) if progress else None
             # an indexed folder object inflates on several threads; anything else streams
-            # an object whose trailer names an index (read first) may inflate on several threads;
-            # if it streams, as anything else does, its files are hashed as they are written
-            hashes = for_object(store, self._src, size)
-            is_tar = hashes is not None and restore_indexed(
-                store, self._src, size, staging, on_chunk=counter, tail=hashes.tail
-            )
-            if is_tar:
-                assert hashes is not None
-                hashes.abort()
-            else:
-                with store.open_read(self._src) as raw, ReadAhead(raw, on_chunk=counter) as ahead:
-                    is_tar = restore(ahead, staging, size, uri=self._src, hashes=hashes)  # type: ignore[arg-type]
+            is_tar = restore_object(store, self._src, size, staging, on_chunk=counter)
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:

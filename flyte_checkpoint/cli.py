@@ -321,8 +321,7 @@ def show_inspect(r: dict[str, Any]) -> None:
 
 
 def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
-    from .format.pipeline import ReadAhead
-    from .format.restore import restore
+    from .format.restore import restore_object
 
     size = store.stat(uri)
     _no_checkpoint(uri, size)
@@ -340,8 +339,7 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
         if bar is not None:
             bar(0, size)
         try:
-            with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=counted) as ahead:
-                is_tar = restore(ahead, staging, size, uri=uri)  # type: ignore[arg-type]
+            is_tar = restore_object(store, uri, size, staging, on_chunk=counted)
         except NotFoundError as exc:  # removed since the stat
             _reraise_as_no_checkpoint(exc)
         mask = os.umask(0)

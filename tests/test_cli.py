@@ -213,6 +213,20 @@ def test_folder_push_inspect_pull_matches_load(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "state", "store"]  # no staging left
 
 
+def test_pull_checks_each_file_against_the_index_as_load_does(tmp_path):
+    """``pull`` restores as ``load()`` does: a file whose recorded hash does not match its bytes
+    (every gzip CRC right) fails the pull naming it, and nothing is left behind."""
+    from tests.test_index import _set, forge
+
+    uri = str(tmp_path / "ckpt")
+    cli("push", str(make_tree(tmp_path / "state")), uri)
+    forge(Path(uri), _set(7, "0" * 64))  # the first file's recorded hash
+    out = cli("pull", uri, str(tmp_path / "out"), ok=False)
+    assert out.returncode == 1
+    assert "does not match the BLAKE3 its index records" in one_line_error(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "state"]  # no staging, no out
+
+
 def test_pull_into_an_existing_empty_folder_keeps_it_and_refuses_a_full_one(tmp_path):
     uri = str(tmp_path / "ckpt")
     cli("push", str(make_tree(tmp_path / "state")), uri)

@@ -24,6 +24,9 @@ from .compression import GZIP_MAGIC, decompressor, inflate
 from .pipeline import ReadAhead
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..storage.blobstore import BlobStore
     from .filehashes import FileHashes
 
 PAYLOAD = "payload"
@@ -196,6 +199,29 @@ def restore(
         if hashes is not None:
             hashes.abort()  # stops the thread if verify did not run (it is idempotent)
     return kind in ("tar.gz", "tar")
+
+
+def restore_object(
+    store: BlobStore, uri: str, size: int, dest: str, *, on_chunk: Callable[[int], None] | None = None
+) -> bool:
+    """Restore the object at ``uri`` (``size`` bytes) into the empty folder ``dest``, as a full
+    load does; True for a tarball, False for a payload. The object's trailer is read first
+    (one ranged read): an indexed object may inflate on several threads
+    (:func:`~.inflate.restore_indexed`); otherwise it streams (:func:`restore`), an indexed
+    one with each file hashed and checked against its index (:mod:`.filehashes`).
+    ``on_chunk`` gets the size of each piece of the object as it is read.
+
+    Raises: as :func:`restore` and :func:`~.inflate.restore_indexed`.
+    """
+    from .filehashes import for_object
+    from .inflate import restore_indexed
+
+    hashes = for_object(store, uri, size)
+    if hashes is not None and restore_indexed(store, uri, size, dest, on_chunk=on_chunk, tail=hashes.tail):
+        hashes.abort()
+        return True
+    with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=on_chunk) as ahead:
+        return restore(ahead, dest, size, uri=uri, hashes=hashes)  # type: ignore[arg-type]
 
 
 def length_error(got: int, expected: int) -> TransientError:
