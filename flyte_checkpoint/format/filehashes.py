@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CorruptCheckpointError
 from . import digests
 from .hashing import Hasher
+from .inflate import damaged, placement_check
 
 if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
@@ -66,19 +66,16 @@ class FileHashes:
         if self._hasher is not None:
             self._hasher.close()
         label = digests.LABEL[self.algorithm]
+        placed = placement_check(index, uri)
         spans = set()
         for name, offset, size, digest in self._files:
-            e = index.files.get(name)
-            if e is None or index.members[e.first].uoff + e.offset != offset or e.size != size:
-                raise _corrupt(
-                    uri, f"the tar's file {name[:200]!r} (at byte {offset}) is not where its index places it"
-                )
-            if digest.hexdigest() != e.digest:
-                raise _corrupt(uri, f"{name[:200]!r} does not match the {label} its index records")
+            placed(name, offset, size)
+            if digest.hexdigest() != index.files[name].digest:
+                raise damaged(uri, f"{name[:200]!r} does not match the {label} its index records")
             spans.add((offset, size))
         for e in index.files.values():  # a hard link's names share their first name's span
             if (index.members[e.first].uoff + e.offset, e.size) not in spans:
-                raise _corrupt(uri, f"the tar holds no file where its index places {e.name[:200]!r}")
+                raise damaged(uri, f"the tar holds no file where its index places {e.name[:200]!r}")
         return len(self._files)
 
 
@@ -91,12 +88,6 @@ def for_object(store: BlobStore, uri: str, size: int) -> FileHashes | None:
         return None
     found = read_trailer(store, uri, size)
     return None if found is None else FileHashes(digests.BY_VERSION[found[0]], found[1])
-
-
-def _corrupt(uri: str, what: str) -> CorruptCheckpointError:
-    from ..uri import redact
-
-    return CorruptCheckpointError(f"{redact(uri)} is damaged: {what}; save the checkpoint again")
 
 
 __all__ = ["FileHashes", "for_object"]

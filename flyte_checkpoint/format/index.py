@@ -274,8 +274,8 @@ def read_index(
         return None
     if tail is None:
         tail = store.read_range(uri, size - TRAILER_SIZE, TRAILER_SIZE)
-    if len(tail) != TRAILER_SIZE or tail[:10] != _HEADER or tail[16:20] != _MAGIC:
-        return None  # not ours: no index
+    if not _looks_ours(tail):
+        return None  # no index
     try:
         version, data_end, index_len, payload_len, digest = _trailer(tail, size, uri)
         raw = store.read_range(uri, data_end, index_len) if index_len else b""
@@ -294,12 +294,18 @@ def read_trailer(store: BlobStore, uri: str, size: int) -> tuple[int, bytes] | N
     if size < TRAILER_SIZE:
         return None
     tail = store.read_range(uri, size - TRAILER_SIZE, TRAILER_SIZE)
-    if len(tail) != TRAILER_SIZE or tail[:10] != _HEADER or tail[16:20] != _MAGIC:
+    if not _looks_ours(tail):
         return None
     try:
         return _trailer(tail, size, uri)[0], tail
     except _Bad:
         return None
+
+
+def _looks_ours(tail: bytes) -> bool:
+    """Whether an object's last :data:`TRAILER_SIZE` bytes are shaped as our trailer (checked
+    further by :func:`_trailer`)."""
+    return len(tail) == TRAILER_SIZE and tail[:10] == _HEADER and tail[16:20] == _MAGIC
 
 
 def _trailer(tail: bytes, size: int, uri: str) -> tuple[int, int, int, int, bytes]:

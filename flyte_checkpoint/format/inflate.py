@@ -1,8 +1,9 @@
 """Load an indexed folder object (docs/FORMAT.md) by inflating its gzip members on several threads.
 
 The index gives every member's compressed offset and length, its uncompressed length and
-CRC-32, and every file's place and hash (:mod:`.digests`). :func:`restore_indexed` reads the index by two
-ranged reads, then streams the object as a streamed load does (the store's own download),
+CRC-32, and every file's place and hash (:mod:`.digests`). :func:`restore_indexed` reads the
+index by ranged reads (the trailer, unless the caller read it, then the index), then streams
+the object as a streamed load does (the store's own download),
 cut into batches of members of a few MiB that a pool of threads inflates (the decompressors
 release the GIL) while the next batches download, and hands the tar stream, in order, to the
 same extractor as a streamed load (:func:`~.archive.unpack`): headers are parsed and every
@@ -117,7 +118,8 @@ def _batches(members: list[Member]) -> list[tuple[int, int]]:
     return out
 
 
-def _corrupt(uri: str, what: str) -> CorruptCheckpointError:
+def damaged(uri: str, what: str) -> CorruptCheckpointError:
+    """The error for an object a load found damaged (``what``), naming it without credentials."""
     from ..uri import redact
 
     return CorruptCheckpointError(f"{redact(uri)} is damaged: {what}; save the checkpoint again")
@@ -129,9 +131,9 @@ def inflate_member(raw: memoryview, m: Member, i: int, uri: str) -> list[bytes]:
     with CRC-32 ``m.crc``. The decoder checks the data against the member's own CRC-32 and
     length, which must equal the index's."""
     if len(raw) < 18 or struct.unpack("<II", raw[-8:]) != (m.crc, m.ulen & 0xFFFFFFFF):
-        raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) does not match the index")
+        raise damaged(uri, f"gzip member {i} (at byte {m.coff}) does not match the index")
     if not m.ulen and raw[3] & 0x04 and not is_padding(raw):  # decoders skip extra fields
-        raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) carries an extra field but is not padding")
+        raise damaged(uri, f"gzip member {i} (at byte {m.coff}) carries an extra field but is not padding")
     d = member_decoder()
     pieces: list[bytes] = []
     got = 0
@@ -146,9 +148,9 @@ def inflate_member(raw: memoryview, m: Member, i: int, uri: str) -> list[bytes]:
             if d.eof or (not piece and d.needs_input):
                 break
     except GZIP_ERRORS as exc:
-        raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) is damaged ({exc})") from None
+        raise damaged(uri, f"gzip member {i} (at byte {m.coff}) is damaged ({exc})") from None
     if not d.eof or d.unused_data or got != m.ulen:
-        raise _corrupt(uri, f"gzip member {i} (at byte {m.coff}) does not match the index")
+        raise damaged(uri, f"gzip member {i} (at byte {m.coff}) does not match the index")
     return pieces
 
 
@@ -164,7 +166,7 @@ class _Verifier:
         end = 0
         for (start, size), entries in self._spans:
             if start < end:
-                raise _corrupt(uri, f"the index places {entries[0].name[:200]!r} over another file")
+                raise damaged(uri, f"the index places {entries[0].name[:200]!r} over another file")
             end = start + size
         self._at = 0
         self._algorithm = index.algorithm
@@ -190,9 +192,7 @@ class _Verifier:
             for e in entries:
                 if digest != e.digest:
                     label = digests.LABEL[self._algorithm]
-                    raise _corrupt(
-                        self._uri, f"{e.name[:200]!r} does not match the {label} its index records"
-                    )
+                    raise damaged(self._uri, f"{e.name[:200]!r} does not match the {label} its index records")
             self._stats.files_verified += len(entries)
             self._hash = digests.new(self._algorithm)
             self._at += 1
@@ -200,7 +200,7 @@ class _Verifier:
     def finish(self) -> None:
         if self._at < len(self._spans):
             name = self._spans[self._at][1][0].name
-            raise _corrupt(self._uri, f"the tar ends before {name[:200]!r} as its index places it")
+            raise damaged(self._uri, f"the tar ends before {name[:200]!r} as its index places it")
 
 
 class _OrderedHashing:
@@ -418,14 +418,14 @@ def pays(index: Index) -> bool:
     return index.data_end < STORED_RATIO * tar and tar >= FILE_BYTES_MIN * max(len(index.files), 1)
 
 
-def _check_file(index: Index, uri: str) -> Callable[[str, int, int], None]:
+def placement_check(index: Index, uri: str) -> Callable[[str, int, int], None]:
     """The check of each regular file the tar extracts: its index entry has its place and size
     (so the data written is the data whose hash was verified)."""
 
     def check(name: str, offset: int, size: int) -> None:
         e = index.files.get(name)
         if e is None or index.members[e.first].uoff + e.offset != offset or e.size != size:
-            raise _corrupt(
+            raise damaged(
                 uri, f"the tar's file {name[:200]!r} (at byte {offset}) is not where its index places it"
             )
 
@@ -482,7 +482,7 @@ def restore_indexed(
             limits=limits,
             budget=budget,
             source=source,
-            on_file=_check_file(index, uri),
+            on_file=placement_check(index, uri),
         )
     if on_chunk is not None:
         on_chunk(size - index.data_end)  # the index, read before the members
