@@ -441,22 +441,34 @@ def test_by_default_two_cores_inflate_in_parallel_unless_it_does_not_pay(src, tm
         monkeypatch.delenv(inflate.THREADS_ENV)
 
 
-@pytest.mark.parametrize("version", [None, 2])
-def test_a_streamed_load_checks_every_files_hash_against_the_index(src, tmp_path, monkeypatch, version):
+@pytest.mark.parametrize(("version", "inline"), [(None, True), (None, False), (2, True)])
+def test_a_streamed_load_checks_every_files_hash_against_the_index(
+    src, tmp_path, monkeypatch, version, inline
+):
     """Loads that stream (one core here; also small objects, mostly stored ones, many small
     files) hash each file as they write it and check it against the index found at the end:
     a file whose bytes were swapped for others of the same length, with every gzip CRC and
-    the index intact, is refused. The same for an object of an older index (SHA-256)."""
+    the index intact, is refused, whether it was hashed at once (up to 64 KiB) or on the
+    hashing thread. The same for an object of an older index (SHA-256)."""
+    from flyte_checkpoint.format import filehashes
+
     monkeypatch.setenv(inflate.THREADS_ENV, "1")
+    assert filehashes.INLINE_MAX == ix.ALIGN_MIN  # "exact", swapped below, is that size
+    if not inline:
+        monkeypatch.setattr(filehashes, "INLINE_MAX", ix.ALIGN_MIN - 1)
+    started = []
+    real_start = filehashes.Hasher.__init__
+    monkeypatch.setattr(
+        filehashes.Hasher, "__init__", lambda self, *a: started.append(1) or real_start(self, *a)
+    )
     obj = tmp_path / "obj.tgz"
     fc.Checkpoint(str(obj)).save_sync(str(src))
     if version is not None:
         obj.write_bytes(older_index(obj.read_bytes(), version))
+    started.clear()  # the save hashed on its own thread
     index = ix.read_index(store_for(str(obj)), str(obj))
     assert index is not None
     verified = []
-    from flyte_checkpoint.format import filehashes
-
     real = filehashes.FileHashes.verify
     monkeypatch.setattr(filehashes.FileHashes, "verify", lambda self, *a: verified.append(real(self, *a)))
     with fc.Checkpoint(str(tmp_path / "ok"), str(obj)) as cp:
@@ -493,3 +505,50 @@ def test_a_streamed_load_checks_every_files_hash_against_the_index(src, tmp_path
         fc.Checkpoint(str(tmp_path / "bad"), str(obj)).load_sync()
     assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
     assert not [t for t in threading.enumerate() if t.name == "fcp-hash" and t.is_alive()]
+    assert started == [1, 1]  # one hashing thread each load (weights.bin and log.jsonl are large)
+
+
+def test_a_load_that_streams_after_reading_the_index_parses_it_once(src, tmp_path, monkeypatch):
+    """A load reads the index (ranged reads) to choose how to inflate; when it streams, the
+    tail it meets at the end is compared with those bytes rather than parsed again (20,000
+    files' entries cost 0.06 s a parse). A tail that differs from them is parsed and checked
+    on its own: the index read before never stands in for other bytes."""
+    from flyte_checkpoint.format import pipeline
+    from flyte_checkpoint.format.compression import decompressor
+
+    monkeypatch.delenv(inflate.THREADS_ENV, raising=False)
+    monkeypatch.setattr(pipeline, "default_workers", lambda: 2)
+    monkeypatch.setattr(inflate, "pays", lambda index: False)
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    assert obj.stat().st_size >= inflate.PARALLEL_MIN
+    parsed = []
+    real = ix._parse
+    monkeypatch.setattr(ix, "_parse", lambda *a: parsed.append(1) or real(*a))
+    with spying("file") as spy, fc.Checkpoint(str(tmp_path / "d"), spy.uri_for(str(obj))) as cp:
+        got = cp.load_sync()
+        assert got is not None and tree(got) == tree(src)
+        assert spy.count("open_read") == 1 and spy.count("read_range") == 2  # trailer, index
+    assert parsed == [1]
+
+    known = ix.read_index(store_for(str(obj)), str(obj))
+    assert known is not None and known.raw
+    other = tmp_path / "other.tgz"
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "f").write_bytes(b"other")
+    fc.Checkpoint(str(other)).save_sync(str(tmp_path / "o"))
+
+    def tail_of(path: Path):
+        with open(path, "rb") as f:
+            members = decompressor(f)
+            members.read()
+            return members.tail
+
+    own = ix.check_tail(tail_of(other), str(other), known)
+    assert own is not None and list(own.files) == ["f"]
+    assert own == ix.read_index(store_for(str(other)), str(other))
+    data = bytearray(obj.read_bytes())
+    data[known.data_end + 20] ^= 0x04  # inside the first index member: its bytes differ from known's
+    obj.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match=r"index of .* is damaged"):
+        ix.check_tail(tail_of(obj), str(obj), known)

@@ -819,8 +819,7 @@ class _Extractor:
                 raise UnsafeArchiveError(f"file member {_shown(name)} names the destination itself")
             if self.on_file is not None:
                 self.on_file(rel, reader.offset, size)
-            hashes = self.hashes
-            digest = hashes.start(rel, reader.offset, size) if hashes is not None else None
+            feed = self.hashes.start(rel, reader.offset, size) if self.hashes is not None else None
             mode = (h.mode & 0o777) | 0o600
             fd = self._create(rel, name, mode)
             try:
@@ -829,8 +828,8 @@ class _Extractor:
                 while left:
                     chunk = reader.read_some(min(left, _CHUNK))
                     out.write(chunk)
-                    if hashes is not None:
-                        hashes.update(digest, chunk)
+                    if feed is not None:
+                        feed(chunk)
                     left -= len(chunk)
                 out.finish()
                 if self.umask < 0 or mode & self.umask:  # the umask took bits away: put them back

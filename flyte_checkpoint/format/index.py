@@ -17,7 +17,7 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, UnsafeArchiveError
@@ -134,6 +134,10 @@ class Index:
     #: The content hash of the files and gaps (:data:`.digests.BY_VERSION`): ``blake3`` from
     #: version 3, ``sha256`` before.
     algorithm: str = digests.CURRENT
+    #: The object's bytes after its tar's members (the index members and the trailer) that this
+    #: was parsed from, when :func:`read_index` read them; :func:`check_tail` compares a streamed
+    #: load's tail with them rather than parsing the same index twice.
+    raw: bytes = field(default=b"", repr=False, compare=False)
 
 
 class IndexBuilder:
@@ -281,9 +285,10 @@ def read_index(
         raw = store.read_range(uri, data_end, index_len) if index_len else b""
         if len(raw) != index_len:
             raise _Bad("the object ends inside the index")
-        return _parse(_payload(raw, version, payload_len, digest, uri), data_end, uri, version)
+        index = _parse(_payload(raw, version, payload_len, digest, uri), data_end, uri, version)
     except _Bad as exc:
         raise _damaged(uri, str(exc)) from None
+    return replace(index, raw=raw + tail)
 
 
 def read_trailer(store: BlobStore, uri: str, size: int) -> tuple[int, bytes] | None:
@@ -350,7 +355,7 @@ def _payload(raw: bytes, version: int, payload_len: int, digest: bytes, uri: str
     return payload
 
 
-def check_tail(tail: Tail, uri: str) -> Index | None:
+def check_tail(tail: Tail, uri: str, known: Index | None = None) -> Index | None:
     """Check what a full load found after the tar's last gzip member holding data.
 
     ``tail`` (from :attr:`~.compression.GzipMembers.tail`) holds the empty gzip members that
@@ -362,30 +367,36 @@ def check_tail(tail: Tail, uri: str) -> Index | None:
     index, which has at least two members of ours (one ``FI``, the trailer). Likewise, with
     an index, an empty member between the members holding data that carries an extra field
     must be exactly a padding member (``tail.odd`` says where the first that is not begins).
+    ``known``: the object's index as :func:`read_index` read it before the load; a tail of
+    exactly its bytes, in its place, is that index (parsing 20,000 files' entries again cost
+    0.06 s of a 1.8 s load).
 
     Raises:
         CorruptCheckpointError: anything else.
         UnsafeArchiveError: the index names a file outside the tree.
     """
     try:
-        return _check_tail(tail, uri)
+        return _check_tail(tail, uri, known)
     except _Bad as exc:
         raise _damaged(uri, str(exc)) from None
 
 
-def _check_tail(tail: Tail, uri: str) -> Index | None:
+def _check_tail(tail: Tail, uri: str, known: Index | None) -> Index | None:
     data = tail.data
     if tail.overflow:
         raise _Bad("over 256 MiB of empty gzip members follow the tar")
     if not any(_carries_ours(data, at) for at in tail.starts):
         return None
-    size = tail.start + len(data)
-    if len(data) < TRAILER_SIZE:
-        raise _Bad("the object ends inside its trailer")
-    version, data_end, index_len, payload_len, digest = _trailer(data[-TRAILER_SIZE:], size, uri)
-    if data_end != tail.start:
-        raise _Bad(f"the trailer says the tar's members end at byte {data_end}, not {tail.start}")
-    index = _parse(_payload(data[:index_len], version, payload_len, digest, uri), data_end, uri, version)
+    if known is not None and known.raw and known.data_end == tail.start and data == known.raw:
+        index = known  # the same bytes in the same place: what read_index checked and parsed
+    else:
+        size = tail.start + len(data)
+        if len(data) < TRAILER_SIZE:
+            raise _Bad("the object ends inside its trailer")
+        version, data_end, index_len, payload_len, digest = _trailer(data[-TRAILER_SIZE:], size, uri)
+        if data_end != tail.start:
+            raise _Bad(f"the trailer says the tar's members end at byte {data_end}, not {tail.start}")
+        index = _parse(_payload(data[:index_len], version, payload_len, digest, uri), data_end, uri, version)
     if len(index.members) != tail.members_before:
         raise _Bad(f"it lists {len(index.members)} gzip members where the object has {tail.members_before}")
     if tail.odd is not None:

@@ -38,6 +38,7 @@ from .index import is_padding
 
 if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
+    from .filehashes import FileHashes
     from .index import FileEntry, Index, Member
 
 #: Objects smaller than this load by streaming. The index costs two ranged reads before the
@@ -440,12 +441,14 @@ def restore_indexed(
     *,
     on_chunk: Callable[[int], None] | None = None,
     stats: LoadStats | None = None,
-    tail: bytes | None = None,
+    hashes: FileHashes | None = None,
 ) -> bool:
     """Restore the folder object at ``uri`` into the empty folder ``dest`` by parallel inflate;
     False (``dest`` untouched) where it does not apply: :func:`inflate_threads` is 1, a store
     without ranged reads, an object under :data:`PARALLEL_MIN` bytes or without an index, or
     (unless ``FLYTE_CHECKPOINT_INFLATE_THREADS`` is set) one where it does not :func:`pays`.
+    ``hashes`` (:func:`.filehashes.for_object`, for the streamed load that follows a False):
+    the trailer it read is used, and the index read is kept in it, for that load's tail check.
 
     Raises:
         CorruptCheckpointError: the index, a member, a file's hash or the tar is damaged.
@@ -463,9 +466,11 @@ def restore_indexed(
     from .archive import unpack
     from .index import read_index
 
-    index = read_index(store, uri, size, tail)  # ``tail``: the trailer, if the caller read it
+    index = read_index(store, uri, size, hashes.tail if hashes is not None else None)
     if index is None:
         return False
+    if hashes is not None:
+        hashes.index = index
     if _env_count(THREADS_ENV, "threads") is None and not pays(index):
         return False
     limits = LoadLimits.from_env()

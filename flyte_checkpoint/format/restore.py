@@ -192,7 +192,7 @@ def restore(
             from .index import check_tail
 
             # the index after the tar is in extra fields, which decoding skips: checked here
-            index = check_tail(members.tail, uri or source)
+            index = check_tail(members.tail, uri or source, hashes.index if hashes is not None else None)
             if hashes is not None and index is not None and index.algorithm == hashes.algorithm:
                 hashes.verify(index, uri or source)
     finally:
@@ -217,7 +217,7 @@ def restore_object(
     from .inflate import restore_indexed
 
     hashes = for_object(store, uri, size)
-    if hashes is not None and restore_indexed(store, uri, size, dest, on_chunk=on_chunk, tail=hashes.tail):
+    if hashes is not None and restore_indexed(store, uri, size, dest, on_chunk=on_chunk, hashes=hashes):
         hashes.abort()
         return True
     with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=on_chunk) as ahead:
