@@ -441,21 +441,35 @@ def test_by_default_two_cores_inflate_in_parallel_unless_it_does_not_pay(src, tm
         monkeypatch.delenv(inflate.THREADS_ENV)
 
 
-@pytest.mark.parametrize(("version", "inline"), [(None, True), (None, False), (2, True)])
-def test_a_streamed_load_checks_every_files_hash_against_the_index(
-    src, tmp_path, monkeypatch, version, inline
-):
+def streams_after_reading_the_index(monkeypatch) -> None:
+    """Loads read the index (2 cores), then stream (as objects of stored data or of many
+    small files do there)."""
+    from flyte_checkpoint.format import pipeline
+
+    monkeypatch.delenv(inflate.THREADS_ENV, raising=False)
+    monkeypatch.setattr(pipeline, "default_workers", lambda: 2)
+    monkeypatch.setattr(inflate, "pays", lambda index: False)
+
+
+@pytest.mark.parametrize(
+    ("version", "how"), [(None, "inline"), (None, "thread"), (2, "inline"), (None, "placed"), (2, "placed")]
+)
+def test_a_streamed_load_checks_every_files_hash_against_the_index(src, tmp_path, monkeypatch, version, how):
     """Loads that stream (one core here; also small objects, mostly stored ones, many small
-    files) hash each file as they write it and check it against the index found at the end:
-    a file whose bytes were swapped for others of the same length, with every gzip CRC and
-    the index intact, is refused, whether it was hashed at once (up to 64 KiB) or on the
-    hashing thread. The same for an object of an older index (SHA-256)."""
+    files) hash each file and check it against the index: a file whose bytes were swapped for
+    others of the same length, with every gzip CRC and the index intact, is refused, whether
+    it was hashed as written, at once (up to 64 KiB) or on the hashing thread, and checked
+    against the index found at the end, or ("placed") hashed where the index read before the
+    stream places it, on the thread that inflates. The same for an object of an older index
+    (SHA-256)."""
     from flyte_checkpoint.format import filehashes
 
     monkeypatch.setenv(inflate.THREADS_ENV, "1")
     assert filehashes.INLINE_MAX == ix.ALIGN_MIN  # "exact", swapped below, is that size
-    if not inline:
+    if how == "thread":
         monkeypatch.setattr(filehashes, "INLINE_MAX", ix.ALIGN_MIN - 1)
+    elif how == "placed":
+        streams_after_reading_the_index(monkeypatch)
     started = []
     real_start = filehashes.Hasher.__init__
     monkeypatch.setattr(
@@ -471,10 +485,13 @@ def test_a_streamed_load_checks_every_files_hash_against_the_index(
     verified = []
     real = filehashes.FileHashes.verify
     monkeypatch.setattr(filehashes.FileHashes, "verify", lambda self, *a: verified.append(real(self, *a)))
+    real_finish = filehashes.PlacedHashes.finish
+    monkeypatch.setattr(filehashes.PlacedHashes, "finish", lambda self: verified.append(real_finish(self)))
     with fc.Checkpoint(str(tmp_path / "ok"), str(obj)) as cp:
         got = cp.load_sync()
         assert got is not None and tree(got) == tree(src)
-    assert verified == [len(index.files) - 2]  # two names are hard links: extracted as links
+    # two names are hard links: extracted as links, hashed (in place) with their first name
+    assert verified == [len(index.files) - (0 if how == "placed" else 2)]
 
     # "exact" (64 KiB of b"e", members of its own) swapped for 64 KiB of b"f" in new members
     # with their own right CRCs: only the file's hash, recorded in the index, tells
@@ -505,7 +522,8 @@ def test_a_streamed_load_checks_every_files_hash_against_the_index(
         fc.Checkpoint(str(tmp_path / "bad"), str(obj)).load_sync()
     assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
     assert not [t for t in threading.enumerate() if t.name == "fcp-hash" and t.is_alive()]
-    assert started == [1, 1]  # one hashing thread each load (weights.bin and log.jsonl are large)
+    # one hashing thread each load (weights.bin and log.jsonl are large), unless hashed in place
+    assert started == ([] if how == "placed" else [1, 1])
 
 
 def test_a_load_that_streams_after_reading_the_index_parses_it_once(src, tmp_path, monkeypatch):
@@ -552,3 +570,86 @@ def test_a_load_that_streams_after_reading_the_index_parses_it_once(src, tmp_pat
     obj.write_bytes(bytes(data))
     with pytest.raises(CorruptCheckpointError, match=r"index of .* is damaged"):
         ix.check_tail(tail_of(obj), str(obj), known)
+
+
+@pytest.mark.parametrize("how", ["at-the-end", "placed"])
+def test_a_streamed_load_refuses_an_index_listing_a_file_the_tar_does_not_hold(
+    src, tmp_path, monkeypatch, how
+):
+    """An index entry placed over bytes of the tar that are no file (a tar header), with their
+    right hash, is a file the load would not restore: refused, whichever way files are checked."""
+    import gzip as gz
+
+    monkeypatch.setenv(inflate.THREADS_ENV, "1")
+    if how == "placed":
+        streams_after_reading_the_index(monkeypatch)
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    raw = obj.read_bytes()
+    tar = gz.decompress(raw)
+    e = next(x for x in index.files.values() if x.offset >= 512 and x.size)  # its header in its member
+    header_at = index.members[e.first].uoff + e.offset - 512
+    assert tar[header_at + 257 : header_at + 262] == b"ustar"
+    ghost = (
+        "ghost",
+        e.first,
+        e.first,
+        e.offset - 512,
+        512,
+        0,
+        0o644,
+        blake3(tar[header_at : header_at + 512]).hexdigest(),
+    )
+    files = [
+        (x.name, x.first, x.last, x.offset, x.size, x.mtime, x.mode, x.digest) for x in index.files.values()
+    ] + [ghost]
+    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    gaps = [(end, n, bytes.fromhex(h)) for end, (n, h) in index.gaps.items()]
+    obj.write_bytes(
+        raw[: index.data_end] + ix.encode_tail(ix.pack_payload(members, files, gaps), index.data_end)
+    )
+    with pytest.raises(CorruptCheckpointError, match="the tar holds no file where its index places 'ghost'"):
+        fc.Checkpoint(str(tmp_path / "bad"), str(obj)).load_sync()
+
+
+def test_an_object_replaced_after_its_index_was_read_loads_again_not_as_damaged(tmp_path, monkeypatch):
+    """A load that hashes files where the index read before the stream places them, of an
+    object replaced in between by another of the same size: the files do not match that index,
+    but the stream ends in another one, so the object changed rather than broke; the load
+    reads it again (and gets the new one) instead of calling it damaged."""
+    streams_after_reading_the_index(monkeypatch)
+    monkeypatch.setattr(inflate, "PARALLEL_MIN", 0)
+
+    def save(name: str) -> Path:
+        root = tmp_path / f"tree-{name}"
+        root.mkdir()
+        for i in range(3):
+            (root / f"f{i}.bin").write_bytes(os.urandom(ix.ALIGN_MIN + 1000 * i))
+            os.utime(root / f"f{i}.bin", (1_700_000_000, 1_700_000_000))
+        os.utime(root, (1_700_000_000, 1_700_000_000))
+        obj = tmp_path / f"{name}.tgz"
+        fc.Checkpoint(str(obj)).save_sync(str(root))
+        return obj
+
+    obj = save("a")
+    other = next(
+        (o for o in (save(f"b{k}") for k in range(20)) if o.stat().st_size == obj.stat().st_size), None
+    )
+    assert other is not None, "no second object of the same size"
+    real = ix.read_index
+    swaps = []
+
+    def read_then_replace(*args, **kwargs):
+        index = real(*args, **kwargs)
+        if not swaps:
+            swaps.append(os.replace(other, obj))
+        return index
+
+    monkeypatch.setattr(ix, "read_index", read_then_replace)
+    expected = tree(tmp_path / f"tree-{other.stem}")
+    with fc.Checkpoint(str(tmp_path / "d"), str(obj)) as cp:
+        got = cp.load_sync()
+        assert got is not None and tree(got) == expected
+    assert swaps == [None]

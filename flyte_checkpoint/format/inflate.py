@@ -155,9 +155,10 @@ def inflate_member(raw: memoryview, m: Member, i: int, uri: str) -> list[bytes]:
     return pieces
 
 
-class _Verifier:
+class TarVerifier:
     """Hashes each file's data as the tar stream passes, in order, and compares it with the
-    index's hash once the file's last byte has passed. Hard links share one hash."""
+    index's hash once the file's last byte has passed. Hard links share one hash. (A parallel
+    load feeds it from its workers, a streamed one from the thread that inflates.)"""
 
     def __init__(self, index: Index, uri: str, stats: LoadStats) -> None:
         spans: dict[tuple[int, int], list[FileEntry]] = {}
@@ -174,6 +175,11 @@ class _Verifier:
         self._hash = digests.new(self._algorithm)
         self._uri = uri
         self._stats = stats
+        self.verified = 0  # files whose hash matched
+        #: Keep going past a file that does not match, its error kept in :attr:`error` (the
+        #: caller tells damage from an object replaced during the load once the stream ends).
+        self.defer = False
+        self.error: CorruptCheckpointError | None = None
 
     def feed(self, uoff: int, data: bytes | memoryview) -> None:
         """The tar stream's bytes from offset ``uoff`` on."""
@@ -190,11 +196,16 @@ class _Verifier:
             if start + size > end:
                 return
             digest = self._hash.hexdigest()
-            for e in entries:
-                if digest != e.digest:
-                    label = digests.LABEL[self._algorithm]
-                    raise damaged(self._uri, f"{e.name[:200]!r} does not match the {label} its index records")
-            self._stats.files_verified += len(entries)
+            bad = next((e for e in entries if digest != e.digest), None)
+            if bad is not None:
+                label = digests.LABEL[self._algorithm]
+                error = damaged(self._uri, f"{bad.name[:200]!r} does not match the {label} its index records")
+                if not self.defer:
+                    raise error
+                self.error = self.error or error
+            else:
+                self._stats.files_verified += len(entries)
+                self.verified += len(entries)
             self._hash = digests.new(self._algorithm)
             self._at += 1
 
@@ -205,12 +216,12 @@ class _Verifier:
 
 
 class _OrderedHashing:
-    """Feeds inflated batches to a :class:`_Verifier` in batch order, on whichever thread
+    """Feeds inflated batches to a :class:`TarVerifier` in batch order, on whichever thread
     finds the next one ready: a worker that inflated a batch hashes every batch ready from
     the next one on, unless another thread is already at it (then it leaves its batch to that
     one). No thread waits for its turn, so no hand-over waits for a thread to be scheduled."""
 
-    def __init__(self, verifier: _Verifier, batches: list[tuple[int, int]], index: Index) -> None:
+    def __init__(self, verifier: TarVerifier, batches: list[tuple[int, int]], index: Index) -> None:
         self._verifier = verifier
         self._batches = batches
         self._members = index.members
@@ -282,7 +293,7 @@ class InflatedStream:
         self._uri, self._index = uri, index
         self.stats = stats or LoadStats()
         self.stats.threads = threads
-        self._verifier = _Verifier(index, uri, self.stats)
+        self._verifier = TarVerifier(index, uri, self.stats)
         self._batches = _batches(index.members)
         self._hashing = _OrderedHashing(self._verifier, self._batches, index)
         self._next_batch = 0  # the next batch to read and submit
@@ -503,5 +514,6 @@ __all__ = [
     "InflatedStream",
     "LoadStats",
     "inflate_member",
+    "TarVerifier",
     "restore_indexed",
 ]

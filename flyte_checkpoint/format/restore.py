@@ -171,13 +171,24 @@ def restore(
     stream = CountingReader(head, raw)
     kind = sniff(head, expected_size)
     members = None
+    placed = hashes.placed(uri or source) if hashes is not None and kind == "tar.gz" else None
     try:
         try:
             if kind == "tar.gz":
                 members = decompressor(stream)  # type: ignore[arg-type]
-                # decompression (which releases the GIL) runs in its own thread, ahead of unpacking
-                with ReadAhead(members, chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
-                    unpack(inflated, dest, limits=limits, budget=budget, source=source, hashes=hashes)  # type: ignore[arg-type]
+                # decompression (which releases the GIL) runs in its own thread, ahead of unpacking;
+                # with the index known, the files' bytes are hashed there too, where they are hot
+                tar = placed.wrap(members) if placed is not None else members  # type: ignore[arg-type]
+                with ReadAhead(tar, chunk_size=_CHUNK) as inflated:  # type: ignore[arg-type]
+                    unpack(
+                        inflated,  # type: ignore[arg-type]
+                        dest,
+                        limits=limits,
+                        budget=budget,
+                        source=source,
+                        on_file=placed.on_file if placed is not None else None,
+                        hashes=hashes if placed is None else None,
+                    )
             elif kind == "tar":
                 unpack(stream, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
             else:
@@ -193,7 +204,14 @@ def restore(
 
             # the index after the tar is in extra fields, which decoding skips: checked here
             index = check_tail(members.tail, uri or source, hashes.index if hashes is not None else None)
-            if hashes is not None and index is not None and index.algorithm == hashes.algorithm:
+            if placed is not None:
+                if index is not placed.index:  # the index read before the stream is not the one it ended in
+                    raise TransientError(
+                        f"{source} changed while it was read (its index is not the one read before);"
+                        " load it again"
+                    )
+                placed.finish()
+            elif hashes is not None and index is not None and index.algorithm == hashes.algorithm:
                 hashes.verify(index, uri or source)
     finally:
         if hashes is not None:
