@@ -653,3 +653,21 @@ def test_an_object_replaced_after_its_index_was_read_loads_again_not_as_damaged(
         got = cp.load_sync()
         assert got is not None and tree(got) == expected
     assert swaps == [None]
+
+
+def test_a_file_not_where_the_index_read_before_places_it_fails_at_the_end(src, tmp_path):
+    """Checked by place, a file the extractor writes elsewhere than the index read before the
+    stream places it is refused once the stream has ended (when the caller knows the object
+    was not replaced), not at once."""
+    from flyte_checkpoint.format import filehashes
+
+    obj = tmp_path / "obj.tgz"
+    fc.Checkpoint(str(obj)).save_sync(str(src))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None
+    placed = filehashes.PlacedHashes(index, str(obj))
+    placed.on_file("exact", 0, 5)  # kept, not raised
+    with pytest.raises(
+        CorruptCheckpointError, match=r"'exact' \(at byte 0\) is not where its index places it"
+    ):
+        placed.finish()

@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from ..errors import CorruptCheckpointError
 from . import digests
 from .hashing import Hasher
 from .inflate import LoadStats, TarVerifier, damaged, placement_check
@@ -109,15 +110,17 @@ class PlacedHashes:
     """The check of a streamed load whose index was read before the stream (by the ranged reads
     that chose how to load): the tar stream's bytes are hashed where the index places each
     file, on the thread that inflates them (:meth:`wrap`), as a parallel load does
-    (:class:`~.inflate.TarVerifier`), rather than handed from the extractor to a hashing
-    thread per file (the model set, 1 GiB in 64 files: 0.77 s instead of 0.84 s, 2 cores). The
-    extractor reports each file it writes (:meth:`on_file`): it must be where the index places
-    a file, so what it wrote is what was hashed; :meth:`finish` then checks that every file the
-    index lists was written and hashed. The caller must check that the stream ended in the same
-    index (:func:`.index.check_tail` with it as ``known``) before :meth:`finish`: a file that
-    does not match the index read before may be one of another object that replaced it since,
-    so that error waits for the stream's end (a damaged object then raises it, a replaced one
-    loads again)."""
+    (:class:`~.inflate.TarVerifier`), rather than handed from the extractor to a hashing thread
+    per file (the model set, 1 GiB in 64 files, 2 cores: 1.14x the time of a load that checks
+    CRC-32s only, instead of 1.38x). The extractor reports each file it writes
+    (:meth:`on_file`): it must be where the index places a file, so that what it wrote is what
+    was hashed. :meth:`finish` then checks that every file the index lists was written.
+
+    The caller must check that the stream ended in the same index (:func:`.index.check_tail`
+    with it as ``known``) before :meth:`finish`: a file that does not match the index read
+    before, or is not where it places one, may belong to another object that replaced it since.
+    So those errors wait for the stream's end: a damaged object then raises them, and a
+    replaced one is loaded again."""
 
     def __init__(self, index: Index, uri: str) -> None:
         self.index = index
@@ -132,7 +135,10 @@ class PlacedHashes:
         return _Hashed(stream, self._verifier)
 
     def on_file(self, name: str, offset: int, size: int) -> None:
-        self._placed(name, offset, size)
+        try:
+            self._placed(name, offset, size)
+        except CorruptCheckpointError as exc:  # kept for finish, as a file that does not match
+            self._verifier.error = self._verifier.error or exc
         self._spans.add((offset, size))
 
     def finish(self) -> int:
