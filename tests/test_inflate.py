@@ -647,6 +647,25 @@ def test_an_object_replaced_after_its_index_was_read_loads_again_not_as_damaged(
             swaps.append(os.replace(other, obj))
         return index
 
+    # what the first attempt raises, for the retry: the object changed, and to load it again
+    from flyte_checkpoint.errors import TransientError
+    from flyte_checkpoint.format.filehashes import for_object
+    from flyte_checkpoint.format.restore import restore
+
+    size = obj.stat().st_size
+    hashes = for_object(store_for(str(obj)), str(obj), size)
+    assert hashes is not None
+    hashes.index = ix.read_index(store_for(str(obj)), str(obj), size)
+    (tmp_path / "once").mkdir()
+    with (
+        open(other, "rb") as raw,
+        pytest.raises(
+            TransientError,
+            match=rf"{obj} changed while it was read \(its index is not the one read before\); load it again",
+        ),
+    ):
+        restore(raw, str(tmp_path / "once"), size, uri=str(obj), hashes=hashes)  # type: ignore[arg-type]
+
     monkeypatch.setattr(ix, "read_index", read_then_replace)
     expected = tree(tmp_path / f"tree-{other.stem}")
     with fc.Checkpoint(str(tmp_path / "d"), str(obj)) as cp:
