@@ -59,7 +59,7 @@ class FileHashes:
         if size <= INLINE_MAX:
             return digest.update
         if self._hasher is None:
-            self._hasher = Hasher(self.algorithm)
+            self._hasher = Hasher()
         return partial(self._hasher.update, digest)
 
     def placed(self, uri: str) -> PlacedHashes | None:

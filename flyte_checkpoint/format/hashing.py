@@ -54,8 +54,7 @@ def _run(shared: _Shared, owner: weakref.ref[Hasher]) -> None:
 class Hasher:
     """Hashes pieces of files on one background thread; :meth:`close` waits for all of them."""
 
-    def __init__(self, algorithm: str = digests.CURRENT) -> None:
-        self.algorithm = algorithm
+    def __init__(self) -> None:
         self._batch: list[tuple[Any, bytes | memoryview]] = []
         self._size = 0
         self._shared = _Shared()
@@ -65,9 +64,9 @@ class Hasher:
         self._thread.start()
 
     def new(self) -> Any:
-        """A hash object (of :attr:`algorithm`: :data:`.digests.CURRENT` unless told) to
-        :meth:`update`; read it (``hexdigest()``) after :meth:`close`."""
-        return digests.new(self.algorithm)
+        """A hash object (:data:`.digests.CURRENT`) to :meth:`update`; read it (``hexdigest()``)
+        after :meth:`close`. Any hash object can be updated here."""
+        return digests.new()
 
     def update(self, digest: Any, piece: bytes | memoryview) -> None:
         self._batch.append((digest, piece))

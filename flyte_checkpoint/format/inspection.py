@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
-from ..errors import CorruptCheckpointError, NotFoundError
+from ..errors import NotFoundError
 from ..uri import redact
 from . import tarstream as ts
 from .archive import ExactReader, read_members
 from .compression import decompressor
-from .restore import CountingReader, length_error, read_head, sniff
+from .restore import CountingReader, read_head, sniff
 
 __all__ = ["Entry", "Inspection", "Member", "inspect_index", "inspect_stream", "inspect_uri", "iter_members"]
 
@@ -231,17 +231,12 @@ def _inspect(
         return result
     stream = CountingReader(head, rest)
     members = None
-    try:
+    with stream.whole(size):
         if fmt == "tar.gz":
             members = decompressor(stream)  # type: ignore[arg-type]
             _summarize(iter_members(members), result, on_member)  # type: ignore[arg-type]
         else:
             _summarize(iter_members(stream), result, on_member)  # type: ignore[arg-type]
-    except CorruptCheckpointError:
-        if not (stream.eof and stream.count != size):
-            raise
-    if stream.count != size:
-        raise length_error(stream.count, size)
     if members is not None:
         from .index import check_tail
 

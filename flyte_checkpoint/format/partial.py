@@ -390,7 +390,7 @@ def _from_stream(
     selected files; hard-linked names whose file is not selected take a second pass."""
     from .compression import decompressor
     from .pipeline import ReadAhead
-    from .restore import CountingReader, length_error, read_head, sniff
+    from .restore import CountingReader, read_head, sniff
 
     with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=on_read) as ahead:
         head = read_head(ahead)  # type: ignore[arg-type]
@@ -403,15 +403,9 @@ def _from_stream(
                 f" {', '.join(repr(n) for n in selection.names[:20])}; load() it whole"
             )
         stream = CountingReader(head, ahead)  # type: ignore[arg-type]
-        try:
+        with stream.whole(size):
             inflated = decompressor(stream) if kind == "tar.gz" else stream  # type: ignore[arg-type]
             pending = _extract_selected(ExactReader(inflated), selection, writer, limits, uri)  # type: ignore[arg-type]
-        except CorruptCheckpointError:
-            if stream.eof and stream.count != size:
-                raise length_error(stream.count, size) from None
-            raise
-        if stream.count != size:
-            raise length_error(stream.count, size)
     if kind == "tar.gz":
         from .index import check_tail
 

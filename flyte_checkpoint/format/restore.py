@@ -13,6 +13,8 @@ first header raises :class:`CorruptCheckpointError`.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import CorruptCheckpointError, StoreError, TransientError
@@ -92,6 +94,20 @@ class CountingReader:
         b[: len(data)] = data
         return len(data)
 
+    @contextmanager
+    def whole(self, expected: int) -> Iterator[None]:
+        """Around reading an object of ``expected`` bytes through this to its end: raises
+        :func:`length_error` when another count of bytes arrived, also in place of the
+        ``CorruptCheckpointError`` of a tarball that ended where a short read ended it."""
+        try:
+            yield
+        except CorruptCheckpointError:
+            if self.eof and self.count != expected:
+                raise length_error(self.count, expected) from None
+            raise
+        if self.count != expected:
+            raise length_error(self.count, expected)
+
 
 def read_head(raw: BinaryIO) -> bytes:
     """Up to the first 64 KiB of a stream: enough to tell a tarball from a payload."""
@@ -146,7 +162,8 @@ def restore(
     ``uri`` (credentials already removed, or not: it is redacted here) names the object
     in error messages. With ``hashes`` (:func:`.filehashes.for_object`: the object's trailer
     names an index), a gzip tarball's files are hashed as they are extracted and checked
-    against the index once the stream has ended.
+    against the index once the stream has ended; or, where the index was read before the
+    load, hashed where it places them as the stream is inflated (:meth:`.filehashes.FileHashes.placed`).
 
     Raises:
         CorruptCheckpointError: a damaged or truncated tarball.
@@ -155,7 +172,8 @@ def restore(
         WorkspaceError: the file system of ``dest`` is full (or would go below the
             reserve), or a file is over a size limit.
         PathTooLongError: a member's name is too long for that file system.
-        TransientError: fewer or more bytes arrived than the store reported.
+        TransientError: fewer or more bytes arrived than the store reported, or the index
+            the stream ended in is not the one read before the load (the object changed).
         ValueError: a limit's environment variable holds something other than a number.
     """
     from dataclasses import replace
@@ -173,7 +191,7 @@ def restore(
     members = None
     placed = hashes.placed(uri or source) if hashes is not None and kind == "tar.gz" else None
     try:
-        try:
+        with stream.whole(expected_size):
             if kind == "tar.gz":
                 members = decompressor(stream)  # type: ignore[arg-type]
                 # decompression (which releases the GIL) runs in its own thread, ahead of unpacking;
@@ -193,12 +211,6 @@ def restore(
                 unpack(stream, dest, limits=limits, budget=budget, source=source)  # type: ignore[arg-type]
             else:
                 _write_payload(stream, os.path.join(dest, PAYLOAD), budget, source)
-        except CorruptCheckpointError:
-            if stream.eof and stream.count != expected_size:
-                raise length_error(stream.count, expected_size) from None
-            raise
-        if stream.count != expected_size:
-            raise length_error(stream.count, expected_size)
         if members is not None:
             from .index import check_tail
 
