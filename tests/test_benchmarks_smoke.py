@@ -45,3 +45,22 @@ def test_benchmarks_run_at_a_small_size(tmp_path):
     assert re.search(r"^\| model \| file \| .*% \|$", background, flags=re.M), background
     assert re.search(r"^\| model \| s3 \(moto\) \| .*% \|$", background, flags=re.M), background
     assert re.search(r"^\| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", background, flags=re.M), background
+
+
+def test_two_versions_are_compared_on_the_same_data(tmp_path):
+    """benchmarks.versions checks a commit out beside this checkout, and both save and load
+    the data set; the table gives each one's median and the ratio."""
+    args = ["HEAD", ".", "--sets", "small,model", "--scale", "0.002", "--runs", "2", "--data", str(tmp_path)]
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.versions", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    for data in ("small", "model"):
+        row = rf"^\| {data} \| [0-9.]+ s \(min [0-9.]+\) \| [0-9.]+ s \(min [0-9.]+\) \| [0-9.]+x \|$"
+        assert re.search(row, out.stdout, flags=re.M), out.stdout
+    worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True)
+    assert "fcp-versions-" not in worktrees.stdout  # the checkout of HEAD was removed
