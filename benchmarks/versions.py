@@ -7,10 +7,11 @@
 Each version (a commit, checked out in a temporary worktree; or ``.``, this checkout as it
 is) saves each data set with its own code, so each loads the object its own save writes.
 Then the loads alternate, the order rotating each round, each in a fresh process
-(``load_sync()`` timed inside it) from the start the main suite gives each operation
-(``benchmarks.measure``): after ``sync``, with the page cache dropped where the process may
-(as root) and the object read back into it, and memory touched (this virtual machine gives
-idle memory back to its host, and touching it again costs as much as the load).
+(``load_sync()`` timed inside it) after ``sync``, with the page cache dropped where the
+process may (as root) and the object read back into it: what a task that restarts finds.
+Memory is not warmed first, as the main suite does (``benchmarks.warm_memory``): here,
+touching 2.4 GB before each load made the model set's loads alternate between about 0.5 s
+and 1.2 s, whichever version loaded, where without it they stayed within 0.50-0.57 s.
 Before timing, each version loads once so that its bytecode is compiled and written
 (``PYTHONDONTWRITEBYTECODE`` is removed from the processes' environment): otherwise a
 version whose ``__pycache__`` is missing compiles its modules inside every timed load, about
@@ -32,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 from . import datasets
-from .__main__ import can_reset_page_cache, reset_page_cache, warm_bytes, warm_memory
+from .__main__ import can_reset_page_cache, reset_page_cache
 
 _REPO = Path(__file__).resolve().parent.parent
 _SETS = {"model": datasets.model_like, "jsonl": datasets.json_lines, "small": datasets.small_files}
@@ -88,7 +89,6 @@ def compare(
     try:
         for name in sets:
             src = _SETS[name](data, scale)
-            warm = warm_bytes(src)
             objs = {rev: work / f"{name}-{i}.tgz" for i, rev in enumerate(revs)}
             for rev, root in roots.items():
                 _child(root, "save", str(objs[rev]), str(src))
@@ -96,10 +96,9 @@ def compare(
             times: dict[str, list[float]] = {rev: [] for rev in revs}
             for i in range(runs):
                 order = revs[i % len(revs) :] + revs[: i % len(revs)]
-                for rev in order:  # from the same start, as benchmarks.measure gives each operation
+                for rev in order:
                     os.sync()
                     reset_page_cache((str(objs[rev]),))
-                    warm_memory(warm)
                     times[rev].append(float(_child(roots[rev], "load", str(objs[rev]), str(work / "unused"))))
             med = {rev: statistics.median(t) for rev, t in times.items()}
             first = med[revs[0]]
