@@ -13,20 +13,21 @@ from conftest import require
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_benchmark(module: str, *args: str) -> str:
+    """What ``python -m module args`` printed, once it succeeded."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    return out.stdout
+
+
 def test_benchmarks_run_at_a_small_size(tmp_path):
     import importlib.util
 
     require(importlib.util.find_spec("moto") is not None, "moto[server] is not installed")
     args = ["--scale", "0.003", "--runs", "1", "--s3", "--background", "--partial", "--cache", str(tmp_path)]
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    table = out.stdout
+    table = run_benchmark("benchmarks", *args)
     for data in ("model", "jsonl", "small"):
         for approach in ("ours", "reference", "tar"):
             assert f"| {data} | {approach} |" in table
@@ -51,16 +52,9 @@ def test_two_versions_are_compared_on_the_same_data(tmp_path):
     """benchmarks.versions checks a commit out beside this checkout, and both save and load
     the data set; the table gives each one's median and the ratio."""
     args = ["HEAD", ".", "--sets", "small,model", "--scale", "0.002", "--runs", "2", "--data", str(tmp_path)]
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.versions", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    table = run_benchmark("benchmarks.versions", *args)
     for data in ("small", "model"):
         row = rf"^\| {data} \| [0-9.]+ s \(min [0-9.]+\) \| [0-9.]+ s \(min [0-9.]+\) \| [0-9.]+x \|$"
-        assert re.search(row, out.stdout, flags=re.M), out.stdout
+        assert re.search(row, table, flags=re.M), table
     worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True)
     assert "fcp-versions-" not in worktrees.stdout  # the checkout of HEAD was removed
