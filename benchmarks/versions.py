@@ -10,8 +10,8 @@ Then the loads alternate, the order rotating each round, each in a fresh process
 (``load_sync()`` timed inside it) after ``sync``, with the page cache dropped where the
 process may (as root) and the object read back into it: what a task that restarts finds.
 Memory is not warmed first, as the main suite does (``benchmarks.warm_memory``): here,
-touching 2.4 GB before each load made the model set's loads alternate between about 0.5 s
-and 1.2 s, whichever version loaded, where without it they stayed within 0.50-0.57 s.
+a load right after a process had touched and freed 2.4 GB took 0.5 s to 1.4 s, whichever
+version loaded, where without it, or 3 s after it, the loads stayed within 0.46-0.57 s.
 Before timing, each version loads once so that its bytecode is compiled and written
 (``PYTHONDONTWRITEBYTECODE`` is removed from the processes' environment): otherwise a
 version whose ``__pycache__`` is missing compiles its modules inside every timed load, about
@@ -69,11 +69,13 @@ def _child(root: Path, *args: str) -> str:
 def _checkout(rev: str, into: Path) -> Path:
     if rev == ".":
         return _REPO
-    subprocess.run(
+    done = subprocess.run(
         ["git", "-C", str(_REPO), "worktree", "add", "--detach", "--force", str(into), rev],
-        check=True,
         capture_output=True,
+        text=True,
     )
+    if done.returncode:
+        raise SystemExit(f"cannot check out {rev!r}: {done.stderr.strip()}")
     return into
 
 
@@ -83,10 +85,12 @@ def compare(
     """Markdown lines: per data set, each version's median load time and ratio to the first."""
     if len(set(revs)) != len(revs):
         raise SystemExit(f"compare different versions, not {revs}")
-    roots = {rev: _checkout(rev, work / f"v{i}") for i, rev in enumerate(revs)}
     lines = ["| data | " + " | ".join(f"{rev} median (min)" for rev in revs) + " | ratio of medians |"]
     lines.append("|---" * (len(revs) + 2) + "|")
+    roots: dict[str, Path] = {}
     try:
+        for i, rev in enumerate(revs):
+            roots[rev] = _checkout(rev, work / f"v{i}")
         for name in sets:
             src = _SETS[name](data, scale)
             objs = {rev: work / f"{name}-{i}.tgz" for i, rev in enumerate(revs)}
@@ -116,7 +120,8 @@ def compare(
                 )
     if not can_reset_page_cache():
         lines.append(
-            "(the page cache could not be dropped: not root; objects were read into it before each load)"
+            "(the page cache could not be reset: that needs root; each load found the object as the"
+            " runs before left it)"
         )
     return lines
 
