@@ -110,11 +110,12 @@ class PlacedHashes:
     """The check of a streamed load whose index was read before the stream (by the ranged reads
     that chose how to load): the tar stream's bytes are hashed where the index places each
     file, on the thread that inflates them (:meth:`wrap`), as a parallel load does
-    (:class:`~.inflate.TarVerifier`), rather than handed from the extractor to a hashing thread
-    per file (the model set, 1 GiB in 64 files, 2 cores: 1.14x the time of a load that checks
-    CRC-32s only, instead of 1.38x). The extractor reports each file it writes
-    (:meth:`on_file`): it must be where the index places a file, so that what it wrote is what
-    was hashed. :meth:`finish` then checks that every file the index lists was written.
+    (:class:`~.inflate.TarVerifier`), while the data is still in cache, rather than handed from
+    the extractor to a hashing thread piece by piece (on the model set, 1 GiB in 6 files on 2
+    cores, the hashing thread made the load slower still; the README's Performance section
+    gives this way's figures against a load that checks CRC-32s only). The extractor reports
+    each file it writes (:meth:`on_file`): it must be where the index places a file, so that
+    what it wrote is what was hashed. :meth:`finish` then checks that every file the index lists was written.
 
     The caller must check that the stream ended in the same index (:func:`.index.check_tail`
     with it as ``known``) before :meth:`finish`: a file that does not match the index read
