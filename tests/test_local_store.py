@@ -1,9 +1,13 @@
-"""The local store's own behaviour: early write-back, and the umask read without a race."""
+"""The local store's own behaviour: early write-back, replaced objects freed after the commit,
+and the umask read without a race."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
+
+import pytest
 
 from flyte_checkpoint.paths import current_umask
 from flyte_checkpoint.storage.stores import local
@@ -70,3 +74,79 @@ def test_committed_file_gets_the_umask_mode(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "m").stat().st_mode & 0o777 == 0o600
+
+
+def _held_by_us(name: str) -> list[int]:
+    """Our descriptors of a file called ``name`` that is no longer in any folder."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.endswith(f"/{name} (deleted)"):
+            out.append(int(fd))
+    return out
+
+
+def test_a_replaced_large_object_is_freed_after_the_commit_returns(tmp_path, monkeypatch):
+    """The rename of a commit does not wait for the replaced object's space to be freed: a
+    thread closes the last descriptor of it after the save has returned."""
+    monkeypatch.setattr(local, "_FREE_BEHIND", 1)
+    entered, let_go, seen = threading.Event(), threading.Event(), []
+    real = local._release
+
+    def held_release(fd):
+        seen.append((threading.current_thread().name, os.fstat(fd).st_nlink))
+        entered.set()
+        let_go.wait(60)  # the test sets it; the timeout only ends a failing run
+        real(fd)
+
+    monkeypatch.setattr(local, "_release", held_release)
+    target = tmp_path / "obj"
+    store = LocalStore()
+    store.write_bytes(str(target), b"first")
+    assert not seen, "nothing was replaced by the first save"
+    store.write_bytes(str(target), b"second")  # returns while the old file is still held
+    assert entered.wait(60)
+    assert target.read_bytes() == b"second"
+    assert seen == [("fcp-free-replaced", 0)]  # off the committing thread, and out of the folder
+    assert len(_held_by_us("obj")) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["obj"]
+    let_go.set()
+    for thread in threading.enumerate():
+        if thread.name == "fcp-free-replaced":
+            thread.join()
+    assert _held_by_us("obj") == []
+
+
+def test_small_replaced_objects_are_freed_at_once(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(local, "_release", calls.append)
+    store, target = LocalStore(), str(tmp_path / "obj")
+    store.write_bytes(target, b"a" * 1000)
+    store.write_bytes(target, b"b" * 1000)
+    assert calls == []
+    assert _held_by_us("obj") == []
+
+
+def test_a_failed_rename_lets_the_held_object_go(tmp_path, monkeypatch):
+    """The rename fails (a folder is where the object goes): the error says so, and the
+    descriptor held of the file that was to be replaced is closed all the same."""
+    monkeypatch.setattr(local, "_FREE_BEHIND", 1)
+    released = []
+    monkeypatch.setattr(local, "_release", lambda fd: (released.append(fd), os.close(fd)))
+    target = tmp_path / "obj"
+    target.write_bytes(b"old")
+
+    def no_rename(new, old):
+        raise PermissionError(13, "denied")
+
+    monkeypatch.setattr(local.os, "replace", no_rename)
+    with pytest.raises(PermissionError, match="permission denied to write"):
+        LocalStore().write_bytes(str(target), b"new")
+    for thread in threading.enumerate():
+        if thread.name == "fcp-free-replaced":
+            thread.join()
+    assert len(released) == 1
+    assert target.read_bytes() == b"old"

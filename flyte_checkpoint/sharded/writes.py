@@ -189,7 +189,7 @@ class LocalShardedWrites:
         return _FileSegment(self._piece(session["token"], rank))
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
-        from ..storage.stores.local import _fsync_dir, _umask
+        from ..storage.stores.local import _fsync_dir, _umask, replace_object
 
         token = session["token"]
         joined = self._piece(token, 0)  # rank 0's piece grows into the object: one copy less
@@ -203,7 +203,7 @@ class LocalShardedWrites:
             out.flush()
             os.fsync(out.fileno())
         os.chmod(joined, 0o666 & ~_umask())
-        os.replace(joined, self.target)
+        replace_object(joined, self.target)
         _fsync_dir(self.target.parent)
         self.abort(session)
 

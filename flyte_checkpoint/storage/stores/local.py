@@ -35,6 +35,8 @@ _COPY_CHUNK = 8 * 1024 * 1024
 #: A temporary file untouched for this long belongs to a writer that died (SIGKILL, power
 #: loss) without removing it; the next commit in its folder deletes it.
 STALE_TMP_SECONDS = 3600.0
+#: A replaced object at least this large is freed on a thread of its own (see ``replace_object``).
+_FREE_BEHIND = 64 * 1024 * 1024
 
 
 def _file_info(path: str) -> ObjectInfo | None:
@@ -91,6 +93,43 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def replace_object(new: str | Path, target: str | Path) -> None:
+    """Rename ``new`` over ``target``, and free the file it replaces after returning.
+
+    Renaming over a file frees its blocks and its cached pages there and then: 0.16-0.23 s
+    for 1 GiB on ext4, as long as a commit that copied all but 16 MiB of it spends on the rest.
+    A descriptor held across the rename keeps the replaced file alive, and its close, on a
+    thread of its own, does that work while the caller goes on. Nothing is visible in the
+    folder meanwhile; a process that ends first has the kernel free the file as it exits.
+    """
+    held = _hold(target)
+    try:
+        os.replace(new, target)
+    finally:
+        if held is not None:
+            threading.Thread(target=_release, args=(held,), name="fcp-free-replaced").start()
+
+
+def _hold(target: str | Path) -> int | None:
+    """A descriptor of ``target`` if it is a file of at least ``_FREE_BEHIND`` bytes, else None."""
+    try:  # O_PATH needs no read permission and keeps the file all the same
+        fd = os.open(target, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None  # nothing there, or not ours to open: the rename decides
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size < _FREE_BEHIND:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release(fd: int) -> None:
+    os.close(fd)
 
 
 class _LocalWriter(BlobWriter):
@@ -185,7 +224,7 @@ class _LocalWriter(BlobWriter):
             os.fsync(self._file.fileno())
             self._file.close()
             os.chmod(self._tmp, 0o666 & ~_umask())
-            os.replace(self._tmp, self._target)
+            replace_object(self._tmp, self._target)
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
         _fsync_dir(self._target.parent)
