@@ -9,9 +9,9 @@ is) saves each data set with its own code, so each loads the object its own save
 Then the loads alternate, the order rotating each round, each in a fresh process
 (``load_sync()`` timed inside it) after ``sync``, with the page cache dropped where the
 process may (as root) and the object read back into it: what a task that restarts finds.
-Memory is not warmed first, as the main suite does (``benchmarks.warm_memory``): here,
-a load right after a process had touched and freed 2.4 GB took 0.5 s to 1.4 s, whichever
-version loaded, where without it, or 3 s after it, the loads stayed within 0.46-0.57 s.
+Memory is not warmed first, as the main suite does (``benchmarks.warm_memory``, which then
+waits 3 s): a load right after a process had touched and freed 2.4 GB was often up to 3
+times as slow, whichever version loaded.
 Before timing, each version loads once so that its bytecode is compiled and written
 (``PYTHONDONTWRITEBYTECODE`` is removed from the processes' environment): otherwise a
 version whose ``__pycache__`` is missing compiles its modules inside every timed load, about

@@ -26,7 +26,8 @@ def test_benchmarks_run_at_a_small_size(tmp_path):
     import importlib.util
 
     require(importlib.util.find_spec("moto") is not None, "moto[server] is not installed")
-    args = ["--scale", "0.003", "--runs", "1", "--s3", "--background", "--partial", "--cache", str(tmp_path)]
+    args = ["--scale", "0.003", "--runs", "1", "--s3", "--background", "--partial", "--settle", "0"]
+    args += ["--cache", str(tmp_path)]
     table = run_benchmark("benchmarks", *args)
     for data in ("model", "jsonl", "small"):
         for approach in ("ours", "reference", "tar"):
@@ -58,3 +59,14 @@ def test_two_versions_are_compared_on_the_same_data(tmp_path):
         assert re.search(row, table, flags=re.M), table
     worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True)
     assert "fcp-versions-" not in worktrees.stdout  # the checkout of HEAD was removed
+
+
+def test_warming_memory_waits_the_settle_time(monkeypatch):
+    """The main suite waits ``--settle`` seconds after warming, before the operation."""
+    import benchmarks.__main__ as suite
+
+    slept = []
+    monkeypatch.setattr(suite.time, "sleep", slept.append)
+    monkeypatch.setattr(suite, "settle_s", 2.5)
+    suite.warm_memory(1 << 20)
+    assert slept == [2.5]
