@@ -150,3 +150,37 @@ def test_a_failed_rename_lets_the_held_object_go(tmp_path, monkeypatch):
             thread.join()
     assert len(released) == 1
     assert target.read_bytes() == b"old"
+
+
+def test_where_no_thread_can_start_the_replaced_object_is_freed_at_once(tmp_path, monkeypatch):
+    """At interpreter exit (a background save drained by atexit) no thread starts: the save
+    still succeeds, and frees the replaced object itself."""
+    monkeypatch.setattr(local, "_FREE_BEHIND", 1)
+    released = []
+    monkeypatch.setattr(
+        local, "_release", lambda fd: (released.append(threading.current_thread()), os.close(fd))
+    )
+
+    def no_thread(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    target = tmp_path / "obj"
+    target.write_bytes(b"old")
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    LocalStore().write_bytes(str(target), b"new")
+    assert target.read_bytes() == b"new"
+    assert released == [threading.current_thread()]
+    assert _held_by_us("obj") == []
+
+
+def test_a_symbolic_link_replaced_is_not_held(tmp_path, monkeypatch):
+    """The rename replaces the link, not the file it points to: nothing to free behind."""
+    monkeypatch.setattr(local, "_FREE_BEHIND", 1)
+    calls = []
+    monkeypatch.setattr(local, "_release", calls.append)
+    (tmp_path / "elsewhere").write_bytes(b"x" * 100)
+    (tmp_path / "obj").symlink_to(tmp_path / "elsewhere")
+    LocalStore().write_bytes(str(tmp_path / "obj"), b"new")
+    assert calls == []
+    assert (tmp_path / "obj").read_bytes() == b"new" and not (tmp_path / "obj").is_symlink()
+    assert (tmp_path / "elsewhere").read_bytes() == b"x" * 100
