@@ -184,3 +184,15 @@ def test_a_symbolic_link_replaced_is_not_held(tmp_path, monkeypatch):
     assert calls == []
     assert (tmp_path / "obj").read_bytes() == b"new" and not (tmp_path / "obj").is_symlink()
     assert (tmp_path / "elsewhere").read_bytes() == b"x" * 100
+
+
+def test_nothing_is_held_where_an_open_file_cannot_be_renamed_over(tmp_path, monkeypatch):
+    """On Windows a rename over an open file fails: there the replaced object is not held."""
+    monkeypatch.setattr(local, "_FREE_BEHIND", 1)
+    monkeypatch.setattr(local, "_CAN_HOLD", False)
+    calls = []
+    monkeypatch.setattr(local, "_release", calls.append)
+    store, target = LocalStore(), str(tmp_path / "obj")
+    store.write_bytes(target, b"old")
+    store.write_bytes(target, b"new")
+    assert calls == [] and _held_by_us("obj") == []

@@ -37,6 +37,8 @@ _COPY_CHUNK = 8 * 1024 * 1024
 STALE_TMP_SECONDS = 3600.0
 #: A replaced object at least this large is freed on a thread of its own (see ``replace_object``).
 _FREE_BEHIND = 64 * 1024 * 1024
+#: Only where a file may be renamed over while it is open: on Windows an open file cannot be.
+_CAN_HOLD = os.name == "posix"
 
 
 def _file_info(path: str) -> ObjectInfo | None:
@@ -126,7 +128,9 @@ def _hold(target: str | Path) -> int | None:
     # O_PATH needs no read permission and keeps the file all the same; O_NONBLOCK (where there
     # is no O_PATH) does not wait for a writer of a FIFO; a symbolic link is what the rename
     # replaces, not what it points to
-    flags = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    if not _CAN_HOLD:
+        return None
+    flags = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK) | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(target, flags)
     except OSError:
