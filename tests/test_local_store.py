@@ -14,6 +14,17 @@ from flyte_checkpoint.storage.stores import local
 from flyte_checkpoint.storage.stores.local import LocalStore
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_held():
+    """After each test: no replaced object still held (a stale descriptor number in
+    ``local._held`` would be closed by the next forked child, whatever it then was)."""
+    yield
+    for thread in threading.enumerate():
+        if thread.name == "fcp-free-replaced":
+            thread.join()
+    assert local._held == set()
+
+
 def test_large_writes_start_write_back_early_and_commit_whole(tmp_path, monkeypatch):
     calls = []
     real = local._quiet_datasync
@@ -135,7 +146,8 @@ def test_a_failed_rename_lets_the_held_object_go(tmp_path, monkeypatch):
     descriptor held of the file that was to be replaced is closed all the same."""
     monkeypatch.setattr(local, "_FREE_BEHIND", 1)
     released = []
-    monkeypatch.setattr(local, "_release", lambda fd: (released.append(fd), os.close(fd)))
+    real = local._release
+    monkeypatch.setattr(local, "_release", lambda fd: (released.append(fd), real(fd)))
     target = tmp_path / "obj"
     target.write_bytes(b"old")
 
@@ -156,10 +168,9 @@ def test_where_no_thread_can_start_the_replaced_object_is_freed_at_once(tmp_path
     """At interpreter exit (a background save drained by atexit) no thread starts: the save
     still succeeds, and frees the replaced object itself."""
     monkeypatch.setattr(local, "_FREE_BEHIND", 1)
+    real = local._release
     released = []
-    monkeypatch.setattr(
-        local, "_release", lambda fd: (released.append(threading.current_thread()), os.close(fd))
-    )
+    monkeypatch.setattr(local, "_release", lambda fd: (released.append(threading.current_thread()), real(fd)))
 
     def no_thread(self):
         raise RuntimeError("can't create new thread at interpreter shutdown")
@@ -196,3 +207,37 @@ def test_nothing_is_held_where_an_open_file_cannot_be_renamed_over(tmp_path, mon
     store.write_bytes(target, b"old")
     store.write_bytes(target, b"new")
     assert calls == [] and _held_by_us("obj") == []
+
+
+def test_a_child_forked_while_an_object_is_held_does_not_keep_it(tmp_path, monkeypatch):
+    """A data-loader worker forked just after a save must not keep the replaced object's disk
+    space for its whole life: the child closes what the parent still held."""
+    monkeypatch.setattr(local, "_FREE_BEHIND", 1)
+    entered, let_go = threading.Event(), threading.Event()
+    real = local._release
+
+    def held_release(fd):
+        entered.set()
+        let_go.wait(60)  # the test sets it; the timeout only ends a failing run
+        real(fd)
+
+    monkeypatch.setattr(local, "_release", held_release)
+    target = tmp_path / "obj"
+    store = LocalStore()
+    store.write_bytes(str(target), b"first")
+    store.write_bytes(str(target), b"second")
+    assert entered.wait(60)
+    try:
+        assert len(_held_by_us("obj")) == 1
+        pid = os.fork()
+        if pid == 0:  # the child: report whether it still holds the replaced file
+            os._exit(3 if _held_by_us("obj") else 0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the forked child kept the replaced object"
+        assert len(_held_by_us("obj")) == 1  # the parent's thread still holds its own
+    finally:
+        let_go.set()
+        for thread in threading.enumerate():
+            if thread.name == "fcp-free-replaced":
+                thread.join()
+    assert _held_by_us("obj") == [] and local._held == set()

@@ -39,6 +39,28 @@ STALE_TMP_SECONDS = 3600.0
 _FREE_BEHIND = 64 * 1024 * 1024
 #: Only where a file may be renamed over while it is open: on Windows an open file cannot be.
 _CAN_HOLD = os.name == "posix"
+#: Descriptors of replaced objects not yet closed, and the lock a fork waits for (see _forked).
+_held: set[int] = set()
+_held_lock = threading.Lock()
+
+
+def _forked() -> None:
+    """In a child made by ``fork``: close the replaced objects the parent still held. The
+    parent's threads close theirs; the child's copies (a data-loader worker forked just after
+    a save) would otherwise keep each object's disk space for the child's whole life."""
+    global _held_lock
+    for fd in _held:
+        os.close(fd)
+    _held.clear()
+    _held_lock = threading.Lock()  # the parent's, taken before the fork, stays with the parent
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(
+        before=lambda: _held_lock.acquire(),
+        after_in_parent=lambda: _held_lock.release(),
+        after_in_child=_forked,
+    )
 
 
 def _file_info(path: str) -> ObjectInfo | None:
@@ -142,11 +164,15 @@ def _hold(target: str | Path) -> int | None:
     if st is None or not stat.S_ISREG(st.st_mode) or st.st_size < _FREE_BEHIND:
         os.close(fd)
         return None
+    with _held_lock:
+        _held.add(fd)
     return fd
 
 
 def _release(fd: int) -> None:
-    os.close(fd)
+    with _held_lock:  # so that a fork finds the descriptor either held or closed
+        _held.discard(fd)
+        os.close(fd)
 
 
 class _LocalWriter(BlobWriter):
