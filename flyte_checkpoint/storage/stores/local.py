@@ -49,10 +49,13 @@ def _forked() -> None:
     parent's threads close theirs; the child's copies (a data-loader worker forked just after
     a save) would otherwise keep each object's disk space for the child's whole life."""
     global _held_lock
-    for fd in _held:
-        os.close(fd)
-    _held.clear()
     _held_lock = threading.Lock()  # the parent's, taken before the fork, stays with the parent
+    for fd in _held:
+        try:
+            os.close(fd)
+        except OSError:  # pragma: no cover - nothing else closes these
+            pass
+    _held.clear()
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
