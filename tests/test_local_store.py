@@ -14,14 +14,18 @@ from flyte_checkpoint.storage.stores import local
 from flyte_checkpoint.storage.stores.local import LocalStore
 
 
+def _join_free_threads() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "fcp-free-replaced":
+            thread.join()
+
+
 @pytest.fixture(autouse=True)
 def _nothing_left_held():
     """After each test: no replaced object still held (a stale descriptor number in
     ``local._held`` would be closed by the next forked child, whatever it then was)."""
     yield
-    for thread in threading.enumerate():
-        if thread.name == "fcp-free-replaced":
-            thread.join()
+    _join_free_threads()
     assert local._held == set()
 
 
@@ -100,9 +104,10 @@ def _held_by_us(name: str) -> list[int]:
     return out
 
 
-def test_a_replaced_large_object_is_freed_after_the_commit_returns(tmp_path, monkeypatch):
-    """The rename of a commit does not wait for the replaced object's space to be freed: a
-    thread closes the last descriptor of it after the save has returned."""
+def _save_twice_holding(tmp_path, monkeypatch):
+    """Save b"first", then b"second" over it, with the replaced file's close held back until
+    the returned event is set; also returns the object's path and, for each replaced file,
+    the name of the thread that closes it and the file's link count then."""
     monkeypatch.setattr(local, "_FREE_BEHIND", 1)
     entered, let_go, seen = threading.Event(), threading.Event(), []
     real = local._release
@@ -120,14 +125,19 @@ def test_a_replaced_large_object_is_freed_after_the_commit_returns(tmp_path, mon
     assert not seen, "nothing was replaced by the first save"
     store.write_bytes(str(target), b"second")  # returns while the old file is still held
     assert entered.wait(60)
+    return target, seen, let_go
+
+
+def test_a_replaced_large_object_is_freed_after_the_commit_returns(tmp_path, monkeypatch):
+    """The rename of a commit does not wait for the replaced object's space to be freed: a
+    thread closes the last descriptor of it after the save has returned."""
+    target, seen, let_go = _save_twice_holding(tmp_path, monkeypatch)
     assert target.read_bytes() == b"second"
     assert seen == [("fcp-free-replaced", 0)]  # off the committing thread, and out of the folder
     assert len(_held_by_us("obj")) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["obj"]
     let_go.set()
-    for thread in threading.enumerate():
-        if thread.name == "fcp-free-replaced":
-            thread.join()
+    _join_free_threads()
     assert _held_by_us("obj") == []
 
 
@@ -157,9 +167,7 @@ def test_a_failed_rename_lets_the_held_object_go(tmp_path, monkeypatch):
     monkeypatch.setattr(local.os, "replace", no_rename)
     with pytest.raises(PermissionError, match="permission denied to write"):
         LocalStore().write_bytes(str(target), b"new")
-    for thread in threading.enumerate():
-        if thread.name == "fcp-free-replaced":
-            thread.join()
+    _join_free_threads()
     assert len(released) == 1
     assert target.read_bytes() == b"old"
 
@@ -212,21 +220,7 @@ def test_nothing_is_held_where_an_open_file_cannot_be_renamed_over(tmp_path, mon
 def test_a_child_forked_while_an_object_is_held_does_not_keep_it(tmp_path, monkeypatch):
     """A data-loader worker forked just after a save must not keep the replaced object's disk
     space for its whole life: the child closes what the parent still held."""
-    monkeypatch.setattr(local, "_FREE_BEHIND", 1)
-    entered, let_go = threading.Event(), threading.Event()
-    real = local._release
-
-    def held_release(fd):
-        entered.set()
-        let_go.wait(60)  # the test sets it; the timeout only ends a failing run
-        real(fd)
-
-    monkeypatch.setattr(local, "_release", held_release)
-    target = tmp_path / "obj"
-    store = LocalStore()
-    store.write_bytes(str(target), b"first")
-    store.write_bytes(str(target), b"second")
-    assert entered.wait(60)
+    _, _, let_go = _save_twice_holding(tmp_path, monkeypatch)
     try:
         assert len(_held_by_us("obj")) == 1
         pid = os.fork()
@@ -237,7 +231,5 @@ def test_a_child_forked_while_an_object_is_held_does_not_keep_it(tmp_path, monke
         assert len(_held_by_us("obj")) == 1  # the parent's thread still holds its own
     finally:
         let_go.set()
-        for thread in threading.enumerate():
-            if thread.name == "fcp-free-replaced":
-                thread.join()
+        _join_free_threads()
     assert _held_by_us("obj") == [] and local._held == set()
