@@ -35,13 +35,13 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import flyte_checkpoint as fc
+from flyte_checkpoint.storage.stores.local import wait_for_freeing
 
 ROOT = Path(__file__).resolve().parent
 MiB = 1024 * 1024
@@ -121,14 +121,6 @@ class CommitTime:
         setattr(cls, name, timed)
 
 
-def settle() -> None:
-    """Wait for the file store's threads that free replaced objects: their work happens after a
-    save returns, and must not run into the next timed save."""
-    for thread in threading.enumerate():
-        if thread.name == "fcp-free-replaced":
-            thread.join()
-
-
 def pair(
     dest: Callable[[int], str],
     src: Path,
@@ -143,7 +135,7 @@ def pair(
     files = sorted(src.glob("part-*.bin"))
     for run in range(runs):
         uri = dest(run)
-        settle()
+        wait_for_freeing()  # the replaced object's freeing must not run into the next timed save
         os.sync()  # each save starts with no dirty pages of the tree or earlier objects to write back
         before, committed = sent(), commit.seconds
         started = time.monotonic()
@@ -152,7 +144,7 @@ def pair(
         full_b.append(sent() - before)
         full_c.append(commit.seconds - committed)
         files[(7 * run + 3) % len(files)].write_bytes(content.make(size))
-        settle()
+        wait_for_freeing()
         os.sync()
         before, committed = sent(), commit.seconds
         started = time.monotonic()

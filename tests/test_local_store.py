@@ -14,18 +14,12 @@ from flyte_checkpoint.storage.stores import local
 from flyte_checkpoint.storage.stores.local import LocalStore
 
 
-def _join_free_threads() -> None:
-    for thread in threading.enumerate():
-        if thread.name == "fcp-free-replaced":
-            thread.join()
-
-
 @pytest.fixture(autouse=True)
 def _nothing_left_held():
     """After each test: no replaced object still held (a stale descriptor number in
     ``local._held`` would be closed by the next forked child, whatever it then was)."""
     yield
-    _join_free_threads()
+    local.wait_for_freeing()
     assert local._held == set()
 
 
@@ -133,11 +127,11 @@ def test_a_replaced_large_object_is_freed_after_the_commit_returns(tmp_path, mon
     thread closes the last descriptor of it after the save has returned."""
     target, seen, let_go = _save_twice_holding(tmp_path, monkeypatch)
     assert target.read_bytes() == b"second"
-    assert seen == [("fcp-free-replaced", 0)]  # off the committing thread, and out of the folder
+    assert seen == [(local.FREEING_THREAD, 0)]  # off the committing thread, and out of the folder
     assert len(_held_by_us("obj")) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["obj"]
     let_go.set()
-    _join_free_threads()
+    local.wait_for_freeing()
     assert _held_by_us("obj") == []
 
 
@@ -167,7 +161,7 @@ def test_a_failed_rename_lets_the_held_object_go(tmp_path, monkeypatch):
     monkeypatch.setattr(local.os, "replace", no_rename)
     with pytest.raises(PermissionError, match="permission denied to write"):
         LocalStore().write_bytes(str(target), b"new")
-    _join_free_threads()
+    local.wait_for_freeing()
     assert len(released) == 1
     assert target.read_bytes() == b"old"
 
@@ -231,5 +225,5 @@ def test_a_child_forked_while_an_object_is_held_does_not_keep_it(tmp_path, monke
         assert len(_held_by_us("obj")) == 1  # the parent's thread still holds its own
     finally:
         let_go.set()
-        _join_free_threads()
+        local.wait_for_freeing()
     assert _held_by_us("obj") == [] and local._held == set()

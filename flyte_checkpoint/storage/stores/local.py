@@ -130,8 +130,9 @@ def replace_object(new: str | Path, target: str | Path) -> None:
     16 MiB of it. A descriptor held across the rename keeps the replaced file alive, and its
     close, on a thread of its own, does that work while the caller goes on (where no thread
     can start, at interpreter exit, the close is here). Nothing is left in the folder
-    meanwhile; a process that ends first has the kernel free the file as it exits. Only the
-    disk space comes back a moment later.
+    meanwhile; a process that ends first has the kernel free the file as it exits, and a child
+    forked meanwhile closes its copy (:func:`_forked`). Only the disk space comes back a
+    moment later (:func:`wait_for_freeing` waits for it).
     """
     held = _hold(target)
     try:
@@ -141,11 +142,23 @@ def replace_object(new: str | Path, target: str | Path) -> None:
             _release_behind(held)
 
 
+#: The name of the threads that free replaced objects.
+FREEING_THREAD = "fcp-free-replaced"
+
+
 def _release_behind(fd: int) -> None:
     try:
-        threading.Thread(target=_release, args=(fd,), name="fcp-free-replaced").start()
+        threading.Thread(target=_release, args=(fd,), name=FREEING_THREAD).start()
     except RuntimeError:  # no new thread (the interpreter is exiting, or at a limit): here, then
         _release(fd)
+
+
+def wait_for_freeing() -> None:
+    """Wait until the replaced objects this process let go of are freed (for measurements
+    that must not overlap that work, and for tests)."""
+    for thread in threading.enumerate():
+        if thread.name == FREEING_THREAD:
+            thread.join()
 
 
 def _hold(target: str | Path) -> int | None:
