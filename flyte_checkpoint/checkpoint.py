@@ -657,9 +657,11 @@ class Checkpoint(BaseCheckpoint):
         attempt's first save) the previous attempt's, if on the same store with an index."""
         from .format.incremental import find_base
         from .storage.registry import store_for
+        from .storage.storelog import unwrapped
 
         candidates = [self._dest] + ([self._src] if self._src else [])
-        return find_base(store, candidates, lambda uri: store_for(uri) is store)
+        # the stores themselves: the logging level may change between two look-ups (wrapped once)
+        return find_base(store, candidates, lambda uri: unwrapped(store_for(uri)) is unwrapped(store))
 
     def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
         """On SIGTERM (or ``fc.preempt()``), within the grace budget: let this checkpoint's
@@ -768,12 +770,14 @@ def _verify_after_upload(source, store, dest: str) -> None:
     """The check of a store whose ``upload_file`` read the file by its path, not through
     ``open_source``: it committed before this could look, so say that the object may be damaged."""
     from .errors import SourceChangedError
+    from .storage.storelog import unwrapped
 
     try:
         source.verify()
     except SourceChangedError as exc:
+        store_name = type(unwrapped(store)).__name__  # the store's own, at every logging level
         raise SourceChangedError(
-            f"{source.path} changed while it was being saved, and {type(store).__name__}.upload_file"
+            f"{source.path} changed while it was being saved, and {store_name}.upload_file"
             f" stored it before this was seen: {redact(dest)} may hold a damaged copy. Save again once"
             " the file is completely written (and have the store read through"
             " flyte_checkpoint.sources.open_source)"

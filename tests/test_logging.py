@@ -4,6 +4,7 @@ the progress bar, and inspection of tarballs from a stream: in-process, on real 
 from __future__ import annotations
 
 import gzip
+import inspect
 import io
 import logging
 import os
@@ -11,19 +12,19 @@ import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.errors import CorruptCheckpointError, TransientError
+from flyte_checkpoint.errors import CorruptCheckpointError, SourceChangedError, TransientError
 from flyte_checkpoint.format.inspection import inspect_stream, inspect_uri, iter_members
 from flyte_checkpoint.progress import ProgressBar, format_bytes, format_duration, format_line, progress_bar
 from flyte_checkpoint.retry import RetryPolicy
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopySource
 from flyte_checkpoint.storage.registry import get_registry, register_store, store_for, unregister_store
-from flyte_checkpoint.storage.storelog import LoggedStore
+from flyte_checkpoint.storage.storelog import LoggedStore, unwrapped
 from flyte_checkpoint.storage.stores.local import LocalStore
 from flyte_checkpoint.uri import redact
 from tests.helpers import file_member, tar_bytes
@@ -235,6 +236,229 @@ def test_failed_store_calls_and_aborted_writes_log_the_error_type_only(caplog):
         for line in lines
     )
     assert SECRET not in "\n".join(lines)
+
+
+class _Marker:
+    """A unique argument or answer; iterating it gives itself (a listing of one)."""
+
+    size = 1  # read where an answer is a CopySource
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __iter__(self) -> Iterator[_Marker]:
+        yield self
+
+    def __repr__(self) -> str:
+        return f"<{self.label}>"
+
+
+def _interface() -> tuple[list[str], list[str], list[str]]:
+    """BlobStore's capabilities (public attributes that are not methods, annotated ones too) and
+    methods, and BlobWriter's hooks (methods with one leading underscore), read here and not
+    taken from storelog, so that a mistake there is not repeated here."""
+    members = dict(inspect.getmembers(BlobStore))
+    for name in BlobStore.__annotations__:
+        members.setdefault(name, None)
+    public = {n: v for n, v in members.items() if not n.startswith("_")}
+    capabilities = sorted(n for n, v in public.items() if not inspect.isroutine(v))
+    methods = sorted(n for n, v in public.items() if inspect.isroutine(v))
+    hooks = sorted(
+        n for n, v in vars(BlobWriter).items() if inspect.isfunction(v) and n[:1] == "_" and n[:2] != "__"
+    )
+    return capabilities, methods, hooks
+
+
+#: Arguments of BlobStore's methods by name, where the wrapper reads them (a URI for its line,
+#: bytes for their count); any other argument is a marker of its own.
+ARGUMENTS: dict[str, Any] = {
+    "uri": "memory://b/k",
+    "prefix": "memory://b/",
+    "data": b"abc",
+    "start": 3,
+    "length": 4,
+}
+
+
+def _not_passed_on() -> list[str]:
+    """What a LoggedStore does not answer with its wrapped store's own: capabilities whose value
+    is not the wrapped store's, methods that do not reach the wrapped store's with the caller's
+    arguments or do not return its answer, writer hooks the wrapper's writer leaves to
+    BlobWriter or does not pass on."""
+    capabilities, methods, hooks = _interface()
+    seen: list[tuple[str, tuple, dict]] = []
+    answers = {name: _Marker(f"answer of {name}") for name in methods}
+
+    class InnerWriter(BlobWriter):
+        def _write(self, data):
+            seen.append(("_write", (bytes(data),), {}))
+
+        def _copy(self, source, start, length):
+            seen.append(("_copy", (source, start, length), {}))
+
+        def _commit(self):
+            seen.append(("_commit", (), {}))
+
+        def _abort(self):
+            seen.append(("_abort", (), {}))
+
+    def method(name: str):
+        def call(self, *args, **kwargs):
+            seen.append((name, args, kwargs))
+            return InnerWriter(args[0]) if name == "open_write" else answers[name]
+
+        return call
+
+    namespace: dict[str, Any] = {n: _Marker(f"capability {n}") for n in capabilities}
+    namespace.update({n: method(n) for n in methods})
+    inner = type("Inner", (BlobStore,), namespace)()
+    logged = LoggedStore(inner)
+    missing = [n for n in capabilities if getattr(logged, n) is not getattr(inner, n)]
+    for name in methods:
+        if name == "open_write":
+            continue
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        signature = inspect.signature(getattr(BlobStore, name))
+        for p in list(signature.parameters.values())[1:]:
+            value = ARGUMENTS.get(p.name) or _Marker(p.name)
+            if p.kind is p.KEYWORD_ONLY:
+                kwargs[p.name] = value
+            elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                args.append(value)
+        seen.clear()
+        returns_nothing = signature.return_annotation in (None, "None")
+        try:
+            result = getattr(logged, name)(*args, **kwargs)
+            answered = (
+                returns_nothing
+                or result is answers[name]
+                or (isinstance(result, Iterator) and list(result) == [answers[name]])  # a listing
+            )
+        except Exception:  # the base class's default, working on the markers
+            answered = False
+        if seen != [(name, tuple(args), kwargs)] or not answered:
+            missing.append(name)
+    seen.clear()
+    source = CopySource("memory://b/old", 10, "v1")
+    try:
+        writer = logged.open_write("memory://b/k")
+        writer.write(b"abc")
+        writer.copy(source, 2, 5)
+        writer.close()
+        logged.open_write("memory://b/k").abort()
+    except Exception as exc:
+        missing.append(f"writer ({type(exc).__name__})")
+    if seen[:1] != [("open_write", ("memory://b/k",), {})]:
+        missing.append("open_write")
+    reached = {name for name, _, _ in seen}
+    wrapper_writer = type(logged.open_write("memory://b/k"))
+    missing += [
+        f"writer {h}"
+        for h in hooks
+        if h not in reached or getattr(wrapper_writer, h) is getattr(BlobWriter, h)
+    ]
+    if ("_copy", (source, 2, 5), {}) not in seen or ("_write", (b"abc",), {}) not in seen:
+        missing.append("writer arguments")
+    return missing
+
+
+def test_the_wrapper_passes_on_every_capability_method_and_writer_hook():
+    """Proves: a LoggedStore answers each capability BlobStore declares with the wrapped store's
+    value, passes each method of BlobStore (fast paths included) to the wrapped store's own with
+    the caller's arguments and returns its answer, and its writers pass on writes, copies,
+    commits and aborts. (At DEBUG, copy_limits and the writers' copies were lost: every
+    incremental save sent everything, 901 KB instead of 311 KB.)"""
+    capabilities, methods, hooks = _interface()
+    assert {"copy_limits", "part_size", "supports_ranges", "supports_list_details"} <= set(capabilities)
+    assert {"copy_source", "list_details", "upload_file", "read_range"} <= set(methods)
+    assert {"_copy", "_write", "_commit", "_abort"} <= set(hooks)
+    assert _not_passed_on() == []
+
+
+def test_a_capability_or_method_added_to_the_interface_is_caught(monkeypatch):
+    """Proves: the check above fails for a capability, method or writer hook that BlobStore or
+    BlobWriter gains and the wrapper does not pass on (here added after the wrapper was made)."""
+    monkeypatch.setattr(BlobStore, "supports_teleport", False, raising=False)
+    monkeypatch.setattr(BlobStore, "teleport", lambda self, uri: None, raising=False)
+    monkeypatch.setattr(BlobWriter, "_seal", lambda self: None, raising=False)
+    assert _not_passed_on() == ["supports_teleport", "teleport", "writer _seal"]
+
+
+def test_a_capability_the_wrapped_store_changes_is_seen_through_the_wrapper(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="flyte_checkpoint")
+    raw = LocalStore()
+    logged = LoggedStore(raw)
+    raw.supports_ranges = False  # type: ignore[misc]
+    raw.copy_limits = None
+    assert (logged.supports_ranges, logged.copy_limits) == (False, None)
+    assert unwrapped(logged) is raw and unwrapped(raw) is raw
+
+
+def test_a_change_of_level_during_a_save_leaves_it_incremental(tmp_path, monkeypatch, caplog):
+    """Proves: a folder save that found its store wrapped (DEBUG) still copies from the previous
+    object when the level is lowered before it looks that object's store up (the two stores
+    were compared by identity, wrapper against store: a full save)."""
+    from flyte_checkpoint.storage import registry
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "big.bin").write_bytes(os.urandom(200_000))
+    dest = str(tmp_path / "ckpt")
+    fc.Checkpoint(dest).save_sync(tree)
+    (tree / "small.bin").write_bytes(b"changed")
+    lookups = []
+    real = registry.store_for
+
+    def store_for_then_quiet(uri: str) -> BlobStore:
+        store = real(uri)
+        lookups.append(type(store).__name__)
+        logging.getLogger("flyte_checkpoint").setLevel(logging.WARNING)  # from the next look-up on
+        return store
+
+    monkeypatch.setattr(registry, "store_for", store_for_then_quiet)
+    caplog.set_level(logging.DEBUG, logger="flyte_checkpoint")
+    raw = unwrapped(get_registry().store_for(dest))
+    copied = []
+    real_open_write = raw.open_write
+
+    def open_write(uri: str) -> BlobWriter:
+        copied.append(writer := real_open_write(uri))
+        return writer
+
+    monkeypatch.setattr(raw, "open_write", open_write, raising=False)
+    fc.Checkpoint(dest).save_sync(tree)
+    assert lookups[:2] == ["LoggedStore", "LocalStore"], lookups
+    assert copied and copied[0].bytes_copied > 200_000, [(w.bytes_written, w.bytes_copied) for w in copied]
+
+
+class PathReadingStore(LocalStore):
+    """``pathread:///abs`` is the local file ``/abs``; its upload_file reads the file by its path
+    (not through open_source), and the file grows meanwhile, as a file still being written would."""
+
+    def open_write(self, uri: str) -> BlobWriter:
+        return super().open_write(urlsplit(uri).path)
+
+    def upload_file(self, path, uri):
+        with open(os.fspath(path), "ab") as grow:
+            grow.write(b"more")
+        self.write_bytes(uri, Path(os.fspath(path)).read_bytes())
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.DEBUG])
+def test_a_store_named_in_an_error_is_the_store_at_every_level(tmp_path, caplog, level):
+    """Proves: the error of a file changed under a store's upload_file names that store's
+    class at DEBUG too (it named LoggedStore)."""
+    caplog.set_level(level, logger="flyte_checkpoint")
+    register_store("pathread", "pathread", PathReadingStore)
+    try:
+        src = tmp_path / "model.pt"
+        src.write_bytes(b"weights")
+        with pytest.raises(SourceChangedError, match=r"and PathReadingStore\.upload_file stored it"):
+            fc.Checkpoint(f"pathread://{tmp_path}/ckpt").save_sync(src)
+        assert (tmp_path / "ckpt").read_bytes() == b"weightsmore"  # stored before the check saw it
+    finally:
+        unregister_store("pathread")
 
 
 # --------------------------------------------------------------------------- progress
