@@ -4,8 +4,15 @@ and the umask read without a race."""
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
+import shutil
+import stat
+import tempfile
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,3 +234,225 @@ def test_a_child_forked_while_an_object_is_held_does_not_keep_it(tmp_path, monke
         let_go.set()
         local.wait_for_freeing()
     assert _held_by_us("obj") == [] and local._held == set()
+
+
+# --------------------------------------------------------------------------- durability order
+
+
+class _RecordingOs:
+    """``os`` for the local store's module and the sharded join's: each ``fsync`` is recorded
+    with what it made durable (a folder or a file: its device and inode, a file's size then),
+    each ``rename``/``replace`` with the file it moved (the same) and where to; then it is done."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[object, ...]] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def fsync(self, fd: int) -> None:
+        st = os.fstat(fd)
+        kind = "folder" if stat.S_ISDIR(st.st_mode) else "file"
+        self.events.append(("fsync", kind, (st.st_dev, st.st_ino, st.st_size if kind == "file" else None)))
+        os.fsync(fd)
+
+    def replace(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        st = os.lstat(src)
+        self.events.append(("rename", (st.st_dev, st.st_ino, st.st_size), os.fspath(dst)))
+        os.replace(src, dst)
+
+    def rename(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        self.replace(src, dst)
+
+    def commits(self, target: Path) -> list[list[tuple[object, ...]]]:
+        """Per rename onto ``target``: the events that concern it (the fsyncs of the file it
+        moved and of ``target``'s folder, the rename), from the previous such rename on."""
+        folder = os.stat(target.parent)
+        folder_id = (folder.st_dev, folder.st_ino, None)
+        moved = {e[1] for e in self.events if e[0] == "rename" and e[2] == str(target)}
+        out: list[list[tuple[object, ...]]] = [[]]
+        for e in self.events:
+            if e[0] == "rename" and e[2] == str(target):
+                out[-1].append(e)
+            elif e[0] == "fsync" and e[2] in moved | {folder_id}:
+                if e[2] == folder_id and out[-1] and out[-1][-1][0] == "rename":
+                    out[-1].append(e)
+                    out.append([])
+                else:
+                    out[-1].append(e)
+        return [c for c in out if c]
+
+
+def _commit_by_write_bytes(store: LocalStore, target: Path, data: bytes, tmp: Path) -> None:
+    store.write_bytes(str(target), data)
+
+
+def _commit_by_writer(store: LocalStore, target: Path, data: bytes, tmp: Path) -> None:
+    with store.open_write(str(target)) as w:
+        for start in range(0, len(data), 64 * 1024):
+            w.write(data[start : start + 64 * 1024])
+
+
+def _commit_by_upload_file(store: LocalStore, target: Path, data: bytes, tmp: Path) -> None:
+    src = tmp / "model.pt"
+    src.write_bytes(data)
+    store.upload_file(src, str(target))
+
+
+def _commit_by_copies(store: LocalStore, target: Path, data: bytes, tmp: Path) -> None:
+    old = str(tmp / "old")
+    store.write_bytes(old, data)
+    source = store.copy_source(old)
+    assert source is not None
+    with store.open_write(str(target)) as w:
+        w.write(data[:1000])
+        w.copy(source, 1000, len(data) - 1000)  # copy_file_range: the kernel's copy
+
+
+def _commit_by_folder_save(store: LocalStore, target: Path, data: bytes, tmp: Path) -> None:
+    import flyte_checkpoint as fc
+
+    folder = tmp / "tree"
+    folder.mkdir()
+    (folder / "w.bin").write_bytes(data)
+    with fc.Checkpoint(str(target)) as cp:
+        cp.save_sync(folder)  # the pipeline's writer, committed on the saving thread
+        (folder / "w.bin").write_bytes(data[::-1])
+        cp.save_background(folder).result(timeout=120)  # a background save's commit
+
+
+def _commit_by_sharded_join(store: LocalStore, target: Path, data: bytes, tmp: Path) -> None:
+    from flyte_checkpoint.sharded.writes import LocalShardedWrites
+
+    writes = LocalShardedWrites(str(target))
+    session = {"token": "t0ken", **writes.begin("t0ken")}
+    pieces = []
+    for rank, part in enumerate((data[:5000], data[5000:])):
+        segment = writes.segment(session, rank, 2)
+        segment.write(part)
+        pieces.append(segment.finish())  # no fsync: a piece is temporary
+    writes.commit(session, pieces, b"tail")
+
+
+COMMITS = {
+    "write_bytes": _commit_by_write_bytes,
+    "writer": _commit_by_writer,
+    "upload_file": _commit_by_upload_file,
+    "copies": _commit_by_copies,
+    "folder and background saves": _commit_by_folder_save,
+    "sharded join": _commit_by_sharded_join,
+}
+
+
+@pytest.mark.parametrize("path", list(COMMITS))
+def test_every_commit_syncs_the_file_then_renames_it_then_syncs_the_folder(tmp_path, monkeypatch, path):
+    """Proves the durability order of each way the local store commits an object (plain writes,
+    writers, upload_file, copies, folder and background saves, the sharded join): the new file
+    is fsynced whole, then renamed over the object, then the folder is fsynced, so a power loss
+    leaves the previous object or the whole new one. (Without the first fsync the rename can
+    reach the disk before the data: an empty or partial object after a crash.)"""
+    from flyte_checkpoint.sharded import writes
+
+    recorder = _RecordingOs()
+    monkeypatch.setattr(local, "os", recorder)
+    monkeypatch.setattr(writes, "os", recorder)
+    store, target = LocalStore(), tmp_path / "store" / "ckpt"
+    data = os.urandom(300_000)
+    store.write_bytes(str(target), b"the previous object")
+    recorder.events.clear()
+    COMMITS[path](store, target, data, tmp_path)
+    commits = recorder.commits(target)
+    assert len(commits) == (2 if path == "folder and background saves" else 1), recorder.events
+    folder = os.stat(target.parent)
+    for commit in commits:
+        moved = commit[-2][1] if len(commit) >= 2 else None
+        assert commit == [
+            ("fsync", "file", moved),  # the whole file (its size at the rename), once
+            ("rename", moved, str(target)),
+            ("fsync", "folder", (folder.st_dev, folder.st_ino, None)),
+        ], recorder.events
+    st = os.stat(target)
+    assert commits[-1][1][1] == (st.st_dev, st.st_ino, st.st_size)  # the last rename is the object
+
+
+# --------------------------------------------------------------------------- permissions
+
+NOBODY = 65534
+
+
+def _run_in_child(fn: Callable[[], Any], uid: int | None) -> tuple[int, Any]:
+    """``fn()`` in a forked child that first becomes ``uid`` (when given; root can); returns the
+    child's effective uid and ``fn``'s answer, sent back through a pipe."""
+    context = multiprocessing.get_context("fork")
+    answers, sender = context.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            answer = fn()
+        except BaseException as exc:  # said, not waited for
+            answer = f"the child failed: {exc!r}"
+        sender.send((os.geteuid(), answer))
+
+    process = context.Process(target=child)
+    process.start()
+    try:
+        assert answers.poll(120), "the child sent nothing"  # a hang guard only
+        return answers.recv()
+    finally:
+        process.join(120)
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o444], ids=["no read, no search", "read, no search"])
+def test_an_object_in_a_folder_the_task_may_not_search_is_refused_not_absent(mode):
+    """Proves: the local store's ``stat`` and ``copy_source`` of an object in a folder the task may
+    not search raise CheckpointPermissionError (a PermissionError) naming it, and a load from it
+    raises, never "no checkpoint" (a restart from zero). The existing test takes the read bit off
+    the file, whose stat still works. The calls run in a forked child; as root (who passes every
+    permission check, and CI runs as root) the child first becomes the user nobody."""
+    import flyte_checkpoint as fc
+
+    as_root = os.geteuid() == 0
+    box = Path(tempfile.mkdtemp(prefix="fcp-shut-"))  # /tmp: pytest's own folder is root's alone
+    shut = box / "shut"
+    try:
+        box.chmod(0o755)
+        obj, readable = shut / "ckpt", box / "open" / "ckpt"
+        store = LocalStore()
+        store.write_bytes(str(obj), b"state")
+        store.write_bytes(str(readable), b"state")
+        work = box / "work"
+        work.mkdir()
+        if as_root:
+            os.chown(work, NOBODY, NOBODY)
+        # what a load imports, imported here: the child may not read the interpreter's folder
+        with fc.Checkpoint(str(work / "warm"), str(readable)) as cp:
+            assert cp.load_sync().read_bytes() == b"state"
+        shut.chmod(mode)
+
+        def attempt() -> dict[str, tuple[str, ...]]:
+            tempfile.tempdir = str(work)
+            calls = {
+                "stat": lambda: store.stat(str(obj)),
+                "copy_source": lambda: store.copy_source(str(obj)),
+                "load": lambda: fc.Checkpoint(str(work / "dest"), str(obj)).load_sync(),
+            }
+            out: dict[str, tuple[str, ...]] = {}
+            for name, call in calls.items():
+                try:
+                    out[name] = ("returned", repr(call()))
+                except Exception as exc:
+                    out[name] = (type(exc).__name__, str(exc), str(isinstance(exc, PermissionError)))
+            return out
+
+        uid, outcome = _run_in_child(attempt, NOBODY if as_root else None)
+    finally:
+        shut.chmod(0o755)
+        shutil.rmtree(box)
+    assert uid == (NOBODY if as_root else os.geteuid())
+    message = f"permission denied to read {obj}: check the file's and its folder's permissions"
+    assert outcome == {name: ("CheckpointPermissionError", message, "True") for name in outcome}, outcome
+    assert sorted(outcome) == ["copy_source", "load", "stat"]
