@@ -236,6 +236,24 @@ def test_a_child_forked_while_an_object_is_held_does_not_keep_it(tmp_path, monke
     assert _held_by_us("obj") == [] and local._held == set()
 
 
+def test_a_listing_prefix_is_text_as_on_a_cloud_store(tmp_path):
+    """Proves: ``list("/d/ck")`` gives what S3's or the memory store's listing of that prefix
+    gives (``ck/a``, ``ck2/b``, ``ckpt``), not only the folder ``ck``'s files; with a trailing
+    slash, only the folder's."""
+    from flyte_checkpoint.storage.stores.memory import MemoryStore
+
+    names = ["ck/a", "ck/sub/b", "ck2/c", "ckpt", "other/d", "c"]
+    local_store, memory = LocalStore(), MemoryStore()
+    mem_root = f"memory://listing-{os.getpid()}/{tmp_path.name}"
+    for name in names:
+        local_store.write_bytes(f"{tmp_path}/{name}", name.encode())
+        memory.write_bytes(f"{mem_root}/{name}", name.encode())
+    for prefix in ("ck", "ck/", "ck/s", "c", "other", "nothing/", "ckpt"):
+        listed = [u[len(str(tmp_path)) :] for u in local_store.list(f"{tmp_path}/{prefix}")]
+        expected = [u[len(mem_root) :] for u in memory.list(f"{mem_root}/{prefix}")]
+        assert listed == expected, prefix
+
+
 # --------------------------------------------------------------------------- durability order
 
 
@@ -406,13 +424,19 @@ def _run_in_child(fn: Callable[[], Any], uid: int | None) -> tuple[int, Any]:
         process.join(120)
 
 
-@pytest.mark.parametrize("mode", [0o000, 0o444], ids=["no read, no search", "read, no search"])
+#: Folder modes (for everyone: nobody, or the owner when the tests do not run as root).
+MODES = {"no read, no search": 0o000, "read, no search": 0o444, "search, no read": 0o333}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 def test_an_object_in_a_folder_the_task_may_not_search_is_refused_not_absent(mode):
-    """Proves: the local store's ``stat`` and ``copy_source`` of an object in a folder the task may
-    not search raise CheckpointPermissionError (a PermissionError) naming it, and a load from it
-    raises, never "no checkpoint" (a restart from zero). The existing test takes the read bit off
-    the file, whose stat still works. The calls run in a forked child; as root (who passes every
-    permission check, and CI runs as root) the child first becomes the user nobody."""
+    """Proves: in a folder the task may not search, the local store's ``stat`` and ``copy_source``
+    of an object raise CheckpointPermissionError (a PermissionError) naming it, and a load from it
+    raises, never "no checkpoint" (a restart from zero); in a folder it may not read, a listing
+    that would go through it raises too (it listed nothing: a named run finds its attempts by
+    listing), while listings elsewhere in the parent go on. The existing test takes the read bit
+    off the file, whose stat still works. The calls run in a forked child; as root (who passes
+    every permission check, and CI runs as root) the child first becomes the user nobody."""
     import flyte_checkpoint as fc
 
     as_root = os.geteuid() == 0
@@ -431,14 +455,21 @@ def test_an_object_in_a_folder_the_task_may_not_search_is_refused_not_absent(mod
         # what a load imports, imported here: the child may not read the interpreter's folder
         with fc.Checkpoint(str(work / "warm"), str(readable)) as cp:
             assert cp.load_sync().read_bytes() == b"state"
-        shut.chmod(mode)
+        shut.chmod(MODES[mode])
+
+        def load() -> bytes:
+            with fc.Checkpoint(str(work / "dest"), str(obj)) as cp:
+                return cp.load_sync().read_bytes()
 
         def attempt() -> dict[str, tuple[str, ...]]:
             tempfile.tempdir = str(work)
             calls = {
                 "stat": lambda: store.stat(str(obj)),
-                "copy_source": lambda: store.copy_source(str(obj)),
-                "load": lambda: fc.Checkpoint(str(work / "dest"), str(obj)).load_sync(),
+                "copy_source": lambda: store.copy_source(str(obj)) and "found",
+                "load": load,
+                "list of the folder": lambda: list(store.list(f"{shut}/")),
+                "list of the parent": lambda: list(store.list(f"{box}/")),
+                "list beside it": lambda: list(store.list(f"{box}/op")),
             }
             out: dict[str, tuple[str, ...]] = {}
             for name, call in calls.items():
@@ -453,6 +484,16 @@ def test_an_object_in_a_folder_the_task_may_not_search_is_refused_not_absent(mod
         shut.chmod(0o755)
         shutil.rmtree(box)
     assert uid == (NOBODY if as_root else os.geteuid())
-    message = f"permission denied to read {obj}: check the file's and its folder's permissions"
-    assert outcome == {name: ("CheckpointPermissionError", message, "True") for name in outcome}, outcome
-    assert sorted(outcome) == ["copy_source", "load", "stat"]
+    denied = ("CheckpointPermissionError", "{}: check the file's and its folder's permissions", "True")
+    no_read = (denied[0], denied[1].format(f"permission denied to read {obj}"), denied[2])
+    no_list = (denied[0], denied[1].format(f"permission denied to list {shut}"), denied[2])
+    search = mode != "no read, no search" and mode != "read, no search"
+    listed = mode == "read, no search"
+    assert outcome == {
+        "stat": ("returned", "5") if search else no_read,
+        "copy_source": ("returned", "'found'") if search else no_read,
+        "load": ("returned", "b'state'") if search else no_read,
+        "list of the folder": ("returned", repr([str(obj)])) if listed else no_list,
+        "list of the parent": ("returned", repr(sorted([str(obj), str(readable)]))) if listed else no_list,
+        "list beside it": ("returned", repr([str(readable)])),
+    }, outcome

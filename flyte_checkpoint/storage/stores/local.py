@@ -383,11 +383,28 @@ class LocalStore(BlobStore):
             raise _map_os_error(exc, path, "delete") from exc
 
     def list(self, prefix: str) -> Iterator[str]:
+        """The files whose path starts with ``prefix`` as text, as a cloud store's listing:
+        ``/d/ck`` lists ``/d/ck/a``, ``/d/ck2/b`` and ``/d/ckpt``.
+
+        Raises:
+            CheckpointPermissionError: a folder that may hold some of them cannot be read (an
+                empty listing would say there is nothing, a named run's attempts included).
+        """
         base = local_path(prefix)
         text = str(base) + ("/" if prefix.endswith("/") else "")
-        root = base if base.is_dir() else base.parent
+        root = base if prefix.endswith("/") else base.parent
+
+        def may_hold(folder: str) -> bool:  # inside the prefix, or on the way to it
+            folder += "/"
+            return folder.startswith(text) or text.startswith(folder)
+
+        def refuse(exc: OSError) -> None:
+            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):  # else: nothing there
+                raise _map_os_error(exc, Path(exc.filename or root), "list") from exc
+
         found: list[str] = []
-        for dirpath, _dirs, files in os.walk(root):
+        for dirpath, dirs, files in os.walk(root, onerror=refuse):
+            dirs[:] = [d for d in dirs if may_hold(os.path.join(dirpath, d))]
             for name in files:
                 full = os.path.join(dirpath, name)
                 if full.startswith(text) and _TMP_MARK not in name:
