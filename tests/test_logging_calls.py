@@ -288,7 +288,7 @@ def cli_push_pull(r: Run) -> Any:
     )
 
 
-def cli_ls_inspect(r: Run) -> Any:
+def cli_ls_inspect_rm(r: Run) -> Any:
     uri = _saved(r)
     return (
         _cli(r, "ls", r.root + "/"),
@@ -296,6 +296,7 @@ def cli_ls_inspect(r: Run) -> Any:
         _cli(r, "ls", "--long", "--no-recursive", r.root + "/"),
         _cli(r, "inspect", "--members", uri),
         _cli(r, "inspect", "--index", uri),
+        _cli(r, "rm", uri),
     )
 
 
@@ -314,7 +315,7 @@ OPERATIONS: dict[str, tuple[Callable[[Run], Any], bool]] = {
     "inspect": (inspect, True),
     "sharded save and load": (sharded, False),
     "cli push and pull": (cli_push_pull, True),
-    "cli ls and inspect": (cli_ls_inspect, True),
+    "cli ls, inspect and rm": (cli_ls_inspect_rm, True),
 }
 
 
