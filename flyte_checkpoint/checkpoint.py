@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .background import Lane, SaveHandle
     from .cancellation import Scope
     from .format.incremental import Reuse
+    from .heldfolders import HeldFolder
     from .preemption import Registration, Saver
     from .saveorder import Turn
     from .storage.blobstore import BlobStore
@@ -63,12 +64,10 @@ class BaseCheckpoint(abc.ABC):
         """``save`` for synchronous code."""
 
 
-def _remove_tree(path: str, owner: int) -> None:
+def _remove_tree(held: HeldFolder, owner: int) -> None:
     # A forked child inherits the finalizer with the object: only the maker removes the folder.
     if os.getpid() == owner:
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
+        held.release()
 
 
 class Checkpoint(BaseCheckpoint):
@@ -144,17 +143,18 @@ class Checkpoint(BaseCheckpoint):
         check()  # a download cancelled by close() must not make a new workspace
         with self._lock.get():
             if self._root is None:
-                import secrets
                 import tempfile
                 import weakref
 
-                root = os.path.join(tempfile.gettempdir(), "flyte-checkpoint-ws-" + secrets.token_hex(6))
+                from .heldfolders import HeldFolder
+
+                held = HeldFolder()  # removes only what it made
                 # The finalizer comes first, so no interrupt can leave the folder without one.
-                remove = weakref.finalize(self, _remove_tree, root, os.getpid())
+                remove = weakref.finalize(self, _remove_tree, held, os.getpid())
                 try:
-                    os.mkdir(root, 0o700)
+                    root = _make_root(held, tempfile.gettempdir())
                 except BaseException:
-                    remove.detach()  # never remove a folder this did not make
+                    remove()
                     raise
                 self._root, self._owner, self._finalizer = root, os.getpid(), remove
             workspace = Path(self._root, "workspace")
@@ -739,6 +739,20 @@ def _and_parents(name: str) -> Iterator[str]:
 
 def _no_progress(done: int, total: int | None) -> None:
     pass
+
+
+def _make_root(held: HeldFolder, temp: str) -> str:
+    """Make a local root (``flyte-checkpoint-ws-*``, held while this process lives) in the temp
+    folder, and remove those there whose process is gone (a SIGKILL leaves its workspace and
+    staging copies); the root's path."""
+    import secrets
+
+    from .heldfolders import sweep_roots
+    from .workfiles import ROOT
+
+    root = held.make(temp, lambda: ROOT + secrets.token_hex(6))
+    sweep_roots(temp)
+    return root
 
 
 def _new_lane() -> Lane:

@@ -42,6 +42,7 @@ from . import __version__
 from .errors import CheckpointError, ContainerNotFoundError, NotFoundError
 from .progress import ProgressBar, format_bytes, progress_bar
 from .uri import redact, redact_text
+from .workfiles import PULL
 
 PROG = "flyte-checkpoint"
 
@@ -326,7 +327,7 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
     size = store.stat(uri)
     _no_checkpoint(uri, size)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".fcp-pull-", dir=dest.parent)
+    staging = tempfile.mkdtemp(prefix=PULL, dir=dest.parent)
     try:
         done = 0
 

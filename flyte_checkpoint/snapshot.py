@@ -10,16 +10,19 @@ copy (``os.copy_file_range``, then ``shutil``'s fast copy). The folder is:
 - else beside the source, in the folder that holds it;
 - else (that folder cannot be written) under the local root all the same, by plain copy.
 
-A staging folder is named for its machine and process (``.fcp-staging-HOST-PID-*``): making a
-new one removes those beside it whose process on this machine is gone (:func:`sweep`), so
-uploads cut by a kill leave nothing behind for long.
+A staging folder (``.fcp-staging-HOST-PID-*``) is held by its process while it lives
+(:mod:`flyte_checkpoint.heldfolders`: a lock the kernel releases when the process ends).
+Making one removes those beside it whose process is gone (:func:`sweep`), and the local
+roots in the temp folder whose process is gone (with the staging copies and workspaces they
+hold), so uploads cut by a kill leave nothing behind for long.
 
 Each file is copied through one descriptor whose size and times are compared before and after
 (as a save does, :mod:`flyte_checkpoint.sources`), so a file rewritten while it is copied fails
-the snapshot instead of being staged torn. Links that stay inside the folder are copied as
-links; a link that leaves it becomes a link to the same absolute place (what it leads to is
-read when the upload runs, not snapshotted). Hard links stay hard links. Entries a local save
-leaves out (its own destination inside the folder) are left out of the copy too.
+the snapshot instead of being staged torn. Links inside a folder that stay inside it are
+copied as links; a link that leaves it becomes a link to the same
+absolute place (what it leads to is read when the upload runs, not snapshotted). Hard links
+stay hard links. Entries a save leaves out (its own destination inside the folder, and this
+library's working files: :mod:`flyte_checkpoint.workfiles`) are left out of the copy too.
 """
 
 from __future__ import annotations
@@ -29,17 +32,18 @@ import errno
 import os
 import secrets
 import shutil
-import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from . import heldfolders
 from .errors import UnsupportedDataError
 from .paths import LeaveOut
 from .sources import check_unchanged
+from .workfiles import LOCK, STAGING, is_staging, is_working_file
 
 #: Prefix of staging folders (in the local root, or beside the source).
-PREFIX = ".fcp-staging-"
+PREFIX = STAGING
 #: ``ioctl(dest_fd, FICLONE, src_fd)``: Linux's whole-file reflink (btrfs, XFS, bcachefs, ...).
 FICLONE = 0x40049409
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -48,16 +52,18 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXE
 class Staged:
     """A staged copy: :attr:`path` is what to upload; :meth:`remove` deletes the staging folder."""
 
-    def __init__(self, folder: str, path: str, reflinked: int, copied: int) -> None:
-        self.folder = folder
+    def __init__(self, held: heldfolders.HeldFolder, path: str, reflinked: int, copied: int) -> None:
+        assert held.path is not None
+        self._held = held
+        self.folder = held.path
         self.path = Path(path)
         #: Files cloned by reflink, and copied byte by byte.
         self.reflinked = reflinked
         self.copied = copied
 
     def remove(self) -> None:
-        """Delete the staging folder (idempotent)."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Delete the staging folder and give up its hold (idempotent)."""
+        self._held.release()
 
 
 def stage(
@@ -74,75 +80,60 @@ def stage(
         UnsupportedDataError: the folder holds something other than files, folders and links.
         OSError: the copy failed (no space, no permission...).
     """
-    folder = _make_folder(src, local_root)
+    held = _make_folder(src, local_root)
     try:
-        name = src.name or "data"
+        assert held.path is not None
+        name = src.name if src.name not in ("", LOCK) else "data"
         copier = _Copier(leave_out)
-        target = os.path.join(folder, name)
+        target = os.path.join(held.path, name)
         if is_dir:
             copier.root_real, copier.dest_root = os.path.realpath(src), target
             copier.tree(str(src), target)
         else:
             copier.file(str(src), target)
-        return Staged(folder, target, copier.reflinked, copier.copied)
+        return Staged(held, target, copier.reflinked, copier.copied)
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        held.release()
         raise
 
 
-def _make_folder(src: Path, local_root: Callable[[], str]) -> str:
-    name = f"{PREFIX}{_host()}-{os.getpid()}-{secrets.token_hex(6)}"
+def _make_folder(src: Path, local_root: Callable[[], str]) -> heldfolders.HeldFolder:
     source_dev = os.stat(src).st_dev
     root = local_root()
+    held = heldfolders.HeldFolder()
     if os.stat(root).st_dev != source_dev:
         parent = os.path.dirname(os.path.abspath(src))
         try:
-            os.mkdir(os.path.join(parent, name), 0o700)
-            sweep(parent)
-            return os.path.join(parent, name)
+            held.make(parent, _name)
         except OSError:
             pass  # a folder we may not write: a plain copy under the root
-    folder = os.path.join(root, name)
-    os.mkdir(folder, 0o700)
+        else:
+            sweep(parent)
+            heldfolders.sweep_roots(os.path.dirname(root))
+            return held
+    held.make(root, _name)
     sweep(root)
-    return folder
+    heldfolders.sweep_roots(os.path.dirname(root))
+    return held
 
 
-def _host() -> str:
-    """This machine's name as it goes into a staging folder's name (no ``-``: it separates)."""
-    return "".join(c for c in socket.gethostname() if c.isalnum())[:40] or "host"
+def _name() -> str:
+    return f"{PREFIX}{heldfolders.host()}-{os.getpid()}-{secrets.token_hex(6)}"
 
 
 def sweep(parent: str) -> int:
-    """Remove the staging folders in ``parent`` left by processes of this machine that are gone
-    (killed mid-upload: SIGKILL, out of memory); the number removed. A folder of a live process,
-    of another machine (a shared volume) or of unknown shape is kept. Best effort: never raises."""
-    removed = 0
-    try:
-        with os.scandir(parent) as it:
-            names = [e.name for e in it if e.name.startswith(PREFIX)]
-    except OSError:
-        return 0
-    for name in names:
-        host, _, rest = name[len(PREFIX) :].partition("-")
-        pid, _, token = rest.partition("-")
-        if host != _host() or not pid.isdigit() or len(token) != 12 or _alive(int(pid)):
-            continue
-        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-        removed += 1
-    return removed
+    """Remove the staging folders in ``parent`` whose process is gone (killed mid-upload:
+    SIGKILL, out of memory), told by their lock (:mod:`flyte_checkpoint.heldfolders`); the
+    number removed. A folder of a live process (in any PID namespace), of another machine (a
+    shared volume) or of unknown shape is kept. Best effort: never raises."""
+    return heldfolders.sweep(parent, _of_this_host)
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _of_this_host(name: str) -> bool:
+    if not is_staging(name):
         return False
-    except OSError:
-        return True  # exists, owned by someone else (EPERM)
-    return True
+    machine, _, rest = name[len(PREFIX) :].partition("-")
+    return machine == heldfolders.host() and bool(rest)
 
 
 class _Copier:
@@ -164,7 +155,7 @@ class _Copier:
         with os.scandir(src) as it:
             entries = sorted(it, key=lambda e: e.name)
         for entry in entries:
-            if skip is not None and skip(entry.name):
+            if (skip is not None and skip(entry.name)) or is_working_file(entry.name):
                 continue
             s, d = entry.path, os.path.join(dest, entry.name)
             mode = entry.stat(follow_symlinks=False).st_mode

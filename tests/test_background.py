@@ -516,12 +516,13 @@ if REFLINK_DIR:
 
 def test_staging_folders_of_killed_processes_are_removed_by_the_next_snapshot(tmp_path):
     """Proves: a process killed while its snapshot was staged (SIGKILL: no cleanup ran) leaves its
-    staging folder; the next snapshot made in that place removes it, and keeps the folders of a
-    live process and of another machine (a volume shared between machines)."""
+    staging folder; the next snapshot made in that place removes it, and keeps the folders of
+    another machine (a volume shared between machines) and of an older version (no lock). Live
+    processes, whatever their PID namespace: tests/test_staging.py."""
     import subprocess
     import sys
 
-    from flyte_checkpoint import snapshot
+    from flyte_checkpoint import heldfolders, snapshot
 
     folder = tmp_path / "model"
     make_folder(folder, 6)
@@ -536,14 +537,15 @@ def test_staging_folders_of_killed_processes_are_removed_by_the_next_snapshot(tm
     child.kill()
     child.wait()
     assert killed.is_dir() and killed.parent == tmp_path
-    live = tmp_path / f"{snapshot.PREFIX}{snapshot._host()}-{os.getppid()}-{'a' * 12}"
+    old = tmp_path / f"{snapshot.PREFIX}{heldfolders.host()}-{os.getppid()}-{'a' * 12}"
     elsewhere = tmp_path / f"{snapshot.PREFIX}othermachine-{child.pid}-{'b' * 12}"
-    live.mkdir()
-    elsewhere.mkdir()
+    for kept in (old, elsewhere):
+        kept.mkdir()
+        (kept / "model").write_bytes(b"x")
     staged = snapshot.stage(folder, True, lambda: str(tmp_path))
     try:
         assert not killed.exists(), "the killed process's staging folder was left behind"
-        assert live.is_dir() and elsewhere.is_dir() and Path(staged.folder).is_dir()
+        assert old.is_dir() and elsewhere.is_dir() and Path(staged.folder).is_dir()
     finally:
         staged.remove()
 

@@ -60,7 +60,7 @@ def load(tmp_path: Path, src: str) -> tuple[fc.Checkpoint, Path | None]:
 def assert_fails_clean(cp: fc.Checkpoint) -> None:
     """A failed load leaves an empty workspace and no staging folder."""
     assert list(cp.path.iterdir()) == []
-    assert [p.name for p in cp.path.parent.iterdir()] == ["workspace"]
+    assert sorted(p.name for p in cp.path.parent.iterdir()) == [".fcp-lock", "workspace"]
 
 
 def member(name: str, data: bytes) -> bytes:

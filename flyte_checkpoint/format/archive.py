@@ -34,6 +34,7 @@ from ..limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, DiskBudget, LoadLimits
 from ..paths import LeaveOut, current_umask
 from ..sources import changed_error, check_unchanged
 from ..sparse import SparseWriter
+from ..workfiles import is_working_file
 from . import tarstream as ts
 from .hashing import Hasher
 from .index import ALIGN_MIN, IndexBuilder
@@ -112,6 +113,9 @@ def pack_directory(
 ) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
+    This library's working files (other saves' staging copies, temporary files, sharded
+    pieces: :func:`~flyte_checkpoint.workfiles.is_working_file`) are left out at any depth,
+    and so is what ``leave_out`` names (a local destination inside ``src``).
     Every member is one that :func:`unpack` restores: a symbolic link that resolves inside
     the tree is stored as a relative link (as written when that already resolves through
     the tree's own folders); one that leaves the tree is stored as what it points at, a
@@ -263,7 +267,11 @@ class _Packer:
         skip = self.leave_out if self.leave_out is not None and self.leave_out.folder == key else None
         self.open_dirs.add(key)
         try:
-            entries = [e for e in _sorted_entries(path) if skip is None or not skip(e.name)]
+            entries = [
+                e
+                for e in _sorted_entries(path)
+                if (skip is None or not skip(e.name)) and not is_working_file(e.name)
+            ]
             if self._lookahead is not None and via is None:
                 self._announce(entries)
             for entry in entries:
@@ -1092,12 +1100,16 @@ def _pax_size(value: str) -> int:
 
 
 def tree_size(path: str | os.PathLike[str]) -> int:
-    """Bytes of regular-file data under ``path``, each hard-linked file once: what a save
-    reads, but for the content of links that leave the tree (the total for progress reports)."""
+    """Bytes of regular-file data under ``path``, each hard-linked file once, working files
+    left out: what a save reads, but for the content of links that leave the tree (the total
+    for progress reports)."""
     total = 0
     linked: set[tuple[int, int]] = set()
-    for dirpath, _dirs, names in os.walk(path):
+    for dirpath, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not is_working_file(d)]  # left out of saves
         for name in names:
+            if is_working_file(name):
+                continue
             try:
                 st = os.lstat(os.path.join(dirpath, name))
             except OSError:

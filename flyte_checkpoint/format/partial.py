@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, NotFoundError, UnsafeArchiveError
 from ..limits import DiskBudget, LoadLimits
+from ..workfiles import LINKS, RESTORE
 from . import digests
 from .archive import ExactReader, read_members
 
@@ -177,7 +178,7 @@ def restore_into(
     import shutil
     import tempfile
 
-    staging = tempfile.mkdtemp(prefix=".fcp-restore-", dir=beside)
+    staging = tempfile.mkdtemp(prefix=RESTORE, dir=beside)
     try:
         restored = restore_members(store, uri, size, selection, staging, on_read=on_read)
         placed = {}
@@ -493,7 +494,7 @@ def _link_unselected(
         raise UnsafeArchiveError(
             f"hard links in {sorted(pending)[:5]} chain through more than 4 other links; refusing"
         )
-    aside = tempfile.mkdtemp(prefix=".fcp-links-", dir=writer.root)
+    aside = tempfile.mkdtemp(prefix=LINKS, dir=writer.root)
     try:
         targets = Selection(tuple(dict.fromkeys(pending.values())), folders=False)
         other = _Writer(aside, writer.budget)

@@ -8,10 +8,11 @@ import secrets
 from pathlib import Path
 from typing import BinaryIO
 
+from ...workfiles import TMP
 from ..blobstore import COPY_CHUNK
 
 #: The mark of a download's temporary file (the local store's temporary files carry it too).
-TMP_MARK = ".fcp-tmp-"
+TMP_MARK = TMP
 
 
 def download_to_file(

@@ -17,6 +17,7 @@ from typing import BinaryIO
 from ...errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
 from ...paths import LeaveOut, current_umask
 from ...uri import local_path
+from ...workfiles import TMP, is_working_file
 from ..blobstore import (
     BlobStore,
     BlobWriter,
@@ -27,7 +28,7 @@ from ..blobstore import (
     details_from_listing,
 )
 
-_TMP_MARK = ".fcp-tmp-"
+_TMP_MARK = TMP
 #: Start an early write-back after this many bytes (see ``_LocalWriter._write``).
 _FLUSH_EVERY = 32 * 1024 * 1024
 #: Bytes per read and write where the kernel cannot copy between the files itself.
@@ -404,10 +405,11 @@ class LocalStore(BlobStore):
 
         found: list[str] = []
         for dirpath, dirs, files in os.walk(root, onerror=refuse):
-            dirs[:] = [d for d in dirs if may_hold(os.path.join(dirpath, d))]
+            # not into another save's staging copy, a sharded save's pieces...
+            dirs[:] = [d for d in dirs if not is_working_file(d) and may_hold(os.path.join(dirpath, d))]
             for name in files:
                 full = os.path.join(dirpath, name)
-                if full.startswith(text) and _TMP_MARK not in name:
+                if full.startswith(text) and _TMP_MARK not in name and not is_working_file(name):
                     found.append(full)
         yield from sorted(found)
 
@@ -433,7 +435,7 @@ class LocalStore(BlobStore):
         except OSError as exc:
             raise _map_os_error(exc, folder, "list") from exc
         for entry in entries:
-            if not entry.name.startswith(start) or _TMP_MARK in entry.name:
+            if not entry.name.startswith(start) or _TMP_MARK in entry.name or is_working_file(entry.name):
                 continue
             if entry.is_dir():
                 found.append(ObjectInfo(head + entry.name + "/", None, None, is_folder=True))

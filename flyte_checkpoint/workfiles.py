@@ -1,0 +1,93 @@
+"""The library's working files: every name it gives a file or folder of its own among the
+user's files or in the temp folder, in one place, and the rule that tells them apart.
+
+=============================== ================================== =========================
+name                            what it is                         where, made by
+=============================== ================================== =========================
+``.fcp-staging-HOST-PID-TOKEN/`` a background save's snapshot       beside the source, or in a
+                                                                   local root (``snapshot``)
+``.fcp-tmp-NAME.TOKEN``         a local store writer's temporary   beside the object
+                                file                               (``storage.stores.local``)
+``.fcp-tmp-NAME.shard/``        a sharded save's markers and       beside the object
+                                pieces (local store)               (``sharded.writes``)
+``.NAME.fcp-tmp-TOKEN``         a download's temporary file        beside the file
+                                                                   (``storage.kit.files``)
+``.fcp-restore-XXXXXXXX/``      a partial restore's staging        beside the file restored
+                                                                   (``format.partial``)
+``.fcp-links-XXXXXXXX/``        hard links a partial restore sets  inside the one above
+                                aside
+``.fcp-pull-XXXXXXXX/``         ``flyte-checkpoint pull``'s        beside its destination
+                                staging                            (``cli``)
+``flyte-checkpoint-ws-TOKEN/``  a ``Checkpoint``'s local root:     the temp folder
+                                workspace, restores, staging       (``checkpoint``)
+=============================== ================================== =========================
+
+``TOKEN`` is 12 hexadecimal digits, ``XXXXXXXX`` the 8 characters of ``tempfile.mkdtemp``.
+Staging folders and local roots also hold :data:`LOCK`, the file their owner keeps locked
+while it lives (:mod:`flyte_checkpoint.heldfolders`); it is never anywhere else.
+
+:func:`is_working_file` recognises these names exactly (not a user's ``.fcp-notes``), and a
+folder save leaves out every entry it recognises, at any depth (``pack_directory``, the
+background snapshot, sharded segments): a save never stores another save's staging copy,
+temporary file or pieces, which come and go while it reads. A new working file takes its
+name from here, so that it is left out too.
+
+Not among them: a named run's lock, ``{root}/{run_name}/.{function}.lock``. It lives beside
+the run's checkpoint objects, in the run's checkpoint folder, not among the data; its name
+is any function's and cannot be told from a user's file by its name alone.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Background saves' staging folders (:mod:`flyte_checkpoint.snapshot`).
+STAGING = ".fcp-staging-"
+#: The mark of temporary files: ``.fcp-tmp-NAME.TOKEN`` (local store), ``.NAME.fcp-tmp-TOKEN``
+#: (downloads) and a local sharded save's folder ``.fcp-tmp-NAME.shard/``.
+TMP = ".fcp-tmp-"
+#: The suffix of a local sharded save's folder after ``.fcp-tmp-NAME``.
+SHARD = ".shard"
+#: ``tempfile.mkdtemp`` prefixes: a partial restore, its hard links set aside, a CLI pull.
+RESTORE = ".fcp-restore-"
+LINKS = ".fcp-links-"
+PULL = ".fcp-pull-"
+#: A ``Checkpoint``'s local root in the temp folder.
+ROOT = "flyte-checkpoint-ws-"
+#: The lock file in a staging folder or a local root (see :mod:`flyte_checkpoint.heldfolders`).
+LOCK = ".fcp-lock"
+
+_TOKEN = "[0-9a-f]{12}"
+_MKDTEMP = "[a-z0-9_]{8}"
+_WORKING = re.compile(
+    "|".join(
+        (
+            re.escape(STAGING) + ".+",
+            re.escape(TMP) + ".+" + r"\." + _TOKEN,
+            re.escape(TMP) + ".+" + re.escape(SHARD),
+            r"\..+" + re.escape(TMP) + _TOKEN,
+            "(?:" + "|".join(re.escape(p) for p in (RESTORE, LINKS, PULL)) + ")" + _MKDTEMP,
+            re.escape(ROOT) + _TOKEN,
+        )
+    ),
+    re.DOTALL,
+)
+
+
+def is_working_file(name: str) -> bool:
+    """Whether ``name`` (one entry's name, not a path) is one of this library's working files
+    (see the module's table): what a folder save leaves out."""
+    return name[:1] in (".", "f") and _WORKING.fullmatch(name) is not None
+
+
+def is_staging(name: str) -> bool:
+    """Whether ``name`` is a background save's staging folder."""
+    return name.startswith(STAGING)
+
+
+def is_root(name: str) -> bool:
+    """Whether ``name`` is a ``Checkpoint``'s local root (``flyte-checkpoint-ws-TOKEN``)."""
+    return name.startswith(ROOT) and re.fullmatch(_TOKEN, name[len(ROOT) :]) is not None
+
+
+__all__ = ["LOCK", "ROOT", "STAGING", "TMP", "is_root", "is_staging", "is_working_file"]
