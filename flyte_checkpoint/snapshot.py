@@ -7,7 +7,8 @@ copy (``os.copy_file_range``, then ``shutil``'s fast copy). The folder is:
 
 - under the checkpoint's local root (beside its workspace) when that root is on the same
   filesystem as the source;
-- else beside the source, in the folder that holds it;
+- else beside the source, in the folder that holds it (for a link, the folder that holds
+  what it leads to);
 - else (that folder cannot be written) under the local root all the same, by plain copy.
 
 A staging folder (``.fcp-staging-HOST-PID-*``) is held by its process while it lives
@@ -18,8 +19,9 @@ hold), so uploads cut by a kill leave nothing behind for long.
 
 Each file is copied through one descriptor whose size and times are compared before and after
 (as a save does, :mod:`flyte_checkpoint.sources`), so a file rewritten while it is copied fails
-the snapshot instead of being staged torn. Links inside a folder that stay inside it are
-copied as links; a link that leaves it becomes a link to the same
+the snapshot instead of being staged torn. The data given may be a link (to a file or a
+folder): what it leads to is copied, as a synchronous save reads it. Links inside a folder
+that stay inside it are copied as links; a link that leaves it becomes a link to the same
 absolute place (what it leads to is read when the upload runs, not snapshotted). Hard links
 stay hard links. Entries a save leaves out (its own destination inside the folder, and this
 library's working files: :mod:`flyte_checkpoint.workfiles`) are left out of the copy too.
@@ -47,6 +49,8 @@ PREFIX = STAGING
 #: ``ioctl(dest_fd, FICLONE, src_fd)``: Linux's whole-file reflink (btrfs, XFS, bcachefs, ...).
 FICLONE = 0x40049409
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+#: The data given to a save: a link to a file is followed, as a synchronous save follows it.
+_FOLLOW_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 
 class Staged:
@@ -90,7 +94,7 @@ def stage(
             copier.root_real, copier.dest_root = os.path.realpath(src), target
             copier.tree(str(src), target)
         else:
-            copier.file(str(src), target)
+            copier.file(str(src), target, follow=True)
         return Staged(held, target, copier.reflinked, copier.copied)
     except BaseException:
         held.release()
@@ -102,7 +106,7 @@ def _make_folder(src: Path, local_root: Callable[[], str]) -> heldfolders.HeldFo
     root = local_root()
     held = heldfolders.HeldFolder()
     if os.stat(root).st_dev != source_dev:
-        parent = os.path.dirname(os.path.abspath(src))
+        parent = os.path.dirname(os.path.realpath(src))
         try:
             held.make(parent, _name)
         except OSError:
@@ -187,8 +191,8 @@ class _Copier:
         else:
             os.symlink(target, dest)  # leads nowhere: as it is (the save says so)
 
-    def file(self, src: str, dest: str) -> None:
-        fd = os.open(src, _READ_FLAGS)
+    def file(self, src: str, dest: str, *, follow: bool = False) -> None:
+        fd = os.open(src, _FOLLOW_FLAGS if follow else _READ_FLAGS)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

@@ -1,5 +1,5 @@
 """Background saves' staging folders, the library's working files, and what each leaves behind
-(issue 32, items 7, 8, 10).
+(issue 32, items 7, 8, 9, 10).
 
 - Item 7: a folder save (synchronous, background, incremental, sharded) leaves out every
   working file of this library (:mod:`flyte_checkpoint.workfiles`), wherever in the folder:
@@ -8,6 +8,7 @@
   one; else a ``st_dev`` told apart by the test).
 - Item 8: a staging folder is kept while its process lives, in any PID namespace: decided by
   its lock (:mod:`flyte_checkpoint.heldfolders`), not by its PID.
+- Item 9: ``save_background`` of a link stores what ``save_sync`` stores.
 - Item 10: a SIGKILLed process's local root, with its staging copy, is removed by the next
   background save (and the next local root) made in that temp folder.
 
@@ -31,6 +32,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint import heldfolders, snapshot, workfiles
+from flyte_checkpoint.errors import NotFoundError
 from flyte_checkpoint.sharded import save_sharded
 from flyte_checkpoint.snapshot import PREFIX
 from tests.reliability.gates import HANG
@@ -439,6 +441,62 @@ def test_a_sweep_between_making_a_folder_and_locking_it_makes_the_maker_take_ano
     assert heldfolders.sweep(str(tmp_path), lambda n: n.startswith("f-")) == 0
     held.release()
     assert not Path(path).exists()
+
+
+# -- item 9: links --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["file", "memory"])
+def test_save_background_of_a_link_stores_what_save_sync_stores(target: str, tmp_path: Path):
+    """Proves (item 9): ``save_background`` of a link to a file (Lightning's ``last.ckpt ->
+    epoch3.ckpt``), of a chain of links, and of a link to a folder stores what ``save_sync``
+    stores: the target's bytes, the folder's tree. A dangling link and a loop of links raise
+    NotFoundError from both, naming the path."""
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "epoch3.ckpt").write_bytes(b"epoch 3 weights")
+    (work / "last.ckpt").symlink_to("epoch3.ckpt")
+    (work / "latest").symlink_to("last.ckpt")
+    (work / "tree").mkdir()
+    (work / "tree" / "a.bin").write_bytes(b"a" * 5000)
+    (work / "tree-link").symlink_to("tree")
+    for link in ("last.ckpt", "latest"):
+        sync, bg = dest_for(target, tmp_path, f"sync-{link}"), dest_for(target, tmp_path, f"bg-{link}")
+        fc.Checkpoint(sync).save_sync(work / link)
+        with fc.Checkpoint(bg) as cp:
+            cp.save_background(work / link).result(timeout=HANG)
+        assert loaded_bytes(bg, tmp_path) == loaded_bytes(sync, tmp_path) == b"epoch 3 weights"
+    sync, bg = dest_for(target, tmp_path, "sync-tree"), dest_for(target, tmp_path, "bg-tree")
+    fc.Checkpoint(sync).save_sync(work / "tree-link")
+    with fc.Checkpoint(bg) as cp:
+        cp.save_background(work / "tree-link").result(timeout=HANG)
+    assert loaded_tree(bg, tmp_path) == loaded_tree(sync, tmp_path) == {"a.bin": b"a" * 5000}
+    (work / "dangling").symlink_to("nowhere")
+    (work / "loop-a").symlink_to("loop-b")
+    (work / "loop-b").symlink_to("loop-a")
+    for bad in ("dangling", "loop-a"):
+        with pytest.raises(NotFoundError, match=bad):
+            fc.Checkpoint(dest_for(target, tmp_path, "x")).save_sync(work / bad)
+        with fc.Checkpoint(dest_for(target, tmp_path, "y")) as cp, pytest.raises(NotFoundError, match=bad):
+            cp.save_background(work / bad)
+    assert staging_in(work) == []
+
+
+def test_a_link_to_a_file_elsewhere_stages_beside_the_file_it_leads_to(tmp_path: Path, temp_elsewhere: Path):
+    """Proves: with the temp folder on another file system, a link's snapshot is staged beside
+    the file it leads to (on that file's file system, where a reflink can be made), not beside
+    the link."""
+    data, links = tmp_path / "data", tmp_path / "links"
+    data.mkdir()
+    links.mkdir()
+    (data / "epoch3.ckpt").write_bytes(b"e3")
+    (links / "last.ckpt").symlink_to(data / "epoch3.ckpt")
+    staged = snapshot.stage(links / "last.ckpt", False, lambda: str(Path(tempfile.gettempdir())))
+    try:
+        assert Path(staged.folder).parent == data
+        assert staged.path.name == "last.ckpt" and staged.path.read_bytes() == b"e3"
+    finally:
+        staged.remove()
 
 
 # -- item 10: roots of killed processes -----------------------------------------------------------------
