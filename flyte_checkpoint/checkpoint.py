@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import NotFoundError, PathTooLongError, UnsupportedDataError
+from .errors import NotFoundError, OperationCancelledError, PathTooLongError, UnsupportedDataError
 from .forksafe import PerProcess, lock
 from .logs import logger
 from .retry import RetryPolicy
@@ -434,7 +434,14 @@ class Checkpoint(BaseCheckpoint):
         turn.wait(scope)
         started = time.monotonic()
         with using(scope):
-            size = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
+            try:
+                size = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
+            except Exception as exc:
+                if scope.cancelled and not isinstance(exc, OperationCancelledError):
+                    # What follows a cancel (close() removes the staging copy being read) is
+                    # not the save's failure: it was cancelled, and committed nothing.
+                    raise scope.error() from exc
+                raise
         return size, time.monotonic() - started
 
     # -- background saves ------------------------------------------------------

@@ -1,5 +1,5 @@
 """Background saves' staging folders, the library's working files, and what each leaves behind
-(issue 32, items 7, 8, 9, 10).
+(issue 32, items 7, 8, 9, 10, 14).
 
 - Item 7: a folder save (synchronous, background, incremental, sharded) leaves out every
   working file of this library (:mod:`flyte_checkpoint.workfiles`), wherever in the folder:
@@ -11,6 +11,7 @@
 - Item 9: ``save_background`` of a link stores what ``save_sync`` stores.
 - Item 10: a SIGKILLed process's local root, with its staging copy, is removed by the next
   background save (and the next local root) made in that temp folder.
+- Item 14: a background save cancelled by ``close()``'s timeout reports that it was cancelled.
 
 Every child process reports (prints) that it reached its point before it is killed or
 checked; uploads are held by a spy-store hook at a call the code makes. Nothing depends on the
@@ -32,7 +33,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint import heldfolders, snapshot, workfiles
-from flyte_checkpoint.errors import NotFoundError
+from flyte_checkpoint.errors import NotFoundError, OperationCancelledError, SaveTimeoutError
 from flyte_checkpoint.sharded import save_sharded
 from flyte_checkpoint.snapshot import PREFIX
 from tests.reliability.gates import HANG
@@ -569,3 +570,40 @@ def test_a_sigkilled_processs_root_and_staging_copy_are_removed_by_the_next_back
     with fc.Checkpoint(str(tmp_path / "unused")) as cp:
         cp.path  # noqa: B018 - a new local root sweeps the temp folder too
         assert not live_root.exists()
+
+
+# -- item 14: a save cancelled by close() ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["file", "memory"])
+@pytest.mark.parametrize(
+    ("what", "op"), [("folder", "open_write"), ("folder", "write"), ("file", "upload_file")]
+)
+def test_a_background_save_cancelled_by_closes_timeout_reports_cancelled(
+    target: str, what: str, op: str, tmp_path: Path, private_temp: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Proves (item 14): a background save held (before its upload opens, at its first write,
+    or in a whole-file upload) when ``close()`` times out raises OperationCancelledError from
+    its handle (not SourceChangedError: close() removed its staging copy under it), and the
+    previous checkpoint stays."""
+    data = tmp_path / "model"
+    data.mkdir()
+    (data / "weights.bin").write_bytes(os.urandom(2 << 20))
+    source = data if what == "folder" else data / "weights.bin"
+    real = dest_for(target, tmp_path, "ckpt")
+    fc.Checkpoint(real).save_sync(b"previous")
+    hold = Hold(op)
+    with spying(target, hold.hook) as spy:
+        cp = fc.Checkpoint(spy.uri_for(real))
+        handle = cp.save_background(source)
+        hold.wait_reached()
+        root = Path(cp.path).parent
+        assert staging_in(root), "the staging copy is not under the local root"
+        monkeypatch.setenv("FLYTE_CHECKPOINT_CLOSE_TIMEOUT", "0")
+        with pytest.raises(SaveTimeoutError):
+            cp.close()
+        assert not root.exists()
+        hold.release.set()
+        with pytest.raises(OperationCancelledError, match="cancelled"):
+            handle.result(timeout=HANG)
+    assert loaded_bytes(real, tmp_path) == b"previous"
