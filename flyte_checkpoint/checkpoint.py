@@ -291,7 +291,14 @@ class Checkpoint(BaseCheckpoint):
 
     def load_file_sync(self, name: str, dest: str | os.PathLike[str] | None = None) -> Path | None:
         """Restore the one file ``name`` (a path inside the previous folder checkpoint) to
-        ``dest`` (default: that path under :attr:`path`); None when there is no checkpoint.
+        ``dest`` (default: that path under :attr:`path`); the path written, or None when there
+        is no checkpoint.
+
+        ``dest`` is taken as ``cp`` takes it: a folder (or a link to one), or a path that ends
+        with a separator, receives the file under its base name (``dest/b.bin`` for ``a/b.bin``);
+        any other path is the file itself (a link there is replaced by the file; what it led to
+        is left alone). Missing folders above it are made. What was at the path written is
+        replaced only once the file is whole.
 
         ``load(members=[name])`` for one file written anywhere: an object with an index (folder
         saves of this library) is read by ranged reads of that file's gzip members only, and the
@@ -303,6 +310,8 @@ class Checkpoint(BaseCheckpoint):
             UnsafeArchiveError: ``name`` is not a relative path inside the tree, or the index
                 names one that is not.
             CorruptCheckpointError: the index or the file's data does not match.
+            DestinationError: a folder is at the path to write, or a file is where one of
+                its folders must be (nothing is written).
         """
         if self._src is None:
             return None
@@ -332,15 +341,17 @@ class Checkpoint(BaseCheckpoint):
 
         src = self._src
         assert src is not None
+        from .paths import file_destination, make_way
+
         rel = member_name(name)
-        target = Path(dest).absolute() if dest is not None else self.path / rel
+        target = file_destination(rel, dest) if dest is not None else self.path / rel
 
         def fetch() -> Path | None:
             store = store_for(src)
             size = store.stat(src)
             if not size:
                 return None
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_way(target, f"{rel!r} from {redact(src)}")
             one = Selection((rel,), folders=False)
             restore_into(store, src, size, one, lambda _: str(target), beside=str(target.parent))
             return target

@@ -165,3 +165,8 @@ __all__ = [
     "UnsupportedDataError",
     "WorkspaceError",
 ]
+
+
+class DestinationError(CheckpointError, OSError):
+    """A file cannot be restored where it was asked to go (``load_file(name, dest)``): a folder
+    is where the file goes, or a file is where a folder must be. Nothing was written."""

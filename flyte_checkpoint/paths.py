@@ -3,6 +3,7 @@ local facts both the store and the packer need (the process umask, what a pack l
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,6 +88,42 @@ class LeaveOut:
 
     def __call__(self, name: str) -> bool:
         return name == self.name or name.startswith(self.prefix)
+
+
+def file_destination(name: str, dest: str | os.PathLike[str]) -> Path:
+    """Where a file restored as ``dest`` goes, as ``cp`` decides: into ``dest`` under the
+    file's own base name when ``dest`` is a folder (or a link to one), or ends with a
+    separator (a folder, made if missing); else ``dest`` itself (a link there is replaced,
+    what it leads to is left alone). ``name`` is the file's name in the checkpoint."""
+    text = os.fspath(dest)
+    target = Path(text).absolute()
+    if text.endswith(("/", os.sep)) or target.is_dir():
+        return target / name.rpartition("/")[2]
+    return target
+
+
+def make_way(target: Path, what: str) -> None:
+    """Make the folders ``target`` goes in (none of its missing parents is an error).
+
+    Raises:
+        DestinationError: a folder is at ``target``, or a file (or a link to one) is where one
+            of its folders must be; the message names it and says what to do (``what``
+            names the restore).
+    """
+    from .errors import DestinationError
+
+    if target.is_dir():
+        raise DestinationError(
+            f"cannot restore {what} to {target}: a folder is there. Pass the path of a file, or"
+            " of a folder that holds no folder of the file's name, as dest; or move that folder"
+        )
+    for parent in reversed(target.parents):
+        if os.path.lexists(parent) and not parent.is_dir():
+            raise DestinationError(
+                f"cannot restore {what} to {target}: {parent} is a file, not a folder. Pass"
+                " another dest, or move that file"
+            )
+    target.parent.mkdir(parents=True, exist_ok=True)
 
 
 def current_umask() -> int:
