@@ -13,10 +13,12 @@ machines, is kept.
 
 - A process forked from the maker inherits its descriptor, hence its hold: a folder is kept
   while any process forked from its maker lives (such a child may use its parent's root).
-- Making a folder and locking it are two steps. A sweep in between removes the folder (it is
-  empty, or its lock not yet taken), and the maker, finding its lock file gone or taken,
-  makes another: a folder is never removed once its maker holds its lock.
-- A folder with content and no lock file (made by an older version of this library) is kept.
+- Making a folder and locking it are three steps (the folder, its lock file, the lock). A
+  folder without a lock file is kept; a sweep between the last two takes the lock and removes
+  the folder, and the maker, finding its lock file taken or gone, makes another: a folder is
+  never removed once its maker holds its lock.
+- A folder without a lock file (made by an older version of this library, or whose maker
+  died between its first two steps: an empty folder) is kept.
 - Where no lock can be taken (no ``fcntl``: Windows; a file system without locks, whose
   ``flock`` fails) nothing is proved abandoned: every folder is kept, and a killed process's
   copy stays until removed by hand (its name says whose it is).
@@ -177,13 +179,9 @@ def _reap(path: str) -> bool:
         return False
     try:
         fd = os.open(os.path.join(path, LOCK), _OPEN_LOCK)
-    except FileNotFoundError:
-        try:
-            os.rmdir(path)  # empty: its maker has not made its lock yet (it makes another)
-        except OSError:
-            return False  # holds something, and no lock: not proved abandoned
-        return True
     except OSError:
+        # No lock: its maker has not made it yet, or is an older version of this library
+        # (whose folders are empty for a moment after they are made): not proved abandoned.
         return False
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):

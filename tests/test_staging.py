@@ -375,9 +375,8 @@ def test_a_live_staging_folder_of_another_pid_namespace_is_kept(tmp_path: Path):
 def test_staging_folders_are_kept_while_held_and_removed_once_their_process_is_gone(tmp_path: Path):
     """Proves: the next snapshot in a place removes the staging folder of a process killed
     there (SIGKILL: no cleanup ran), and keeps those of a live process, of this process, of
-    another machine, and one without a lock that holds something (an older version's); an
-    empty one without a lock (its maker not yet locked it) is removed, and its maker makes
-    another."""
+    another machine, and those without a lock file (an older version's, empty or not: it
+    may be about to copy into an empty one)."""
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "w.bin").write_bytes(b"w" * 1000)
@@ -399,8 +398,7 @@ def test_staging_folders_are_kept_while_held_and_removed_once_their_process_is_g
         staged = snapshot.stage(folder, True, lambda: str(tmp_path))
         try:
             assert not killed.exists(), "the killed process's staging folder was left behind"
-            assert not empty.exists()
-            for kept in (live, elsewhere, old, Path(mine.folder), Path(staged.folder)):
+            for kept in (live, elsewhere, old, empty, Path(mine.folder), Path(staged.folder)):
                 assert kept.is_dir(), kept
         finally:
             staged.remove()
@@ -410,36 +408,51 @@ def test_staging_folders_are_kept_while_held_and_removed_once_their_process_is_g
         live_child.wait()
 
 
-def test_a_sweep_between_making_a_folder_and_locking_it_makes_the_maker_take_another(
+def test_a_sweep_while_a_folder_is_made_never_removes_it_once_its_maker_holds_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """Proves: making a held folder and locking it are two steps, and a sweep in between
-    (run here from inside those steps: the folder is empty, then its lock file is not yet
-    locked) never leaves the maker with a folder that was removed: it makes another."""
+    """Proves: making a held folder takes three steps (the folder, its lock file, the lock);
+    sweeps run from inside them (the test intercepts the lock file's creation) keep a folder
+    without a lock file, and remove one whose lock file is not locked yet (or that a sweep holds
+    as its maker tries): the maker, finding its lock file gone or taken, makes another, and
+    the folder it returns is held."""
     made: list[str] = []
     real_open = os.open
-    sweeps = {"empty": 0, "unlocked": 0}
+    swept: list[int] = []
+    holding: list[int] = []
+
+    def of_test(name: str) -> bool:
+        return name.startswith("f-")
 
     def open_(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if os.fspath(path).endswith(workfiles.LOCK) and flags & os.O_CREAT and len(made) < 2:
-            made.append(os.path.dirname(path))
-            if len(made) == 1:  # the folder exists, empty: a sweep removes it
-                sweeps["empty"] = heldfolders.sweep(str(tmp_path), lambda n: n.startswith("f-"))
-            else:  # the lock file exists, not locked yet: a sweep takes it and removes the folder
-                fd = real_open(path, flags, *args, **kwargs)
-                sweeps["unlocked"] = heldfolders.sweep(str(tmp_path), lambda n: n.startswith("f-"))
-                return fd
-        return real_open(path, flags, *args, **kwargs)
+        if not (os.fspath(path).endswith(workfiles.LOCK) and flags & os.O_CREAT) or len(made) == 2:
+            return real_open(path, flags, *args, **kwargs)
+        made.append(os.path.dirname(path))
+        swept.append(heldfolders.sweep(str(tmp_path), of_test))  # no lock file yet: kept
+        fd = real_open(path, flags, *args, **kwargs)
+        if len(made) == 1:  # the lock file exists, not locked: a sweep takes it, removes the folder
+            swept.append(heldfolders.sweep(str(tmp_path), of_test))
+        else:  # a sweep holds the lock as the maker tries to take it
+            import fcntl
+
+            holding.append(real_open(path, os.O_RDONLY))
+            fcntl.flock(holding[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
 
     names = iter(f"f-{i}" for i in range(10))
     monkeypatch.setattr(heldfolders.os, "open", open_)
     held = heldfolders.HeldFolder()
-    path = held.make(str(tmp_path), lambda: next(names))
-    monkeypatch.undo()
-    assert sweeps == {"empty": 1, "unlocked": 1}
+    try:
+        path = held.make(str(tmp_path), lambda: next(names))
+    finally:
+        monkeypatch.undo()
+    assert swept == [0, 1, 0]
     assert path == str(tmp_path / "f-2") and Path(path, workfiles.LOCK).is_file()
-    assert not Path(made[0]).exists() and not Path(made[1]).exists()
-    assert heldfolders.sweep(str(tmp_path), lambda n: n.startswith("f-")) == 0
+    assert not Path(made[0]).exists() and Path(made[1]).is_dir()
+    assert heldfolders.sweep(str(tmp_path), of_test) == 0  # f-1 held by the "sweep", f-2 by its maker
+    os.close(holding[0])
+    assert heldfolders.sweep(str(tmp_path), of_test) == 1 and not Path(made[1]).exists()
+    assert Path(path).is_dir()
     held.release()
     assert not Path(path).exists()
 
