@@ -36,10 +36,13 @@ from flyte_checkpoint import heldfolders, snapshot, workfiles
 from flyte_checkpoint.errors import NotFoundError, OperationCancelledError, SaveTimeoutError
 from flyte_checkpoint.sharded import save_sharded
 from flyte_checkpoint.snapshot import PREFIX
+from tests.reliability import test_leaks
 from tests.reliability.gates import HANG
 from tests.spystore import spying
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A fixture: ``tempfile.gettempdir()`` is a folder of the test's own.
+private_tmp = test_leaks.private_tmp
 
 
 class Hold:
@@ -90,15 +93,6 @@ def loaded_bytes(uri: str, scratch: Path) -> bytes | None:
     with fc.Checkpoint(str(scratch / "never-written"), uri) as cp:
         path = cp.load_sync()
         return None if path is None else path.read_bytes()
-
-
-@pytest.fixture
-def private_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A temp folder of the test's own (on the data's file system), where roots are counted."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    return temp
 
 
 @pytest.fixture
@@ -550,7 +544,7 @@ def held_save_in_child(folder: Path, dest: str, temp: Path) -> tuple[subprocess.
 
 
 def test_a_sigkilled_processs_root_and_staging_copy_are_removed_by_the_next_background_save(
-    tmp_path: Path, private_temp: Path
+    tmp_path: Path, private_tmp: Path
 ):
     """Proves (item 10): a process SIGKILLed while its background save was held leaves its
     local root in the temp folder with a full staging copy of the data; the next background
@@ -561,13 +555,13 @@ def test_a_sigkilled_processs_root_and_staging_copy_are_removed_by_the_next_back
     folder.mkdir()
     (folder / "weights.bin").write_bytes(os.urandom(300_000))
     dest = str(tmp_path / "dest" / "ckpt")
-    killed, killed_root, killed_staging = held_save_in_child(folder, dest, private_temp)
-    live, live_root, live_staging = held_save_in_child(folder, dest, private_temp)
+    killed, killed_root, killed_staging = held_save_in_child(folder, dest, private_tmp)
+    live, live_root, live_staging = held_save_in_child(folder, dest, private_tmp)
     try:
         assert (killed_staging / "model" / "weights.bin").stat().st_size == 300_000
         os.kill(killed.pid, signal.SIGKILL)
         killed.wait()
-        assert killed_root.parent == private_temp and killed_staging.is_dir()
+        assert killed_root.parent == private_tmp and killed_staging.is_dir()
         mine = fc.Checkpoint(str(tmp_path / "unused"))
         mine_root = Path(mine.path).parent
         with fc.Checkpoint(str(tmp_path / "next")) as cp:
@@ -579,7 +573,7 @@ def test_a_sigkilled_processs_root_and_staging_copy_are_removed_by_the_next_back
     finally:
         live.kill()
         live.wait()
-    assert sorted(private_temp.iterdir()) == [live_root]
+    assert sorted(private_tmp.iterdir()) == [live_root]
     with fc.Checkpoint(str(tmp_path / "unused")) as cp:
         cp.path  # noqa: B018 - a new local root sweeps the temp folder too
         assert not live_root.exists()
@@ -593,7 +587,7 @@ def test_a_sigkilled_processs_root_and_staging_copy_are_removed_by_the_next_back
     ("what", "op"), [("folder", "open_write"), ("folder", "write"), ("file", "upload_file")]
 )
 def test_a_background_save_cancelled_by_closes_timeout_reports_cancelled(
-    target: str, what: str, op: str, tmp_path: Path, private_temp: Path, monkeypatch: pytest.MonkeyPatch
+    target: str, what: str, op: str, tmp_path: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """Proves (item 14): a background save held (before its upload opens, at its first write,
     or in a whole-file upload) when ``close()`` times out raises OperationCancelledError from
