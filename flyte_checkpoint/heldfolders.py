@@ -26,6 +26,7 @@ machines, is kept.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -109,7 +110,7 @@ class HeldFolder:
             path, fd = self.path, self._fd
             self.path = self._fd = None
         if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path)
             with _mine_lock:
                 _mine.discard(path)
         if fd is not None:
@@ -193,12 +194,31 @@ def _reap(path: str) -> bool:
         owner = os.read(fd, 256).split()
         if owner and owner[0].decode(errors="replace") != host():
             return False  # another machine's: its lock may not reach this one
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
         return not os.path.lexists(path)
     except OSError:
         return False
     finally:
         os.close(fd)
+
+
+def _remove(path: str) -> None:
+    """Remove the folder ``path``, its lock file last: a removal cut short (a kill) leaves a
+    folder that a later sweep still proves abandoned, not one without a lock that it keeps."""
+    try:
+        with os.scandir(path) as it:
+            entries = [e for e in it if e.name != LOCK]
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(path, LOCK))
+    shutil.rmtree(path, ignore_errors=True)  # and whatever came meanwhile
 
 
 __all__ = ["HeldFolder", "host", "sweep", "sweep_roots"]

@@ -120,8 +120,8 @@ def make_way(target: Path, what: str) -> None:
     for parent in reversed(target.parents):
         if os.path.lexists(parent) and not parent.is_dir():
             raise DestinationError(
-                f"cannot restore {what} to {target}: {parent} is a file, not a folder. Pass"
-                " another dest, or move that file"
+                f"cannot restore {what} to {target}: {parent} is a file (or a link that leads"
+                " nowhere), not a folder. Pass another dest, or move that file"
             )
     target.parent.mkdir(parents=True, exist_ok=True)
 

@@ -451,6 +451,38 @@ def test_a_sweep_while_a_folder_is_made_never_removes_it_once_its_maker_holds_it
     assert not Path(path).exists()
 
 
+def test_a_held_folder_is_removed_with_its_lock_file_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Proves: a held folder is removed (by its maker, or by a sweep once its maker is gone)
+    with its lock file last, so a removal cut short by a kill leaves a folder that the next
+    sweep proves abandoned and removes, never data without a lock (which sweeps keep)."""
+    unlinked: list[str] = []
+    real_unlink = os.unlink
+
+    def unlink(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        unlinked.append(os.path.basename(os.fspath(path)))
+        return real_unlink(path, *args, **kwargs)
+
+    for by_sweep in (False, True):
+        held = heldfolders.HeldFolder()
+        path = Path(held.make(str(tmp_path), snapshot._name))
+        for i in range(20):
+            (path / f"w{i}.bin").write_bytes(b"w")
+        (path / "model").mkdir()
+        (path / "model" / "x.bin").write_bytes(b"x")
+        unlinked.clear()
+        monkeypatch.setattr(os, "unlink", unlink)
+        if by_sweep:
+            fd, held._fd = held._fd, None  # its maker is gone: the kernel frees its lock
+            os.close(fd)  # type: ignore[arg-type]
+            heldfolders._mine.discard(str(path))
+            assert snapshot.sweep(str(tmp_path)) == 1
+        else:
+            held.release()
+        monkeypatch.undo()
+        assert not path.exists()
+        assert len(unlinked) == 22 and unlinked[-1] == workfiles.LOCK, unlinked
+
+
 # -- item 9: links --------------------------------------------------------------------------------
 
 
