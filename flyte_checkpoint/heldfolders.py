@@ -139,7 +139,8 @@ def _take_new(path: str) -> int:
                 raise _Lost from None
             except OSError:
                 pass  # no locks on this file system: every sweep keeps the folder
-        os.write(fd, f"{host()} {os.getpid()}\n".encode())
+        with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
+            os.write(fd, f"{host()} {os.getpid()}\n".encode())
         mine = os.fstat(fd)
         try:
             now = os.stat(lock, follow_symlinks=False)

@@ -483,6 +483,44 @@ def test_a_held_folder_is_removed_with_its_lock_file_last(tmp_path: Path, monkey
         assert len(unlinked) == 22 and unlinked[-1] == workfiles.LOCK, unlinked
 
 
+def lockable(path: Path) -> bool:
+    """Whether another open file description can take ``path``'s lock (as another process's sweep)."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_a_full_disk_still_makes_a_held_root(private_tmp: Path, monkeypatch: pytest.MonkeyPatch):
+    """Proves: where the lock file's one line cannot be written (the disk is full: an empty
+    file still can be made), a local root is made and held all the same: a sweep keeps it
+    while its ``Checkpoint`` lives, and ``close()`` removes it."""
+    import errno
+
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(workfiles.LOCK):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    cp = fc.Checkpoint(str(private_tmp / "unused"))
+    root = Path(cp.path).parent
+    monkeypatch.undo()
+    assert (root / workfiles.LOCK).read_bytes() == b""
+    assert not lockable(root / workfiles.LOCK), "the root is not held"
+    assert heldfolders.sweep_roots(str(private_tmp)) == 0 and root.is_dir()
+    cp.close()
+    assert not root.exists()
+
+
 # -- item 9: links --------------------------------------------------------------------------------
 
 
