@@ -9,7 +9,7 @@ process. Liveness is decided by what the living process holds, never by its PID:
 nothing in another PID namespace (two containers of one pod share the host name, the kernel
 and maybe a volume, but not their PIDs), and a PID is reused. The lock file also names the
 maker's host: a folder of another machine, on a volume whose locks may not reach across
-machines, is kept.
+machines, is kept (the host's full name: ``trainer-0`` is not ``trainer0``).
 
 - A process forked from the maker inherits its descriptor, hence its hold: a folder is kept
   while any process forked from its maker lives (such a child may use its parent's root).
@@ -57,6 +57,11 @@ _mine_lock = threading.Lock()
 def host() -> str:
     """This machine's name as it goes into working files' names (letters and digits only)."""
     return "".join(c for c in socket.gethostname() if c.isalnum())[:40] or "host"
+
+
+def _owner() -> bytes:
+    """What a lock file says of its maker: its host's full name, then its PID (for people)."""
+    return f"{socket.gethostname()}\n{os.getpid()}\n".encode(errors="replace")
 
 
 class _Lost(Exception):
@@ -140,7 +145,7 @@ def _take_new(path: str) -> int:
             except OSError:
                 pass  # no locks on this file system: every sweep keeps the folder
         with contextlib.suppress(OSError):  # a full disk: the lock holds all the same
-            os.write(fd, f"{host()} {os.getpid()}\n".encode())
+            os.write(fd, _owner())
         mine = os.fstat(fd)
         try:
             now = os.stat(lock, follow_symlinks=False)
@@ -192,8 +197,8 @@ def _reap(path: str) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False  # held: its maker lives (or no lock can be taken here)
-        owner = os.read(fd, 256).split()
-        if owner and owner[0].decode(errors="replace") != host():
+        owner = os.read(fd, 1024).split(b"\n")[0]
+        if owner and owner != _owner().split(b"\n")[0]:
             return False  # another machine's: its lock may not reach this one
         _remove(path)
         return not os.path.lexists(path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -369,8 +370,9 @@ def test_a_live_staging_folder_of_another_pid_namespace_is_kept(tmp_path: Path):
 def test_staging_folders_are_kept_while_held_and_removed_once_their_process_is_gone(tmp_path: Path):
     """Proves: the next snapshot in a place removes the staging folder of a process killed
     there (SIGKILL: no cleanup ran), and keeps those of a live process, of this process, of
-    another machine, and those without a lock file (an older version's, empty or not: it
-    may be about to copy into an empty one)."""
+    another machine (told by its folder's name, or by the full host name its lock file
+    holds: ``trainer-0`` is not ``trainer0``), and those without a lock file (an older
+    version's, empty or not: it may be about to copy into an empty one)."""
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "w.bin").write_bytes(b"w" * 1000)
@@ -389,10 +391,15 @@ def test_staging_folders_are_kept_while_held_and_removed_once_their_process_is_g
             made.mkdir()
         for made in (elsewhere, old):
             (made / "model").write_bytes(b"x")
+        # a machine whose name differs from this one's only by what staging names leave out
+        name = socket.gethostname()
+        twin = tmp_path / f"{PREFIX}{host}-{os.getpid()}-{'e' * 12}"
+        twin.mkdir()
+        (twin / workfiles.LOCK).write_bytes(f"{name[:1]}-{name[1:]}\n1\n".encode())
         staged = snapshot.stage(folder, True, lambda: str(tmp_path))
         try:
             assert not killed.exists(), "the killed process's staging folder was left behind"
-            for kept in (live, elsewhere, old, empty, Path(mine.folder), Path(staged.folder)):
+            for kept in (live, elsewhere, old, empty, twin, Path(mine.folder), Path(staged.folder)):
                 assert kept.is_dir(), kept
         finally:
             staged.remove()
