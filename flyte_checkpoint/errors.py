@@ -39,7 +39,9 @@ class PathTooLongError(StoreError):
 
 class WorkspaceError(StoreError):
     """The local folder a checkpoint is restored into cannot hold it: the disk is full or
-    would go below the reserve, or a file is over a size limit."""
+    would go below the reserve, or a file is over a size limit; or a file cannot go where it
+    was asked to (``load_file(name, dest)``: a folder is there, or a file is where a folder
+    must be)."""
 
 
 class NotFoundError(CheckpointError, FileNotFoundError):
@@ -165,8 +167,3 @@ __all__ = [
     "UnsupportedDataError",
     "WorkspaceError",
 ]
-
-
-class DestinationError(CheckpointError, OSError):
-    """A file cannot be restored where it was asked to go (``load_file(name, dest)``): a folder
-    is where the file goes, or a file is where a folder must be. Nothing was written."""

@@ -106,20 +106,20 @@ def make_way(target: Path, what: str) -> None:
     """Make the folders ``target`` goes in (none of its missing parents is an error).
 
     Raises:
-        DestinationError: a folder is at ``target``, or a file (or a link to one) is where one
-            of its folders must be; the message names it and says what to do (``what``
-            names the restore).
+        WorkspaceError: a folder is at ``target``, or a file (or a link to one, or to
+            nothing) is where one of its folders must be; the message names it and says what
+            to do (``what`` names the restore).
     """
-    from .errors import DestinationError
+    from .errors import WorkspaceError
 
     if target.is_dir():
-        raise DestinationError(
+        raise WorkspaceError(
             f"cannot restore {what} to {target}: a folder is there. Pass the path of a file, or"
             " of a folder that holds no folder of the file's name, as dest; or move that folder"
         )
     for parent in reversed(target.parents):
         if os.path.lexists(parent) and not parent.is_dir():
-            raise DestinationError(
+            raise WorkspaceError(
                 f"cannot restore {what} to {target}: {parent} is a file (or a link that leads"
                 " nowhere), not a folder. Pass another dest, or move that file"
             )

@@ -2,7 +2,7 @@
 
 A folder ``dest`` (or a link to one, or a path ending with ``/``) receives the file under its
 base name; any other ``dest`` is the file itself. A folder where the file goes, or a file where
-a folder must be, is a :class:`DestinationError` that names it and says what to do; nothing is
+a folder must be, is a :class:`WorkspaceError` that names it and says what to do; nothing is
 written and no staging folder is left. Each case runs on the file and memory stores, against
 an object with an index (saved here: ranged reads) and one without (made by ``tarfile``, as
 Flyte's: streamed).
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.errors import CheckpointError, DestinationError
+from flyte_checkpoint.errors import CheckpointError, WorkspaceError
 from flyte_checkpoint.workfiles import RESTORE
 
 CONTENT = b"weights of epoch 3" * 500
@@ -94,13 +94,13 @@ def test_any_other_dest_is_the_file_itself(source: str, tmp_path: Path):
 
 def test_a_folder_or_a_file_in_the_way_is_an_error_that_says_what_to_do(source: str, tmp_path: Path):
     """Proves: a folder named ``model.pt`` in the folder given as ``dest``, and a file where a
-    folder above ``dest`` must be, raise DestinationError (a CheckpointError and an OSError),
+    folder above ``dest`` must be, raise WorkspaceError (a CheckpointError and an OSError),
     which names the path in the way, the checkpoint and what to do; nothing is written and no
     staging folder is left (the library's own names never show)."""
     folder = tmp_path / "out"
     (folder / "model.pt").mkdir(parents=True)
     (folder / "model.pt" / "inside").write_bytes(b"keep")
-    with pytest.raises(DestinationError) as err:
+    with pytest.raises(WorkspaceError) as err:
         restore(source, tmp_path, folder)
     text = str(err.value)
     assert isinstance(err.value, CheckpointError) and isinstance(err.value, OSError)
@@ -109,7 +109,7 @@ def test_a_folder_or_a_file_in_the_way_is_an_error_that_says_what_to_do(source: 
     assert (folder / "model.pt" / "inside").read_bytes() == b"keep"
     blocker = tmp_path / "afile"
     blocker.write_bytes(b"in the way")
-    with pytest.raises(DestinationError, match=rf"{blocker} is a file \(or a link .*\), not a folder\. Pass"):
+    with pytest.raises(WorkspaceError, match=rf"{blocker} is a file \(or a link .*\), not a folder\. Pass"):
         restore(source, tmp_path, blocker / "x" / "y.pt")
     assert blocker.read_bytes() == b"in the way"
     assert leftovers(tmp_path) == []
