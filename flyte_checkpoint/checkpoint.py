@@ -141,6 +141,7 @@ class Checkpoint(BaseCheckpoint):
         from .cancellation import check
 
         check()  # a download cancelled by close() must not make a new workspace
+        made = None
         with self._lock.get():
             if self._root is None:
                 import tempfile
@@ -152,14 +153,18 @@ class Checkpoint(BaseCheckpoint):
                 # The finalizer comes first, so no interrupt can leave the folder without one.
                 remove = weakref.finalize(self, _remove_tree, held, os.getpid())
                 try:
-                    root = _make_root(held, tempfile.gettempdir())
+                    made = held.make(tempfile.gettempdir(), _root_name)
                 except BaseException:
                     remove()
                     raise
-                self._root, self._owner, self._finalizer = root, os.getpid(), remove
+                self._root, self._owner, self._finalizer = made, os.getpid(), remove
             workspace = Path(self._root, "workspace")
             workspace.mkdir(exist_ok=True)
-            return workspace
+        if made is not None:  # not under the lock: what a killed process left may be large
+            from .heldfolders import sweep_roots
+
+            sweep_roots(os.path.dirname(made))
+        return workspace
 
     def prev_exists(self) -> bool:
         return self._src is not None
@@ -759,18 +764,15 @@ def _no_progress(done: int, total: int | None) -> None:
     pass
 
 
-def _make_root(held: HeldFolder, temp: str) -> str:
-    """Make a local root (``flyte-checkpoint-ws-*``, held while this process lives) in the temp
-    folder, and remove those there whose process is gone (a SIGKILL leaves its workspace and
-    staging copies); the root's path."""
+def _root_name() -> str:
+    """A new local root's name (``flyte-checkpoint-ws-*``): held while its process lives, and
+    removed by the next new root made in the temp folder once that process is gone (a SIGKILL
+    leaves its workspace and staging copies)."""
     import secrets
 
-    from .heldfolders import sweep_roots
     from .workfiles import ROOT
 
-    root = held.make(temp, lambda: ROOT + secrets.token_hex(6))
-    sweep_roots(temp)
-    return root
+    return ROOT + secrets.token_hex(6)
 
 
 def _new_lane() -> Lane:

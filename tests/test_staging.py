@@ -656,6 +656,37 @@ def test_a_sigkilled_processs_root_and_staging_copy_are_removed_by_the_next_back
         assert not live_root.exists()
 
 
+def test_close_does_not_wait_for_the_sweep_a_new_root_makes(
+    private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Proves: the sweep a new local root makes of the temp folder (which may remove a killed
+    process's large copies) runs outside the checkpoint's lock: ``close()`` from another thread
+    returns while it is held (a watchdog timer only turns a wait into a failure)."""
+    entered, release = threading.Event(), threading.Event()
+    real = heldfolders.sweep_roots
+
+    def held_sweep(temp: str) -> int:
+        entered.set()
+        release.wait(HANG)
+        return real(temp)
+
+    monkeypatch.setattr(heldfolders, "sweep_roots", held_sweep)
+    cp = fc.Checkpoint(str(private_tmp / "unused"))
+    maker = threading.Thread(target=lambda: cp.path)
+    maker.start()
+    assert entered.wait(HANG)
+    watchdog = threading.Timer(HANG, release.set)
+    watchdog.start()
+    try:
+        cp.close()
+        returned_first = not release.is_set()
+    finally:
+        release.set()
+        watchdog.cancel()
+        maker.join(HANG)
+    assert returned_first, "close() waited for the sweep"
+
+
 # -- item 14: a save cancelled by close() ---------------------------------------------------------------
 
 
