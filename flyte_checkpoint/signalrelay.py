@@ -13,11 +13,25 @@ the main thread's system call with EINTR, and CPython then runs every pending ha
 watched signal's included) before it resumes the call. A wake the main thread did not need
 costs one no-op call. Nothing is started when another wakeup fd is set (an asyncio loop with
 ``add_signal_handler`` wakes itself) or when SIGURG already has a handler of someone else.
+
+**One wake can be lost**, so the relay wakes the main thread again until it sees it ran the
+handlers. CPython checks for pending handlers, releases the GIL, and only then enters the
+system call: a signal that reaches the main thread between those two points runs only its C
+handler, and the main thread then sleeps in the call. Releasing the GIL is precisely what lets
+the relay thread run, so on a busy machine its wake often lands in that gap (the relay thread
+preempts the main thread right there, on the same core): an idle asyncio loop hit by SIGTERM
+slept on in ``epoll_wait`` in about one run in three under load, its final save never
+started. SIGURG's handler counts the passes in which the main thread ran the pending handlers
+(CPython runs every pending handler in one pass, so a pass that runs SIGURG's has run the
+watched signal's too); the relay repeats the wake, at growing intervals from
+:data:`FIRST_REPEAT` to :data:`MAX_REPEAT` seconds, until a pass comes after the signal's byte
+was read.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 from typing import Any
@@ -25,6 +39,9 @@ from typing import Any
 #: The signal that wakes the main thread: ignored by default, so a no-op handler changes nothing else.
 WAKE = signal.SIGURG
 THREAD_NAME = "flyte-checkpoint-signal-relay"
+#: Seconds before the first repeated wake, doubled after each up to :data:`MAX_REPEAT`.
+FIRST_REPEAT = 0.002
+MAX_REPEAT = 0.25
 
 
 class _Relay:
@@ -32,6 +49,8 @@ class _Relay:
     read_fd = -1
     write_fd = -1
     signals: frozenset[int] = frozenset()
+    #: Passes in which the main thread ran the pending handlers (SIGURG's counts them).
+    passes = 0
 
 
 _relay = _Relay()
@@ -76,11 +95,30 @@ def start(signum: int) -> bool:
 
 
 def _wake(signum: int, frame: Any) -> None:
-    """SIGURG's handler: nothing; its arrival has already ended the main thread's wait."""
+    """SIGURG's handler: its arrival has already ended the main thread's wait; it counts the
+    pass, in which every other pending handler runs too (see the module's doc)."""
+    _relay.passes += 1  # only the main thread runs Python signal handlers: no race
 
 
 def _watch(read_fd: int, main: int) -> None:
+    """Wake the main thread after each watched signal, and again at growing intervals until
+    it has run the pending handlers since the signal's byte was read."""
+    poller = select.poll()  # not select.select: the pipe's descriptor may be above FD_SETSIZE
+    poller.register(read_fd, select.POLLIN)
+    since: int | None = None  # the pass count when the last watched byte was read
+    delay = FIRST_REPEAT
     while True:
+        if since is not None and _relay.passes > since:
+            since = None  # the main thread has run its handlers since
+        timeout: float | None = None
+        if since is not None:
+            try:
+                signal.pthread_kill(main, WAKE)
+            except OSError:
+                return
+            timeout, delay = delay * 1000, min(delay * 2, MAX_REPEAT)
+        if not poller.poll(timeout):
+            continue
         try:
             data = os.read(read_fd, 512)
         except OSError:
@@ -88,10 +126,7 @@ def _watch(read_fd: int, main: int) -> None:
         if not data:
             return
         if any(b in _relay.signals for b in data):
-            try:
-                signal.pthread_kill(main, WAKE)
-            except OSError:
-                return
+            since, delay = _relay.passes, FIRST_REPEAT
 
 
 __all__ = ["THREAD_NAME", "WAKE", "start"]
