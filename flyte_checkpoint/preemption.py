@@ -17,6 +17,12 @@ The handler:
 - chains the handler installed before it: a Python handler is called after the saves;
   with ``SIG_DFL`` (or a handler set outside Python) the default action is re-raised, so the
   process ends by SIGTERM; with ``SIG_IGN`` the process goes on;
+- stays in front of handlers set after it: one that does not call ours (it would silently
+  disable every final save) is noticed when an entry is registered and when the main thread
+  saves or loads, and ours is installed again in front of it, which it then calls after the
+  saves (see :mod:`flyte_checkpoint.handlerchain`; a WARNING says so once). Where that cannot be
+  done (a registration from another thread), a WARNING says the final saves will not run, and
+  the registration reports ``active`` False; a SIGTERM that comes then says it again;
 - runs the saves once: a SIGTERM arriving while they run is ignored, a later one only chains;
 - works whatever the main thread is doing (sync code, an ``asyncio`` loop); inside a save
   or load of its own (:func:`deferring`) the signal is handled when that call ends, since
@@ -43,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigurationError, OperationCancelledError
+from .handlerchain import Chain, describe, reaches
 from .logs import logger
 from .uri import redact
 
@@ -112,9 +119,11 @@ class Registration:
 
     @property
     def active(self) -> bool:
-        """Whether the entries are still registered."""
+        """Whether SIGTERM will run the entries: they are still registered, and the process's
+        SIGTERM handler is ours or calls it (not so where ours could not be installed, or a
+        handler set after it from another thread took its place: see :func:`install`)."""
         with _lock:
-            return all(e in _entries for e in self._entries)
+            return all(e in _entries for e in self._entries) and _reached()
 
     def remove(self) -> None:
         """Unregister the entries (idempotent)."""
@@ -138,9 +147,13 @@ class _State:
     def __init__(self) -> None:
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, chain: Chain | None = None) -> None:
         self.installed_pid = 0
-        self.previous: Any = None
+        #: What our handler calls after the saves (see :mod:`.handlerchain`).
+        self.chain = chain if chain is not None else Chain()
+        #: Handlers set after ours already warned about (each is named once).
+        self.warned: list[Any] = []
+        self.reaches: tuple[Any, bool] | None = None  # the last handler looked into, and the answer
         self.running = False
         self.fired = False
         self.pending: tuple[int, Any] | None = None  # a SIGTERM that came during preempt()
@@ -178,6 +191,9 @@ def deferring(fn: Callable[[], T]) -> T:
     """
     if threading.get_ident() != _main_ident():
         return fn()
+    if _state.installed_pid == os.getpid() and signal.getsignal(signal.SIGTERM) is not _handle:
+        with _lock:
+            _keep_in_front()
     _depth.value += 1
     try:
         return fn()
@@ -336,14 +352,17 @@ def preempt(budget: float | None = None) -> list[Outcome]:
 
 
 def install() -> bool:
-    """Install the SIGTERM handler now (idempotent); whether it is installed in this process.
+    """Install the SIGTERM handler now (idempotent); whether SIGTERM reaches it in this process.
 
     Only the main thread may install a signal handler: from another thread this logs a
-    warning, and :func:`preempt` still works.
+    warning, and :func:`preempt` still works. Once installed, a handler set after ours that
+    does not call it is noticed here: from the main thread ours is installed again in front
+    of it (and calls it after the saves); from another thread a WARNING names it, once, and
+    this returns ``False``.
     """
     with _lock:
         if _state.installed_pid == os.getpid():
-            return True
+            return _keep_in_front()
         if threading.current_thread() is not threading.main_thread():
             logger().warning(
                 "the SIGTERM final save cannot be installed from thread %s (only the main thread may"
@@ -352,24 +371,95 @@ def install() -> bool:
                 threading.current_thread().name,
             )
             return False
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous is _handle:  # inherited by a forked child: chain to what the parent found
-            previous = _state.previous
+        current = signal.getsignal(signal.SIGTERM)
+        if _state.installed_pid:  # a forked child: its parent's chain, ours maybe still in place
+            _state.reset(Chain(_state.chain.found, _state.chain.above))
+            _state.installed_pid = os.getpid()
+            if current is not _handle:
+                _keep_in_front()
         else:
             signal.signal(signal.SIGTERM, _handle)
-        _state.reset()  # a forked child's state is its parent's
-        _state.installed_pid, _state.previous = os.getpid(), previous
-        from .signalrelay import start
-
-        start(signal.SIGTERM)  # a SIGTERM landing on another thread still reaches the handler
+            _state.reset(Chain(current))
+            _state.installed_pid = os.getpid()
+        _relay()
         return True
 
 
+def _relay() -> None:
+    from .signalrelay import start
+
+    # A SIGTERM landing on another thread still reaches the handler; one no handler of ours
+    # will see is reported when it comes.
+    start(signal.SIGTERM, notice=_unheard)
+
+
+def _reached() -> bool:
+    """Whether SIGTERM reaches our handler in this process: it is installed, and the handler
+    set now is ours or one that calls it."""
+    if _state.installed_pid != os.getpid():
+        return False
+    current = signal.getsignal(signal.SIGTERM)
+    if current is _handle:
+        return True
+    if _state.reaches is None or _state.reaches[0] is not current:
+        _state.reaches = (current, reaches(current, _handle))
+    return _state.reaches[1]
+
+
+def _keep_in_front() -> bool:
+    """Whether SIGTERM reaches our handler; from the main thread, install it again in front of
+    a handler set after it that does not call it. Called with ``_lock`` held, once installed."""
+    if _reached():
+        return True
+    current = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _handle)
+        _state.chain.put_above(current)
+        _relay()  # the wakeup fd may have been taken and given back since
+        log = logger().warning if not _state.warned else logger().info
+        _state.warned.append(current)
+        log(
+            "SIGTERM's handler was replaced after flyte-checkpoint installed its own, by %s, which"
+            " does not call it: the final saves would not have run. Ours is installed again in"
+            " front of it: on SIGTERM the final saves run, then %s is called",
+            describe(current),
+            describe(current),
+        )
+        return True
+    if not any(current is h for h in _state.warned):
+        _state.warned.append(current)
+        logger().warning(
+            "SIGTERM's handler was replaced after flyte-checkpoint installed its own, by %s, which"
+            " does not call it: on SIGTERM the final saves will NOT run, and their registrations"
+            " report active=False. Only the main thread may set a handler (this is thread %s):"
+            " call flyte_checkpoint.preemption.install() from the main thread after %s is set,"
+            " or fc.preempt() on a preemption notice",
+            describe(current),
+            threading.current_thread().name,
+            describe(current),
+        )
+    return False
+
+
+def _unheard() -> None:
+    """Run by the signal relay's thread as a SIGTERM arrives: say so when it cannot reach our
+    handler while final saves are registered (no lock is taken: the main thread may hold it)."""
+    count = sum(e.alive() for e in list(_entries))
+    if not count or _reached():
+        return
+    logger().warning(
+        "SIGTERM came, and its handler is %s, set after flyte-checkpoint's and not calling it:"
+        " the %d final save(s) registered do not run",
+        describe(signal.getsignal(signal.SIGTERM)),
+        count,
+    )
+
+
 def uninstall() -> None:
-    """Put back the handler found by :func:`install` (main thread only; for tests)."""
+    """Put back the handler right below ours (main thread only; for tests)."""
     with _lock:
         if _state.installed_pid == os.getpid() and signal.getsignal(signal.SIGTERM) is _handle:
-            signal.signal(signal.SIGTERM, _state.previous)
+            signal.signal(signal.SIGTERM, _state.chain.below_ours())
         _state.reset()
         _entries.clear()
 
@@ -380,6 +470,9 @@ def _remove(match: Callable[[_Entry], bool]) -> None:
 
 
 def _handle(signum: int, frame: Any) -> None:
+    if _state.chain.at is not None:  # a handler set after ours, called by ours, calls it again
+        _state.chain.call(signum, frame)
+        return
     with _lock:
         if _state.deferred is not None:
             return  # the first one is handled when the main thread's save ends
@@ -410,15 +503,8 @@ def _handle_now(signum: int, frame: Any, since: float) -> None:
 
 
 def _chain(signum: int, frame: Any) -> None:
-    """End the process as the handler before ours would have."""
-    previous = _state.previous
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_IGN:
-        return
-    else:  # SIG_DFL, or a handler not set from Python: the default action, by the signal itself
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+    """End the process as the handlers below ours would have (see :class:`.handlerchain.Chain`)."""
+    _state.chain.call(signum, frame)
 
 
 def _run(budget: float, interrupted: int | None, why: str) -> list[Outcome]:

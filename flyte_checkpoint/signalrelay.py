@@ -34,6 +34,7 @@ import os
 import select
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 #: The signal that wakes the main thread: ignored by default, so a no-op handler changes nothing else.
@@ -45,6 +46,10 @@ MAX_REPEAT = 0.25
 
 
 class _Relay:
+    def __init__(self) -> None:
+        #: Called in the relay's thread when a watched signal arrives (see :func:`start`).
+        self.notices: dict[int, Callable[[], None]] = {}
+
     pid = 0
     read_fd = -1
     write_fd = -1
@@ -57,10 +62,13 @@ _relay = _Relay()
 _lock = threading.Lock()
 
 
-def start(signum: int) -> bool:
+def start(signum: int, *, notice: Callable[[], None] | None = None) -> bool:
     """Relay ``signum`` to the main thread from now on; whether the relay runs (main thread only).
 
     Idempotent; re-arms the wakeup fd if something reset it (an asyncio loop that closed).
+    ``notice`` is called in the relay's thread each time ``signum`` arrives, after the first
+    wake of the main thread, whatever Python handler ``signum`` has then (its errors are
+    ignored; it must not wait for the main thread).
     """
     with _lock:
         if threading.current_thread() is not threading.main_thread():
@@ -73,6 +81,7 @@ def start(signum: int) -> bool:
                 signal.set_wakeup_fd(old)  # another owner (an asyncio loop): it wakes the main thread
                 return False
             _relay.signals |= {signum}
+            _notice(signum, notice)
             return True
         inherited = (_relay.read_fd, _relay.write_fd) if _relay.pid else ()
         read_fd, write_fd = os.pipe()
@@ -88,10 +97,18 @@ def start(signum: int) -> bool:
         signal.signal(WAKE, _wake)
         _relay.pid, _relay.read_fd, _relay.write_fd = os.getpid(), read_fd, write_fd
         _relay.signals = frozenset({signum})
+        _notice(signum, notice)
         main = threading.main_thread().ident
         assert main is not None
         threading.Thread(target=_watch, args=(read_fd, main), name=THREAD_NAME, daemon=True).start()
         return True
+
+
+def _notice(signum: int, notice: Callable[[], None] | None) -> None:
+    if notice is None:
+        _relay.notices.pop(signum, None)
+    else:
+        _relay.notices[signum] = notice
 
 
 def _wake(signum: int, frame: Any) -> None:
@@ -107,6 +124,7 @@ def _watch(read_fd: int, main: int) -> None:
     poller.register(read_fd, select.POLLIN)
     since: int | None = None  # the pass count when the last watched byte was read
     delay = FIRST_REPEAT
+    heard: set[int] = set()
     while True:
         if since is not None and _relay.passes > since:
             since = None  # the main thread has run its handlers since
@@ -117,6 +135,14 @@ def _watch(read_fd: int, main: int) -> None:
             except OSError:
                 return
             timeout, delay = delay * 1000, min(delay * 2, MAX_REPEAT)
+        for signum in heard:  # after the wake: a notice may take a while
+            notice = _relay.notices.get(signum)
+            try:
+                if notice is not None:
+                    notice()
+            except Exception:  # a notice must never stop the relay
+                pass
+        heard = set()
         if not poller.poll(timeout):
             continue
         try:
@@ -125,7 +151,8 @@ def _watch(read_fd: int, main: int) -> None:
             return
         if not data:
             return
-        if any(b in _relay.signals for b in data):
+        heard = {b for b in data if b in _relay.signals}
+        if heard:
             since, delay = _relay.passes, FIRST_REPEAT
 
 
