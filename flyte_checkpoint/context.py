@@ -250,7 +250,10 @@ def task(
     function's name in its module, as Flyte's own resolver finds tasks.
 
     Raises:
-        ValueError: ``retries`` is negative, or ``run_name`` is not one plain folder name.
+        ValueError: ``retries`` is negative.
+        ConfigurationError: (a ``ValueError``) ``run_name`` is not one plain folder name of at
+            most 255 bytes, or the function's name is over 249 bytes (with the run's lock
+            file ``.{function}.lock`` it must fit in 255).
         TypeError: given a Flyte task that does not run a Python function.
         RunInUseError: (on a call) the named run is running in another process.
         ConfigurationError: (on a call) ``$FLYTE_CHECKPOINT_KEEP_RUNS`` is invalid.
@@ -301,8 +304,16 @@ def _local_runner(
     keep: bool | None,
     flyte_task: Any | None,
 ) -> Callable[..., Any]:
-    """``func`` wrapped: retried by the local runner outside Flyte, run once inside a Flyte task."""
+    """``func`` wrapped: retried by the local runner outside Flyte, run once inside a Flyte task.
+
+    Raises:
+        ConfigurationError: ``func``'s name is too long to name its runs' folder.
+    """
     import inspect
+
+    from .runs import check_function_name
+
+    check_function_name(func.__name__)
 
     if inspect.iscoroutinefunction(func):
 

@@ -56,20 +56,53 @@ def keep_from_env() -> bool:
     )
 
 
+#: The longest file name (bytes, UTF-8) the common file systems take (ext4, XFS, APFS, NTFS's
+#: 255 characters): a run's folder, and its lock file ``.{function}.lock``, must fit.
+NAME_MAX = 255
+_LOCK_AFFIXES = len(".") + len(".lock")
+
+
 def check_run_name(name: str | None) -> None:
     """Refuse a ``run_name`` that is not one plain folder name: it names the run's folder under
-    the root, which a finished run removes, so ``..`` or a ``/`` would reach outside the root.
+    the root, which a finished run removes, so ``..`` or a ``/`` would reach outside the root;
+    and a name longer than a file system takes would fail at every call.
 
     Raises:
-        ValueError: naming the value and what a run name may be.
+        ConfigurationError: (a ``ValueError``) naming the value and what a run name may be.
     """
     if name is None or name == "":
         return  # no name: a random one
     if name.strip() != name or name in (".", "..") or any(c in name for c in "/\\\0"):
-        raise ValueError(
+        raise ConfigurationError(
             f"run_name {name!r} is not a plain folder name: it names the run's folder under the"
             " checkpoint root (removed when the run finishes), so it may not contain '/' or '\\',"
             " be '.' or '..', or start or end with a space. Use letters, digits, '-', '_' and '.'"
+        )
+    _check_length("run_name", name, NAME_MAX, "the run's folder under the checkpoint root")
+
+
+def check_function_name(name: str) -> None:
+    """Refuse a function whose name cannot name a run's folder and lock file (``.{name}.lock``).
+
+    Raises:
+        ConfigurationError: (a ``ValueError``) naming the function and the limit.
+    """
+    _check_length("the function name", name, NAME_MAX - _LOCK_AFFIXES, "the folder of its runs' attempts")
+
+
+def _check_length(what: str, name: str, limit: int, names: str) -> None:
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no object store, and not every file system, takes it
+        raise ConfigurationError(
+            f"{what} {name[:40]!r}... cannot be written as UTF-8 (it holds a lone surrogate): it"
+            f" names {names}; use letters, digits, '-', '_' and '.'"
+        ) from None
+    if size > limit:
+        raise ConfigurationError(
+            f"{what} {name[:40]!r}... is {size} bytes long (UTF-8), and it names {names}: file"
+            f" systems take at most {NAME_MAX} bytes per name, so it may be at most {limit}; use"
+            " a shorter one"
         )
 
 

@@ -221,3 +221,45 @@ def test_a_run_name_that_would_reach_outside_the_root_is_refused(tmp_path, name)
         train()
     assert f"run_name {name!r} is not a plain folder name" in str(info.value)
     assert (victim / "mine.txt").read_text() == "not the run's"
+
+
+@pytest.mark.parametrize("name", ["r" * 256, "é" * 128, "a\udcff"])
+def test_a_run_name_no_file_system_takes_is_refused_when_the_task_is_made(tmp_path, name):
+    """Proves (issue 32, item 15): a ``run_name`` over 255 bytes (UTF-8), or one that cannot be
+    written as UTF-8, gave a bare ``OSError [Errno 36]`` (or a UnicodeEncodeError) at each call;
+    it is refused when the task is made, with a ConfigurationError (a ValueError) that says
+    why, as the other bad names are. 255 bytes is the longest that works."""
+    with pytest.raises(ConfigurationError) as info:
+
+        @fc.task(checkpoint_root=str(tmp_path), run_name=name)
+        def train() -> None:
+            fc.ctx().checkpoint.save_sync(b"x")
+
+    assert isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert message.startswith(f"run_name {name[:40]!r}... ")
+    assert "names the run's folder under the checkpoint root" in message
+    assert ("is 256 bytes long (UTF-8)" in message and "at most 255" in message) or "UTF-8" in message
+    assert list(tmp_path.iterdir()) == []
+
+    longest = "é" * 127 + "r"  # 255 bytes
+
+    @fc.task(checkpoint_root=str(tmp_path), run_name=longest, keep_checkpoints=True)
+    def fits() -> bytes:
+        fc.ctx().checkpoint.save_sync(b"kept")
+        return fc.ctx().checkpoint_paths.checkpoint_path.encode()
+
+    assert Path(os.fsdecode(fits())).read_bytes() == b"kept"
+
+
+def test_a_function_name_too_long_for_its_runs_lock_file_is_refused_when_the_task_is_made(tmp_path):
+    """Proves: the function's name names the attempts' folder and the run's lock file
+    ``.{function}.lock``; one over 249 bytes is refused when the task is made."""
+    namespace: dict[str, object] = {}
+    exec(f"def {'f' * 250}():\n    return 1\n", namespace)  # a name too long to type in a file
+    with pytest.raises(ConfigurationError) as info:
+        fc.task(checkpoint_root=str(tmp_path), run_name="r")(namespace["f" * 250])
+    assert "is 250 bytes long (UTF-8), and it names the folder of its runs' attempts" in str(info.value)
+    assert "may be at most 249" in str(info.value)
+    exec(f"def {'f' * 249}():\n    return 1\n", namespace)
+    assert fc.task(checkpoint_root=str(tmp_path), run_name="r")(namespace["f" * 249])() == 1
