@@ -326,7 +326,7 @@ def _local_runner(
             failures: list[Exception] = []
             with _run(func, root, run_name, keep) as run:
                 for tctx in _attempts(run, count):
-                    with _attempt(func, tctx, count, failures):
+                    with _attempt(func, tctx, run.first + count, failures):
                         return await func(*args, **kwargs)
                 raise failures[-1]
 
@@ -341,7 +341,7 @@ def _local_runner(
         failures: list[Exception] = []
         with _run(func, root, run_name, keep) as this_run:
             for tctx in _attempts(this_run, count):
-                with _attempt(func, tctx, count, failures):
+                with _attempt(func, tctx, this_run.first + count, failures):
                     return func(*args, **kwargs)
             raise failures[-1]
 
@@ -359,22 +359,25 @@ def _flyte_attempt(flyte_ctx: TaskContext) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _attempt(
-    func: Callable[..., Any], tctx: TaskContext, retries: int, failures: list[Exception]
+    func: Callable[..., Any], tctx: TaskContext, last: int, failures: list[Exception]
 ) -> Iterator[None]:
     """One attempt: ``ctx()`` is ``tctx`` inside; an exception is logged and kept in ``failures``
-    (the caller goes on to the next attempt), and the attempt's checkpoint is closed after."""
+    (the caller goes on to the next attempt, up to the number ``last``), and the attempt's
+    checkpoint is closed after."""
     token = _current.set(tctx)
     try:
         yield
     except Exception as exc:
-        failures.append(_log_failure(func, tctx, retries, exc))
+        failures.append(_log_failure(func, tctx, last, exc))
     finally:
         _current.reset(token)
         tctx.close()
 
 
-def _log_failure(func: Callable[..., Any], tctx: TaskContext, retries: int, exc: Exception) -> Exception:
-    left = retries - tctx.attempt_number
+def _log_failure(func: Callable[..., Any], tctx: TaskContext, last: int, exc: Exception) -> Exception:
+    # A resumed named run numbers on from its earlier calls: what is left is counted from the
+    # last attempt of this call, not from 0.
+    left = last - tctx.attempt_number
     logger().warning(
         "task %s attempt %d failed (%s: %s); %s",
         func.__name__,

@@ -263,3 +263,26 @@ def test_a_function_name_too_long_for_its_runs_lock_file_is_refused_when_the_tas
     assert "may be at most 249" in str(info.value)
     exec(f"def {'f' * 249}():\n    return 1\n", namespace)
     assert fc.task(checkpoint_root=str(tmp_path), run_name="r")(namespace["f" * 249])() == 1
+
+
+def test_a_resumed_run_counts_the_retries_left_of_this_call(tmp_path, caplog):
+    """Proves (issue 32, item 17): a resumed named run numbers its attempts on from the earlier
+    call's, and the failures said "no retries left", then retried, then "-1 retries left";
+    each call now counts its own retries down to "no retries left", on its last attempt."""
+
+    @fc.task(retries=1, checkpoint_root=str(tmp_path), run_name="r")
+    def train(interrupt: bool) -> None:
+        if interrupt:
+            raise KeyboardInterrupt  # the first call ends in its attempt 0, not retried
+        raise RuntimeError("crash")
+
+    with pytest.raises(KeyboardInterrupt):
+        train(True)
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"), pytest.raises(RuntimeError):
+        train(False)
+    said = [m.split("; ")[-1] for m in caplog.messages if m.startswith("task train attempt")]
+    assert said == ["1 retry left", "no retries left"]
+    assert [m.split(" failed")[0] for m in caplog.messages if m.startswith("task train attempt")] == [
+        "task train attempt 1",
+        "task train attempt 2",
+    ]
