@@ -9,8 +9,15 @@ the newest checkpoint any earlier attempt saved.
 
 - Each attempt of a named run leaves a zero-byte marker, ``{k}/.attempt``, so numbering goes on
   after attempts that saved nothing.
-- An attempt's source is the attempt just before it (as in Flyte), except the first attempt of
-  a call that goes on with a run: the newest earlier attempt that holds a checkpoint.
+- Every attempt resumes from the newest checkpoint any earlier attempt of the run committed:
+  its source is the highest-numbered earlier attempt whose checkpoint exists and is not empty
+  (an attempt that failed or was killed before its first save leaves none, and a zero-byte
+  object is "no checkpoint" by the contract), found by size lookups from the attempt just
+  before it downwards: one when that attempt saved. Attempt numbers give the order of the
+  commits, since a run's attempts run one after another (one process at a time holds a named
+  run on a local root; an attempt's background saves end, or are cancelled, before the next
+  attempt starts). With no earlier checkpoint at all, the source is the attempt just before
+  (which holds none: ``load()`` returns ``None``), as in Flyte.
 - When a run succeeds, its attempts are removed, unless kept (``keep_checkpoints=True`` or
   ``$FLYTE_CHECKPOINT_KEEP_RUNS=1``); a named run that fails keeps it, to be resumed. A run
   without a ``run_name`` gets a random one, can never be resumed, and is removed however it
@@ -165,21 +172,33 @@ class Run:
             self.earlier.append(attempt)
 
     def source(self, attempt: int) -> str | None:
-        """What ``attempt`` loads: the attempt just before it, as Flyte does; except the first
-        attempt of a call that goes on with a killed run: the newest earlier attempt that
-        holds a checkpoint (the killed one may have saved nothing)."""
+        """What ``attempt`` loads: the checkpoint of the newest earlier attempt that holds one
+        (see the module's doc), else the attempt just before it.
+
+        Raises:
+            OSError: a size lookup failed (after retries of transient errors): a failure is
+                never taken for "no checkpoint there".
+        """
         if attempt == 0:
             return None
-        if attempt == self.first and self.named:
-            from .retry import RetryPolicy
-            from .storage.registry import store_for
+        from .retry import RetryPolicy
+        from .storage.registry import store_for
 
-            policy = RetryPolicy.from_env()
-            for n in reversed([n for n in self.earlier if n < attempt]):
-                uri = self.dest(n)
-                store = store_for(uri)
-                if policy.call(functools.partial(store.stat, uri), f"size of {redact(uri)}"):
-                    return uri
+        policy = RetryPolicy.from_env()
+        earlier = {n for n in (*self.earlier, *range(self.first, attempt)) if n < attempt}
+        for n in sorted(earlier, reverse=True):
+            uri = self.dest(n)
+            store = store_for(uri)
+            if policy.call(functools.partial(store.stat, uri), f"size of {redact(uri)}"):
+                if n != attempt - 1:
+                    logger().info(
+                        "attempt %d of run %s resumes from attempt %d's checkpoint: the attempts"
+                        " after it saved nothing",
+                        attempt,
+                        self.name,
+                        n,
+                    )
+                return uri
         return self.dest(attempt - 1)
 
     def close(self, *, succeeded: bool) -> None:

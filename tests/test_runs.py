@@ -17,6 +17,9 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import ConfigurationError, RunInUseError
 from tests.childlines import Child
+from tests.reliability import backends
+
+backend, backend_pool = backends.backend, backends.backend_pool  # fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -286,3 +289,51 @@ def test_a_resumed_run_counts_the_retries_left_of_this_call(tmp_path, caplog):
         "task train attempt 1",
         "task train attempt 2",
     ]
+
+
+Seen = tuple[int, int, "str | None"]
+
+
+def attempts_over_one_that_saved_nothing(
+    root: str, run_name: str | None
+) -> list[tuple[int, int, str | None]]:
+    """The issue's run: attempt 0 saves step 3 and fails; attempt 1 fails before its first save
+    (an out-of-memory error building the model); attempt 2 trains to the end. Each attempt's
+    (number, step it started from, source URI)."""
+    seen: list[Seen] = []
+
+    @fc.task(retries=3, checkpoint_root=root, run_name=run_name)
+    def train(n: int) -> int:
+        c = fc.ctx()
+        cp = c.checkpoint
+        path = cp.load_sync()
+        start = int(path.read_bytes()) if path else 0
+        seen.append((c.attempt_number, start, c.checkpoint_paths.prev_checkpoint_path))
+        if c.attempt_number == 1:
+            raise MemoryError("building the model")
+        for i in range(start, n):
+            cp.save_sync(str(i + 1).encode())
+            if c.attempt_number == 0 and i + 1 == 3:
+                raise RuntimeError("crash after step 3")
+        return n
+
+    assert train(5) == 5
+    return seen
+
+
+@pytest.mark.parametrize("run_name", [None, "nightly"])
+def test_an_attempt_that_saves_nothing_does_not_reset_the_progress(backend, run_name):
+    """Proves (issue 32, item 6): attempt 2 loaded attempt 1's empty destination and started
+    from 0; every attempt now resumes from the newest checkpoint any earlier attempt committed
+    (attempt 0's step 3), on every backend, named run or not."""
+    seen = attempts_over_one_that_saved_nothing(backend.fresh("runs"), run_name)
+    assert [(n, start) for n, start, _ in seen] == [(0, 0), (1, 3), (2, 3)]
+    assert seen[2][2] == seen[1][2] and seen[1][2] is not None and seen[1][2].endswith("/0/_flytecheckpoints")
+
+
+def test_an_attempt_that_saves_nothing_does_not_reset_the_progress_in_memory():
+    seen = attempts_over_one_that_saved_nothing("memory://runs-nothing-saved", None)
+    assert [(n, start) for n, start, _ in seen] == [(0, 0), (1, 3), (2, 3)]
+    source = seen[2][2]
+    assert source is not None and source.startswith("memory://runs-nothing-saved/run-")
+    assert source.endswith("/train/0/_flytecheckpoints")
