@@ -46,13 +46,31 @@ def repair_union_prev_checkpoint_uri(prev_uri: str, *, run_name: str, action_nam
     """
     if not prev_uri or not run_name or not action_name or scheme_of(prev_uri) not in REMOTE_SCHEMES:
         return prev_uri
-    pattern = re.compile(r"(?<=/)(" + re.escape(run_name) + r"/" + re.escape(action_name) + r"/)(\d+)(?=/|$)")
 
     def step_back(m: re.Match[str]) -> str:
         n = int(m.group(2))
         return m.group(1) + (str(n - 1) if n > 1 else m.group(2))
 
-    return pattern.sub(step_back, prev_uri, count=1)
+    return _attempt_pattern(run_name, action_name).sub(step_back, prev_uri, count=1)
+
+
+def _attempt_pattern(run_name: str, action_name: str) -> re.Pattern[str]:
+    """The ``{run_name}/{action_name}/{n}`` part of an attempt's URI (Flyte's layout)."""
+    return re.compile(r"(?<=/)(" + re.escape(run_name) + r"/" + re.escape(action_name) + r"/)(\d+)(?=/|$)")
+
+
+def attempt_number_in(uri: str, *, run_name: str, action_name: str) -> int | None:
+    """The attempt number ``n`` of a URI in Flyte's layout ``.../{run_name}/{action_name}/{n}/...``
+    (the first such part), or ``None`` when it has none."""
+    if not run_name or not action_name:
+        return None
+    m = _attempt_pattern(run_name, action_name).search(uri)
+    return int(m.group(2)) if m else None
+
+
+def with_attempt_number(uri: str, n: int, *, run_name: str, action_name: str) -> str:
+    """``uri`` with the attempt number of its (first) ``{run_name}/{action_name}/{n}`` part set to ``n``."""
+    return _attempt_pattern(run_name, action_name).sub(lambda m: m.group(1) + str(n), uri, count=1)
 
 
 def points_at_same_attempt(prev_uri: str, dest_uri: str, *, run_name: str, action_name: str) -> bool:

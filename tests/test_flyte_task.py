@@ -157,6 +157,26 @@ if flyte is not None:
     async def main_async(n: int) -> int:
         return await count_async(n)
 
+    @env.task(retries=quick)
+    def count_over_nothing(n: int) -> int:
+        """Attempt 0 saves step 3 and fails; attempt 1 fails before its first save; then on.
+        (Flyte's local mode numbers every attempt 0: SEEN counts them.)"""
+        cp = fc.ctx().checkpoint
+        path = cp.load_sync()
+        start = int(path.read_bytes()) if path else 0
+        SEEN.append({"start": start, "src": cp.remote_source})
+        if len(SEEN) == 2:
+            raise MemoryError("building the model")
+        for i in range(start, n):
+            cp.save_sync(str(i + 1).encode())
+            if len(SEEN) == 1 and i + 1 == 3:
+                raise RuntimeError("crash after step 3")
+        return n
+
+    @env.task
+    def main_over_nothing(n: int) -> int:
+        return count_over_nothing(n)
+
     @env.task
     def where() -> str:
         c = fc.ctx()
@@ -196,6 +216,15 @@ def test_async_flyte_task(flyte_local):
     assert flyte_local(main_async, 7) == 7
     assert [s["start"] for s in SEEN] == [0, 3, 6]
     assert all(s["type"] is FlyteTaskContext for s in SEEN)
+
+
+def test_in_flytes_local_mode_an_attempt_that_saves_nothing_does_not_reset_the_progress(flyte_local):
+    """Issue 32, item 6, in Flyte's local mode: every attempt saves to the same destination,
+    so after an attempt that saved nothing the destination still holds the newest checkpoint,
+    and the next attempt resumes from it (point 2 of the adapter's rules: nothing to look back for)."""
+    assert flyte_local(main_over_nothing, 5) == 5
+    assert [s["start"] for s in SEEN] == [0, 3, 3]
+    assert SEEN[2]["src"] == str(flyte_local.raw / "checkpoint")
 
 
 def test_attempt_number_is_flytes(flyte_local, monkeypatch):
@@ -450,6 +479,23 @@ def test_restarted_pod_with_nothing_saved_yet_in_this_attempt_uses_the_previous_
     assert (r["start"], r["src"], r["attempt"]) == (2, str(prev), 1)
 
 
+def test_a_pod_after_an_attempt_that_saved_nothing_resumes_from_the_newest_earlier_attempt(pod, tmp_path):
+    """Proves (issue 32, item 6, on a cluster): Flyte hands attempt 2 attempt 1's path only,
+    and attempt 1 failed before its first save: it started from 0. With paths in Flyte's
+    attempt layout (``.../{run}/{action}/{n}/...``), ``load()`` now looks back to attempt 0's."""
+
+    def path(n: int) -> str:
+        return str(tmp_path / "meta" / "r1" / "a0" / str(n) / "_flytecheckpoints")
+
+    r0 = pod.run(dest=path(0), prev="", crash_at=2, FLYTE_ATTEMPT_NUMBER="0")
+    assert (r0["start"], Path(path(0)).read_bytes()) == (0, b"2")
+    r1 = pod.run(dest=path(1), prev=path(0), crash_at=2, FLYTE_ATTEMPT_NUMBER="1")  # dies before saving
+    assert r1["start"] == 2 and not Path(path(1)).exists()
+    r2 = pod.run(dest=path(2), prev=path(1), FLYTE_ATTEMPT_NUMBER="2")
+    assert (r2["start"], r2["src"], r2["attempt"]) == (2, path(0), 2)
+    assert Path(path(2)).read_bytes() == b"5"
+
+
 # -- resolve_source without a pod -----------------------------------------------------------
 
 
@@ -496,7 +542,10 @@ def test_resolve_source_rules():
     assert resolve_source("memory://rs/held", "memory://rs/p", elastic_restart=0) == "memory://rs/p"
 
 
-def test_resolve_source_steps_back_only_a_previous_uri_naming_this_attempt():
+def test_resolve_source_steps_back_only_a_previous_uri_naming_this_attempt(monkeypatch):
+    from flyte_checkpoint.integrations import flyte as adapter
+
+    monkeypatch.setattr(adapter, "_size_of", lambda uri, retry: 1)  # every attempt saved: no look-back
     names = {"run_name": "r1", "action_name": "a0"}
     dest = "s3://b/m/r1/a0/3/_flytecheckpoints"
     assert resolve_source(dest, "s3://b/m/r1/a0/3/_flytecheckpoints", **names) == (
@@ -581,3 +630,62 @@ def test_a_clustered_restart_costs_one_size_lookup_of_the_destination(counting_s
     assert cps[0] is cps[1] is cps[2]
     assert counting_store.stats.get(dest, 0) == lookups
     assert cps[0].remote_source == (dest if lookups else prev)
+
+
+def attempt_uri(n: int) -> str:
+    return f"countstat://b/meta/r/a0/{n}/_flytecheckpoints"
+
+
+def test_resolve_source_looks_back_past_attempts_that_saved_nothing(counting_store):
+    """Proves: when the previous attempt's checkpoint (Flyte's layout) is absent or empty, the
+    newest earlier attempt's that holds one is loaded, with one size lookup per attempt looked
+    at; none holding one: the previous path as given (``load()`` then returns None)."""
+    names = {"run_name": "r", "action_name": "a0"}
+    counting_store.write_bytes(attempt_uri(0), b"1")
+    counting_store.write_bytes(attempt_uri(1), b"3")
+    counting_store.write_bytes(attempt_uri(3), b"")  # zero bytes: "no checkpoint" by the contract
+    assert resolve_source(attempt_uri(5), attempt_uri(4), **names) == attempt_uri(1)
+    assert [counting_store.stats.get(attempt_uri(n), 0) for n in range(5)] == [0, 1, 1, 1, 1]
+    counting_store.stats.clear()
+    assert resolve_source(attempt_uri(2), attempt_uri(1), **names) == attempt_uri(1)  # it saved
+    assert counting_store.stats == {attempt_uri(1): 1}
+    counting_store.stats.clear()
+    assert resolve_source(attempt_uri(1), attempt_uri(0), **names) == attempt_uri(0)
+    assert counting_store.stats == {}  # attempt 0 has nothing before it: not looked at
+    # A previous path outside the layout is used as given, not looked at.
+    assert (
+        resolve_source(attempt_uri(1), "countstat://b/elsewhere/ckpt", **names)
+        == "countstat://b/elsewhere/ckpt"
+    )
+    assert counting_store.stats == {}
+
+
+def test_the_look_back_is_bounded(counting_store):
+    """Proves: at most LOOK_BACK attempts before the previous one are looked at (one size lookup
+    each), so a long run of attempts that saved nothing costs a bounded number of requests."""
+    from flyte_checkpoint.integrations.flyte import LOOK_BACK
+
+    names = {"run_name": "r", "action_name": "a0"}
+    previous = 3 * LOOK_BACK
+    counting_store.write_bytes(attempt_uri(previous - LOOK_BACK - 1), b"too far back")
+    assert resolve_source(attempt_uri(previous + 1), attempt_uri(previous), **names) == attempt_uri(previous)
+    assert sum(counting_store.stats.values()) == LOOK_BACK + 1
+    counting_store.write_bytes(attempt_uri(previous - LOOK_BACK), b"just within")
+    assert resolve_source(attempt_uri(previous + 1), attempt_uri(previous), **names) == attempt_uri(
+        previous - LOOK_BACK
+    )
+
+
+def test_a_look_back_that_cannot_read_an_earlier_attempt_raises_naming_it(denying_scheme):
+    """Proves: a size that cannot be read is raised (naming the URI, without credentials),
+    never taken for "that attempt saved nothing"."""
+    prev = f"{denying_scheme}://KEY:SECRET@bucket/meta/r/a0/2/_flytecheckpoints"
+    dest = prev.replace("/2/", "/3/")
+    with pytest.raises(PermissionError) as info:
+        resolve_source(dest, prev, run_name="r", action_name="a0")
+    message = str(info.value)
+    assert "SECRET" not in message
+    assert (
+        "could not check attempt 2's checkpoint at deny://<redacted>@bucket/meta/r/a0/2/_flytecheckpoints"
+        in message
+    )

@@ -42,6 +42,18 @@ Where ``load()`` reads (:func:`resolve_source`):
 3. Otherwise the previous path, as Flyte gave it, except that a remote previous URI naming
    this very attempt's ``{run}/{action}/{n}`` folder is stepped back to ``n - 1``
    (:func:`flyte_checkpoint.repair_union_prev_checkpoint_uri`).
+4. **An earlier attempt that saved nothing.** Flyte hands attempt *n* only attempt *n - 1*'s
+   path, and an attempt that failed before its first save (out of memory building the
+   model) leaves no object there: attempt *n* would start from nothing, though attempt
+   *n - 2* had saved. When the previous path follows Flyte's attempt layout
+   ``.../{run}/{action}/{n-1}/...`` and holds no object (or a zero-byte one: "no checkpoint"
+   by the contract), ``load()`` reads the newest earlier attempt's that holds one, looking
+   back through ``n - 2, n - 3, ...`` down to 0, at most :data:`LOOK_BACK` of them (one size
+   lookup each; Flyte's retries are rarely more). Attempt numbers order the commits: Flyte
+   starts attempt *n* once *n - 1* has ended, so the highest-numbered one holding a checkpoint
+   committed last. This costs one size lookup of the previous path when it follows the
+   layout, and more only when it holds nothing; a previous path in another layout is used
+   as given (its object is not looked at here).
 
 ``@fc.task`` stacked on a Flyte task uses :func:`function_task` and :func:`task_retries`
 from here; log lines follow Flyte's level through :mod:`.flyte_logging`.
@@ -74,6 +86,10 @@ RESTART_ENV = "JOBSET_RESTART_ATTEMPT"
 #: Set by torch's elastic agent on the workers it starts: how often it restarted them (in one pod).
 ELASTIC_RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"
 
+#: How many attempts before the previous one ``load()`` looks back through when the previous
+#: attempt saved nothing (one size lookup each; see the module's doc, point 4).
+LOOK_BACK = 8
+
 _lock = threading.Lock()
 
 
@@ -104,7 +120,9 @@ class FlyteTaskContext(TaskContext):
             OSError: deciding whether a restarted pod resumes from the destination needed
                 the size of the object there and the store could not tell (only when
                 ``JOBSET_RESTART_ATTEMPT > 0`` or ``TORCHELASTIC_RESTART_COUNT > 0``; with a
-                blank previous path the error is logged and the previous path is used).
+                blank previous path the error is logged and the previous path is used); or
+                the size of an earlier attempt's checkpoint could not be read (see
+                :func:`resolve_source`).
         """
         if self._checkpoint is None and self.checkpoint_paths.checkpoint_path:
             with _lock:
@@ -238,13 +256,16 @@ def resolve_source(
 
     Looks at the store (one size query of ``dest``) only when ``restart_attempt > 0`` (JobSet
     restarted the pods), ``elastic_restart > 0`` (the elastic agent restarted the workers),
-    ``prev`` is blank, or in Flyte's local mode.
+    ``prev`` is blank, or in Flyte's local mode; and (one size query of the previous path, and
+    of up to :data:`LOOK_BACK` earlier attempts' when it holds nothing) when the previous path
+    follows Flyte's attempt layout with an attempt number above 0.
 
     Raises:
         OSError: after a restart or in local mode, the size of the object at
             ``dest`` could not be read (after retries of transient errors). With a blank ``prev``
             and no restart (on a cluster) the error is logged and ``None`` returned, which is what
-            Flyte itself would load.
+            Flyte itself would load. Or the size of the previous attempt's checkpoint, or of an
+            earlier one's, could not be read: never taken for "no checkpoint there".
     """
     prev = _blank_to_none(prev)
     restarts = []
@@ -290,7 +311,55 @@ def resolve_source(
         fixed = repair_union_prev_checkpoint_uri(prev, run_name=run_name, action_name=action_name)
         if fixed != prev:
             log.info("previous checkpoint URI %s names this attempt: using %s", redact(prev), redact(fixed))
-        return fixed
+        prev = fixed
+    if prev is None or local_mode:
+        return prev
+    return newest_earlier(prev, run_name=run_name, action_name=action_name, retry=retry)
+
+
+def newest_earlier(
+    prev: str,
+    *,
+    run_name: str,
+    action_name: str,
+    retry: RetryPolicy | None = None,
+    look_back: int = LOOK_BACK,
+) -> str:
+    """``prev``, or when it holds nothing, the newest earlier attempt's checkpoint in Flyte's
+    layout that holds one (see the module's doc, point 4); ``prev`` when none does, or when it
+    does not follow the layout.
+
+    Raises:
+        OSError: a size could not be read (after retries of transient errors), naming the URI.
+    """
+    from ..paths import attempt_number_in, with_attempt_number
+
+    number = attempt_number_in(prev, run_name=run_name, action_name=action_name)
+    if not number:  # not in the layout, or attempt 0: there is no earlier attempt to look at
+        return prev
+    for n in range(number, max(number - look_back, 0) - 1, -1):
+        uri = (
+            prev if n == number else with_attempt_number(prev, n, run_name=run_name, action_name=action_name)
+        )
+        try:
+            size = _size_of(uri, retry)
+        except OSError as exc:
+            raise type(exc)(
+                f"could not check attempt {n}'s checkpoint at {redact(uri)} for the newest earlier"
+                f" checkpoint to resume from ({exc}); check the store's credentials and that the task"
+                " may read its run's earlier checkpoints"
+            ) from exc
+        if size:
+            if n != number:
+                log.info(
+                    "the previous attempt's checkpoint %s holds nothing (it saved nothing): resuming"
+                    " from attempt %d's, the newest earlier one, %s (%d bytes)",
+                    redact(prev),
+                    n,
+                    redact(uri),
+                    size,
+                )
+            return uri
     return prev
 
 
@@ -327,11 +396,13 @@ def _blank_to_none(value: object) -> str | None:
 
 __all__ = [
     "CONTEXT_KEY",
+    "LOOK_BACK",
     "FlyteTaskContext",
     "current_context",
     "flyte_task_context",
     "from_flyte",
     "function_task",
+    "newest_earlier",
     "resolve_source",
     "task_retries",
 ]
