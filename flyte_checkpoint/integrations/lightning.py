@@ -74,7 +74,10 @@ class CheckpointMirror(pl.Callback):
             ``ModelCheckpoint`` (there must then be exactly one folder among them).
         carry_forward: when training starts from a restored directory checkpoint, save it at
             once as this attempt's checkpoint, so that an attempt that fails before its first
-            save does not leave the next attempt with nothing to resume from.
+            save still leaves its destination holding the state. The local runner, and the
+            Flyte adapter within Flyte's attempt layout, resume past such an attempt anyway
+            (from the newest earlier checkpoint); a reader that takes only the previous
+            attempt's (Flyte's own ``flyte.Checkpoint``) needs this.
         background: upload with ``save_background`` (the folder is snapshotted, training goes
             on; at most one upload runs and one waits, a newer one replacing the waiting one),
             and wait for the uploads when training ends, raises, and at teardown. ``False``
