@@ -228,8 +228,10 @@ def task(
 ) -> Any:
     """Run a function as a local task: up to ``retries + 1`` attempts, each with a checkpoint.
 
-    Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets attempt *k-1*'s
-    checkpoint as its source; ``ctx()`` inside the function gives both. An exception starts
+    Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets as its source the
+    checkpoint of the newest earlier attempt that holds one (attempt *k-1*'s, unless that
+    attempt saved nothing; see :mod:`flyte_checkpoint.runs`); ``ctx()`` inside the function
+    gives both. An exception starts
     the next attempt; when attempts run out the last exception is raised. Works on ``def``
     and ``async def`` functions. ``root`` is ``checkpoint_root``, else
     ``$FLYTE_CHECKPOINT_ROOT`` (any URI), else a local temporary folder.

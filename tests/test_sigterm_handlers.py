@@ -34,13 +34,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Records(logging.Handler):
-    """The project's log lines at INFO and above; ``seen`` is set by a line containing ``wait_for``."""
+    """The project's log lines at INFO and above while in a ``with`` block (the logger's level
+    lowered to INFO meanwhile); ``seen`` is set by a line containing ``wait_for``."""
 
     def __init__(self, wait_for: str = "\0") -> None:
         super().__init__(logging.INFO)
         self.lines: list[tuple[int, str]] = []
         self.wait_for = wait_for
         self.seen = threading.Event()
+        self._log = logging.getLogger("flyte_checkpoint")
+        self._level = self._log.level
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -51,18 +54,21 @@ class Records(logging.Handler):
     def warnings(self, part: str) -> list[str]:
         return [m for level, m in self.lines if level == logging.WARNING and part in m]
 
+    def __enter__(self) -> Records:
+        self._level = self._log.level
+        self._log.addHandler(self)
+        self._log.setLevel(logging.INFO)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._log.removeHandler(self)
+        self._log.setLevel(self._level)
+
 
 @pytest.fixture
 def records():
-    log = logging.getLogger("flyte_checkpoint")
-    handler, level = Records("SIGTERM came"), log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    try:
+    with Records("SIGTERM came") as handler:
         yield handler
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
 
 
 def later_handler(calls: list[str], name: str = "later") -> Any:

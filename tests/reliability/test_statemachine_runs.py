@@ -29,7 +29,6 @@ each run; ``-s`` prints what the runs did).
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import signal
@@ -55,6 +54,7 @@ from flyte_checkpoint.storage.registry import store_for
 from tests.childlines import Child
 from tests.reliability.killpoints import ENV as KILL_AT
 from tests.reliability.killpoints import WRITER_ENV
+from tests.test_sigterm_handlers import Records
 
 #: CI's budget, per root; raise both to run it longer (see the module's doc).
 LONG_RUN = os.environ.get("FCP_RUNS_EXAMPLES")
@@ -171,7 +171,7 @@ class Runs(RuleBasedStateMachine):
         ends = [end for _, end in plan]
         stop = next((i for i, end in enumerate(ends) if end != "fail"), len(plan) - 1)
         task = fc.task(retries=len(plan) - 1, checkpoint_root=self.root, run_name=self.name)(train)
-        with LogLines() as lines:
+        with Records() as lines:
             try:
                 outcome = task()
             except KeyboardInterrupt:
@@ -181,7 +181,7 @@ class Runs(RuleBasedStateMachine):
         assert len(calls) == stop + 1, (plan, calls)
         want = {"succeed": "finished", "interrupt": "interrupted", "fail": "failed"}[ends[stop]]
         assert outcome == want, (plan, outcome)
-        left = [m for m in lines.messages if re.search(r"-\d+ retr", m)]
+        left = [m for _, m in lines.lines if re.search(r"-\d+ retr", m)]
         assert left == [], left
         if outcome == "finished":
             self.finished()
@@ -266,24 +266,6 @@ class Runs(RuleBasedStateMachine):
     @invariant()
     def every_attempt_loaded_the_newest_commit(self) -> None:
         assert self.mismatches == [], self.mismatches
-
-
-class LogLines(logging.Handler):
-    """The project's WARNING lines while in the ``with`` block."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-    def __enter__(self) -> LogLines:
-        logging.getLogger("flyte_checkpoint").addHandler(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        logging.getLogger("flyte_checkpoint").removeHandler(self)
 
 
 @pytest.mark.parametrize("kind", ["file", "memory"])
