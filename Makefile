@@ -8,7 +8,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 NPM_LOCKS := $(wildcard plugins/*/package-lock.json)
 
-.PHONY: demo test lint setup setup-core bench dist clean
+.PHONY: demo test lint docs setup setup-core bench dist clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,12 @@ lint: setup
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
-test: setup lint
+test: setup lint docs
 	$(PY) -m pytest
+
+# The documentation site, into site/: --strict fails on a broken link, anchor or include.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
 bench: setup
 	$(PY) -m benchmarks
@@ -53,4 +57,4 @@ dist: $(VENV)/bin/python
 	@ls dist
 
 clean:
-	rm -rf $(VENV) plugins/*/node_modules build dist
+	rm -rf $(VENV) plugins/*/node_modules build dist site
