@@ -200,8 +200,9 @@ def moto_bench(endpoint: str) -> tuple[dict[str, str], object]:
     return env, client
 
 
-def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool) -> str:
-    """Background saves of the model data set (local, and S3 with ``s3``) and the loop."""
+def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool) -> tuple[str, list]:
+    """Background saves of the model data set (local, and S3 with ``s3``) and the loop: the
+    table, and the rows (data, backend, figures)."""
     data = DATASETS["model"](cache, scale)
     warm = warm_bytes(data)
     rows = [("model", "file", background.suite("model", data, work, runs, measure, warm, None))]
@@ -214,7 +215,7 @@ def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool
             rows.append(
                 ("model", "s3 (moto)", background.suite("model", data, work, runs, measure, warm, env))
             )
-    return background.fmt(rows, background.loop_suite(work, runs, measure, scale), scale)
+    return background.fmt(rows, background.loop_suite(work, runs, measure, scale), scale), rows
 
 
 def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
@@ -360,6 +361,62 @@ def fmt_s3(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def draw_charts(
+    args: argparse.Namespace, rows: list[dict], s3_rows: list[dict], background_rows: list
+) -> None:
+    """This run's figures as the Performance page's charts (benchmarks/charts.py), into ``args.charts``."""
+    from . import charts
+
+    conditions = f"scale {args.scale}, median of {args.runs}, {os.cpu_count()} cores"
+    sections = {}
+    if rows:
+        suite_rows = [
+            {
+                "data": r["data"],
+                "approach": r["approach"],
+                "save_s": r["save_s"],
+                "load_s": r["load_s"],
+                "object_mib": r["object_bytes"] / 2**20,
+            }
+            for r in rows
+        ]
+        sections["suite"] = charts.run_section(
+            "Folder save and load on the local file backend",
+            "python -m benchmarks",
+            conditions,
+            suite_rows,
+        )
+    if s3_rows:
+        s3_chart_rows = [
+            {
+                "data": r["data"],
+                "ours_save_s": r["ours_save"],
+                "upload_s": r["up_full"],
+                "ours_load_s": r["ours_load"],
+                "download_s": min(r["down"], r["get"]),
+            }
+            for r in s3_rows
+        ]
+        sections["s3"] = charts.run_section(
+            "Folder save and load on moto's S3 server, against boto3",
+            "python -m benchmarks --s3",
+            conditions,
+            s3_chart_rows,
+        )
+    if background_rows:
+        sections["background"] = charts.run_section(
+            "Time the caller is blocked: save_background against save_sync",
+            "python -m benchmarks --background",
+            conditions,
+            [
+                {"backend": backend, "sync_s": r["sync"], "blocked_s": r["blocked"]}
+                for _, backend, r in background_rows
+            ],
+        )
+    for path in charts.draw(sections, args.charts):
+        print(f"chart: {path}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     global settle_s
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
@@ -392,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--settle", type=float, default=3.0, help="seconds to wait after warming memory (default 3)"
     )
+    p.add_argument(
+        "--charts",
+        type=Path,
+        default=None,
+        help="also draw this run's figures as SVG charts into this folder",
+    )
     args = p.parse_args(argv)
     settle_s = args.settle
 
@@ -422,10 +485,11 @@ def main(argv: list[str] | None = None) -> int:
     # first and 1.42-1.50 s for the next loads into a new folder of the same disk).
     os.environ["TMPDIR"] = str(work)
     background_table = partial_table = ""
+    background_rows: list = []
     only = args.background_only or args.partial_only
     try:
         if args.background or args.background_only:
-            background_table = background_suites(cache, work, args.scale, args.runs, args.s3)
+            background_table, background_rows = background_suites(cache, work, args.scale, args.runs, args.s3)
         if args.partial or args.partial_only:
             data = DATASETS["model"](cache, args.scale)
             partial_table = partial.fmt(partial.suite(data, work, args.runs, measure, warm_bytes(data)))
@@ -469,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     if partial_table:
         print("\n## Partial restore: load(members=[one 1 MiB file]) vs load() (model data + that file)\n")
         print(partial_table)
+    if args.charts:
+        draw_charts(args, rows, s3_rows, background_rows)
     if args.in_flyte_only or args.background_only:
         return 0
     bare, imported = import_cost(args.runs)

@@ -298,6 +298,31 @@ def lightning_case(work: Path, epochs: int, width: int, dest: str, sent_bytes: S
     return {"file_bytes": one, "sent": sent_bytes.sizes[first:], "kept": len(list(folder.glob("*.ckpt")))}
 
 
+def draw_chart(args: argparse.Namespace, measured: list[tuple[str, dict]]) -> None:
+    """This run's figures as the Performance page's chart (benchmarks/charts.py), into ``args.charts``."""
+    from . import charts
+
+    rows = [
+        {
+            "store": name,
+            "content": "random" if args.content == "random" else "float32 weights",
+            "full_s": r["full_s"],
+            "incremental_s": r["incr_s"],
+            "sent_mib": r["incr_bytes"] / MiB,
+            "total_mib": r["full_bytes"] / MiB,
+        }
+        for name, r in measured
+    ]
+    section = charts.run_section(
+        f"Incremental saves: {args.files} files, one changed",
+        "python -m benchmarks.incremental",
+        f"scale {args.scale}, median of {args.runs}, {os.cpu_count()} cores",
+        rows,
+    )
+    for path in charts.draw({"incremental": section}, args.charts):
+        print(f"chart: {path}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the 16 MiB file size")
@@ -308,6 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--azure", action="store_true", help="also on Azurite")
     p.add_argument("--lightning", action="store_true", help="also Lightning's save_top_k=3")
     p.add_argument("--work", type=Path, default=None, help="where the tree and objects go")
+    p.add_argument("--charts", type=Path, default=None, help="also draw the figures as an SVG chart here")
     p.add_argument(
         "--content",
         choices=("random", "model"),
@@ -337,9 +363,15 @@ def main(argv: list[str] | None = None) -> None:
             " | commit s (full / incremental) | time without the commit |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
+        measured: list[tuple[str, dict]] = []
+
+        def shown(name: str, r: dict) -> str:
+            measured.append((name, r))
+            return row(name, r)
+
         total = lambda: sum(sent_bytes.sizes)  # noqa: E731
         print(
-            row(
+            shown(
                 "file",
                 pair(lambda run: str(work / f"obj-{run}.tgz"), src, args.runs, size, total, content, commit),
             ),
@@ -359,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
                 r = pair(
                     lambda run: f"s3://bench/{key}/obj-{run}.tgz", src, args.runs, size, up, content, commit
                 )
-                print(row("s3 (moto, bytes at a proxy)", r), flush=True)
+                print(shown("s3 (moto, bytes at a proxy)", r), flush=True)
                 if args.lightning:
                     res = lightning_case(work, 6, width, f"s3://bench/{key}/lightning.tgz", sent_bytes)
                     lightning_rows.append(("s3 (moto)", res))
@@ -376,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
                 r = pair(
                     lambda run: f"gs://bench/{key}/obj-{run}.tgz", src, args.runs, size, up, content, commit
                 )
-                print(row("gcs (emulator, bytes at a proxy)", r), flush=True)
+                print(shown("gcs (emulator, bytes at a proxy)", r), flush=True)
                 c = copy_through_client(f"gs://bench/{key}/through-client.tgz", src, proxy)
                 print(
                     f"| gcs: a copy through the client (download + upload of the old object) |"
@@ -394,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
                 r = pair(
                     lambda run: f"az://bench/{key}/obj-{run}.tgz", src, args.runs, size, up, content, commit
                 )
-                print(row("azure (Azurite, bytes at a proxy)", r), flush=True)
+                print(shown("azure (Azurite, bytes at a proxy)", r), flush=True)
                 proxy.__exit__(None, None, None)
         load = os.getloadavg()
         print()
@@ -410,6 +442,8 @@ def main(argv: list[str] | None = None) -> None:
                 each = ", ".join(f"{s / MiB:.2f}" for s in res["sent"])
                 ratio = ", ".join(f"{s / one:.2f}" for s in res["sent"])
                 print(f"| {name} | {one / MiB:.2f} | {res['kept']} | {each} | {ratio} |")
+        if args.charts:
+            draw_chart(args, measured)
     finally:
         log.removeHandler(sent_bytes)
         shutil.rmtree(work, ignore_errors=True)

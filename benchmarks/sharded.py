@@ -141,6 +141,7 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also on moto's S3 server")
+    p.add_argument("--charts", type=Path, default=None, help="also draw the figures as an SVG chart here")
     args = p.parse_args()
     env = {
         **os.environ,
@@ -182,6 +183,26 @@ def main() -> None:
             f"| {r['backend']} | {r['sharded']:.2f} | {r['gathered']:.2f} | {r['gloo']:.2f} |"
             f" {mb / r['sharded']:.0f} | {r['gathered'] / r['sharded']:.2f}x | {r['gloo'] / r['sharded']:.2f}x |"
         )
+
+    if args.charts:
+        from benchmarks import charts
+
+        section = charts.run_section(
+            f"Sharded saves: {args.ranks} ranks of {args.mib} MiB, against gathering on rank 0",
+            "python -m benchmarks.sharded",
+            f"median of {args.runs}, {os.cpu_count()} cores",
+            [
+                {
+                    "backend": r["backend"],
+                    "sharded_s": r["sharded"],
+                    "gathered_free_s": r["gathered"],
+                    "gathered_gloo_s": r["gloo"],
+                }
+                for r in rows
+            ],
+        )
+        for path in charts.draw({"sharded": section}, args.charts):
+            print(f"chart: {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

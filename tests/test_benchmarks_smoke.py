@@ -3,6 +3,7 @@ measured by `make bench`, not by tests)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -27,8 +28,9 @@ def test_benchmarks_run_at_a_small_size(tmp_path):
 
     require(importlib.util.find_spec("moto") is not None, "moto[server] is not installed")
     args = ["--scale", "0.003", "--runs", "1", "--s3", "--background", "--partial", "--settle", "0"]
-    args += ["--cache", str(tmp_path)]
+    args += ["--cache", str(tmp_path), "--charts", str(tmp_path / "charts")]
     table = run_benchmark("benchmarks", *args)
+    assert_charts(tmp_path / "charts", "suite", "s3", "background")
     for data in ("model", "jsonl", "small"):
         for approach in ("ours", "reference", "tar"):
             assert f"| {data} | {approach} |" in table
@@ -47,6 +49,55 @@ def test_benchmarks_run_at_a_small_size(tmp_path):
     assert re.search(r"^\| model \| file \| .*% \|$", background, flags=re.M), background
     assert re.search(r"^\| model \| s3 \(moto\) \| .*% \|$", background, flags=re.M), background
     assert re.search(r"^\| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", background, flags=re.M), background
+
+
+def assert_charts(folder: Path, *names: str) -> None:
+    """``folder`` holds an SVG chart of each of ``names``, and nothing else."""
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.svg" for n in names)
+    for name in names:
+        svg = (folder / f"{name}.svg").read_text()
+        assert svg.startswith("<?xml") and "</svg>" in svg and "<path" in svg, name
+
+
+def test_incremental_and_sharded_benchmarks_run_and_draw_their_charts(tmp_path):
+    """benchmarks.incremental and benchmarks.sharded at a tiny size, with --charts."""
+    table = run_benchmark(
+        "benchmarks.incremental", "--files", "3", "--scale", "0.01", "--runs", "1",
+        "--work", str(tmp_path), "--charts", str(tmp_path / "incremental"),
+    )  # fmt: skip
+    assert re.search(r"^\| file \| [0-9.]+ \| [0-9.]+ \| [0-9.]+% \|", table, flags=re.M), table
+    assert_charts(tmp_path / "incremental", "incremental")
+    table = run_benchmark(
+        "benchmarks.sharded",
+        "--mib",
+        "1",
+        "--ranks",
+        "2",
+        "--runs",
+        "1",
+        "--charts",
+        str(tmp_path / "sharded"),
+    )
+    assert re.search(r"^\| file \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|", table, flags=re.M), table
+    assert_charts(tmp_path / "sharded", "sharded")
+
+
+def test_the_committed_charts_are_drawn_from_the_recorded_figures(tmp_path):
+    """docs/assets/charts/ is what benchmarks.charts draws from benchmarks/figures.json, byte for
+    byte: a figure changed in one and not the other fails here (redraw with
+    ``python -m benchmarks.charts``)."""
+    from benchmarks import charts
+
+    figures = json.loads(charts.FIGURES.read_text())
+    drawn = charts.draw(figures, tmp_path)
+    assert sorted(p.name for p in charts.CHARTS.iterdir()) == sorted(p.name for p in drawn)
+    for path in drawn:
+        assert path.read_bytes() == (charts.CHARTS / path.name).read_bytes(), (
+            f"{path.name} differs from what benchmarks/figures.json draws: run python -m benchmarks.charts"
+        )
+    for name, section in figures.items():  # where each figure came from, as the page says
+        assert {"title", "date", "commit", "command", "conditions", "rows"} <= set(section), name
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d", section["date"]), name
 
 
 def test_two_versions_are_compared_on_the_same_data(tmp_path):
