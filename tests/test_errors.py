@@ -1,4 +1,4 @@
-"""The error hierarchy as README.md's "Errors" section states it, class by class."""
+"""The error hierarchy as the documentation's Errors page (docs/errors.md) states it, class by class."""
 
 from __future__ import annotations
 
@@ -9,17 +9,16 @@ from pathlib import Path
 from flyte_checkpoint import errors
 from flyte_checkpoint.errors import CheckpointError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 
 
 def readme_errors() -> dict[str, list[str]]:
-    """Each ``Name`` (``Base``, ...) pair of the README's Errors section."""
-    text = README.read_text()
-    section = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
-    assert "All errors are in `flyte_checkpoint.errors` and derive from `CheckpointError`" in section
+    """Each row of the Errors page's table: the error, and the classes it is also a subclass of."""
+    text = PAGE.read_text()
+    assert "All errors are in `flyte_checkpoint.errors` and derive from `CheckpointError`" in text
     return {
         name: re.findall(r"`(\w+)`", bases)
-        for name, bases in re.findall(r"`(\w+Error)`\s+\(([^)]*)\)", section)
+        for name, bases in re.findall(r"^\| `(\w+Error)` \| ([^|]*) \|", text, flags=re.M)
     }
 
 
@@ -35,9 +34,9 @@ def test_every_error_the_readme_lists_has_the_bases_it_states():
     for name, bases in documented.items():
         cls = getattr(errors, name)  # importable from flyte_checkpoint.errors
         assert issubclass(cls, CheckpointError), name
-        assert bases, f"{name}: the README names no base"
+        assert bases, f"{name}: the page names no base"
         for base in bases:
-            assert issubclass(cls, resolve(base)), f"{name} is not a {base}, as the README says"
+            assert issubclass(cls, resolve(base)), f"{name} is not a {base}, as the page says"
 
 
 def test_the_readme_lists_every_public_error():

@@ -305,7 +305,7 @@ def test_objects_without_an_index_small_ones_and_stores_without_ranges_stream(sr
 def test_threads_follow_the_cores_unless_told(monkeypatch):
     from flyte_checkpoint.format import pipeline
 
-    assert inflate.THREADS_ENV in (Path(__file__).parents[1] / "README.md").read_text()
+    assert inflate.THREADS_ENV in (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
 
     monkeypatch.delenv(inflate.THREADS_ENV)
     for cores, threads in [

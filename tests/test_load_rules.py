@@ -382,7 +382,7 @@ def test_the_member_limit(tmp_path, monkeypatch):
 
 def test_the_default_member_limit_is_generous_and_documented():
     assert LoadLimits().max_members == DEFAULT_MAX_MEMBERS == 1_000_000
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     for name in ("FLYTE_CHECKPOINT_MAX_MEMBERS", "FLYTE_CHECKPOINT_DISK_RESERVE"):
         assert name in readme
 

@@ -1,9 +1,9 @@
-"""The README's "Inside Flyte tasks" section, run as a Flyte user runs it.
+"""The documentation's "Inside Flyte" page (docs/flyte.md), run as a Flyte user runs it.
 
-Each Python block of the section is written to the file its first line names (``# train.py``),
+Each Python block of the page is written to the file its first line names (``# train.py``),
 and each command of its bash block runs in that folder in a subprocess, as typed: ``flyte run
 --local ...`` (Flyte's command line), ``python train.py`` (``flyte.run``) and the local runner.
-The README's code is not touched: a ``sitecustomize`` module on ``PYTHONPATH`` makes the first
+The page's code is not touched: a ``sitecustomize`` module on ``PYTHONPATH`` makes the first
 attempt crash at its third save, and records what each attempt loaded and saved, so the test
 sees the crash, the retry and the resume from the checkpoint.
 """
@@ -23,7 +23,7 @@ import pytest
 from conftest import require
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTION = "## Inside Flyte tasks"
+PAGE = ROOT / "docs" / "flyte.md"
 
 INJECTOR = """
 import json, os, sys
@@ -62,12 +62,6 @@ fc.Checkpoint.load_sync, fc.Checkpoint.save_sync = load_sync, save_sync
 """
 
 
-def section(text: str) -> str:
-    start = text.index(SECTION + "\n")
-    end = text.find("\n## ", start + len(SECTION))
-    return text[start : end if end != -1 else len(text)]
-
-
 def blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"^```{lang}\n(.*?)^```$", text, flags=re.S | re.M)
 
@@ -82,8 +76,8 @@ def commands(block: str) -> list[str]:
 
 
 def readme_section() -> tuple[dict[str, str], list[str]]:
-    """The section's files (name -> code) and commands, as the README has them."""
-    text = section((ROOT / "README.md").read_text())
+    """The page's files (name -> code) and commands, as the page has them."""
+    text = PAGE.read_text()
     files = {}
     for code in blocks(text, "python"):
         first = code.splitlines()[0]
@@ -95,7 +89,7 @@ def readme_section() -> tuple[dict[str, str], list[str]]:
     return files, cmds
 
 
-# What each kind of command the README gives runs in: Flyte's local mode, or the local runner.
+# What each kind of command the page gives runs in: Flyte's local mode, or the local runner.
 KINDS = {
     "flyte run --local ": "FlyteTaskContext",
     "python train.py": "FlyteTaskContext",
@@ -133,7 +127,7 @@ def run_as_user(command: str, work: Path, inject: Path, events: Path) -> subproc
     return subprocess.run(command, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_the_readme_gives_a_task_file_and_the_commands_that_launch_it():
+def test_the_page_gives_a_task_file_and_the_commands_that_launch_it():
     files, cmds = readme_section()
     assert list(files) == ["train.py"]
     assert "flyte.run(" in files["train.py"] and "@env.task" in files["train.py"]

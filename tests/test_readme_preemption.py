@@ -1,6 +1,6 @@
-"""The README's "When the machine is reclaimed, or the process dies" section, run as written.
+"""The documentation's "SIGTERM and resuming runs" page (docs/preemption.md), run as written.
 
-Its task file is written as the README gives it and run with the command the README shows:
+Its task file is written as the page gives it and run with the command the page shows:
 the first run is sent SIGTERM after a step it printed; the second, the same run, must go on
 from the step the first had reached (the final save's), and the finished run leaves nothing.
 """
@@ -17,16 +17,14 @@ from pathlib import Path
 from tests.childlines import HANG, Lines
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTION = "## When the machine is reclaimed, or the process dies"
+PAGE = ROOT / "docs" / "preemption.md"
 
 
 def section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index(SECTION + "\n")
-    return text[start : text.index("\n## ", start + len(SECTION))]
+    return PAGE.read_text()
 
 
-def test_the_section_gives_a_task_file_and_the_command_that_runs_it():
+def test_the_page_gives_a_task_file_and_the_command_that_runs_it():
     text = section()
     [code] = re.findall(r"^```python\n(.*?)^```$", text, flags=re.S | re.M)
     assert code.startswith("# preemptible.py\n")
@@ -65,7 +63,7 @@ def run(work: Path, root: Path, n: int, stop_after: int | None) -> tuple[int, li
         proc.stderr.close()
 
 
-def test_the_readme_task_saves_on_sigterm_and_the_same_run_goes_on(tmp_path):
+def test_the_page_task_saves_on_sigterm_and_the_same_run_goes_on(tmp_path):
     code = re.findall(r"^```python\n(.*?)^```$", section(), flags=re.S | re.M)[0]
     (tmp_path / "preemptible.py").write_text(code)
     root = tmp_path / "runs"

@@ -1,19 +1,22 @@
-"""The README's Install, Quick start and command-line sections, run as written in a fresh venv.
+"""The README's Install, first task and command line, and the site's install and command-line
+walkthrough, run as written in one fresh venv, as a new user would.
 
 One virtual environment for the module, as a new user would make it: in a copy of the checkout,
-the Install section's first block (``make dist``, then ``pip install --find-links dist ...``)
-with that venv's ``pip`` first on ``PATH``; then the Quick start's Python (against moto's S3
-server on 127.0.0.1, through ``AWS_ENDPOINT_URL_S3``), the command-line walkthrough (every
-console block of its section, in order, in one shell, compared with the outputs the README
-shows), and last the Install section's second block (``pip install . ./plugins/s3``, from the
-checkout), after which the missing-backend hint names the checkout's plugin folder.
+the README's Install block (``make dist``, then ``pip install --find-links dist ...``; the Quick
+start page shows the same block) with that venv's ``pip`` first on ``PATH``; then the README's
+task (``train.py``) run on S3 as its three lines say, against moto's S3 server on 127.0.0.1
+(through ``AWS_ENDPOINT_URL_S3``); the README's five command lines; the command-line walkthrough
+of docs/cli.md (every console block of the page, in order, in one shell, compared with the
+outputs the page shows); and last the Quick start page's second Install block (``pip install .
+./plugins/s3``, from the checkout), after which the missing-backend hint names the checkout's
+plugin folder. ``tests/test_docs_blocks.py`` runs the pages' other blocks.
 
 Outputs are compared after replacing what a run cannot repeat: durations (``0.08s``), rates
 (``12.9 MB/s``), ``ls -l``'s modification times, a few bytes of a tarball's size (its tar headers
 hold the files' modification times, and gzip compresses them; the index after them has a
 length fixed by the tree's names and layout, docs/FORMAT.md) and the walkthrough's folder
-(``/tmp/cp-demo`` is this test's own). To refresh the README's outputs after a change, run with
-``FCP_README_RECORD=/some/file``: the transcript of the run is written there, in the README's form.
+(``/tmp/cp-demo`` is this test's own). To refresh the page's outputs after a change, run with
+``FCP_README_RECORD=/some/file``: the transcript of the run is written there, in the page's form.
 
 Needs the package index (pip installs the extras' dependencies and fetches the build backend):
 marked ``network``.
@@ -32,17 +35,20 @@ from pathlib import Path
 import pytest
 
 from conftest import make_venv, require
+from tests.docblocks import commands, normalize, same, transcript
 from tests.test_cli import FOREIGN_ENV, s3_server
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+QUICKSTART = ROOT / "docs" / "quickstart.md"
+CLI_PAGE = ROOT / "docs" / "cli.md"
 DEMO = "/tmp/cp-demo"
 
 pytestmark = [pytest.mark.network, pytest.mark.slow, pytest.mark.integration]
 
 
-def section(title: str) -> str:
-    text = README.read_text()
+def section(title: str, path: Path = README) -> str:
+    text = path.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else len(text)]
@@ -50,33 +56,6 @@ def section(title: str) -> str:
 
 def blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"^```{lang}\n(.*?)^```$", text, flags=re.S | re.M)
-
-
-def commands(block: str) -> list[str]:
-    """The commands of a bash block, without their comments."""
-    return [c for line in block.splitlines() if (c := line.split("  #", 1)[0].strip())]
-
-
-def transcript(block_text: str) -> list[tuple[str, list[str]]]:
-    """(command, the output lines shown under it) for each ``$ `` line of console blocks."""
-    steps: list[tuple[str, list[str]]] = []
-    for line in block_text.splitlines():
-        if line.startswith("$ "):
-            steps.append((line[2:], []))
-        elif line.strip() and steps:
-            steps[-1][1].append(line)
-    return steps
-
-
-def normalize(lines: list[str]) -> list[str]:
-    """Lines with what a rerun changes replaced: durations, rates."""
-    out = []
-    for line in lines:
-        line = re.sub(r"\b\d+\.\d+s\b", "<t>s", line)
-        line = re.sub(r"\(\d+\.\d+ MB/s\)", "(<r> MB/s)", line)
-        line = re.sub(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b", "<date>", line)
-        out.append(line.rstrip())
-    return out
 
 
 def copy_checkout(dest: Path) -> Path:
@@ -144,12 +123,12 @@ def s3_env() -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def user(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> User:
-    """The README's first Install block run as written, in a fresh venv."""
+    """The README's Install block run as written, in a fresh venv."""
     require(shutil.which("make") is not None, "make is not installed")
     user = User(tmp_path_factory.mktemp("readme"), s3_env)
-    install = blocks(section("Install"), "bash")
-    assert len(install) == 2, install
-    for command in commands(install[0]):
+    [install] = blocks(section("Install"), "bash")
+    assert blocks(section("Install", QUICKSTART), "bash")[0] == install  # the page shows the same block
+    for command in commands(install):
         user.sh(command)
     assert sorted(p.name for p in (user.checkout / "dist").iterdir()) == [
         "flyte_checkpoint-0.1.0-py3-none-any.whl",
@@ -160,22 +139,52 @@ def user(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]) -> Us
     return user
 
 
-def test_the_quick_start_runs_as_written(user: User) -> None:
-    """Proves: after the Install block, the Quick start's two blocks, run as one script, print
-    what the task returns and save through the S3 extra (the object holds b"state")."""
-    code = "\n".join(blocks(section("Quick start"), "python"))
-    (user.home / "quickstart.py").write_text(code)
-    out = user.sh(f"python {user.home / 'quickstart.py'}", cwd=user.home)
-    assert out.stdout == "5\n", out.stdout + out.stderr
-    got = user.sh("flyte-checkpoint pull s3://my-bucket/run/attempt-2/ckpt -", cwd=user.home)
-    assert got.stdout == "state"
+def test_the_readme_task_crashes_resumes_and_runs_on_s3_as_its_three_lines_say(user: User) -> None:
+    """Proves: the README's task, run by its S3 block (the extra installed, FLYTE_CHECKPOINT_ROOT
+    on S3) in the fresh venv, prints what the README shows (attempt 0 crashes, attempt 1 resumes
+    at step 3, 5), and its checkpoints are objects on the S3 server."""
+    text = section("Crash, retry, resume")
+    [code] = blocks(text, "python")
+    assert code.startswith("# train.py\n")
+    (user.checkout / "train.py").write_text(code)
+    [console] = blocks(text, "console")
+    [(command, shown)] = transcript(console)
+    assert command == "python train.py"
+    s3_block = blocks(text, "bash")[0]
+    assert commands(s3_block)[-1] == "python train.py", s3_block
+    # Kept, to be listed: a finished run's checkpoints are removed otherwise.
+    out = user.sh(f"export FLYTE_CHECKPOINT_KEEP_RUNS=1\n{s3_block}", cwd=user.checkout)
+    assert out.stdout.splitlines() == [line for line in shown if not line.startswith("task train")], (
+        out.stdout
+    )
+    assert "task train attempt 0 failed (RuntimeError: the machine was lost); 3 retries left" in out.stderr
+    listed = user.sh("flyte-checkpoint ls s3://my-bucket/runs/").stdout.split()
+    assert [uri.split("/train/", 1)[1] for uri in listed] == ["0/_flytecheckpoints", "1/_flytecheckpoints"], (
+        listed
+    )
+
+
+def test_the_readme_command_lines_run_as_written(user: User) -> None:
+    """Proves: the README's five command lines, run in order in a folder holding ``state``, all
+    succeed against S3 and restore the folder."""
+    work = user.home / "cli"
+    (work / "state" / "optim").mkdir(parents=True)
+    (work / "state" / "model.pt").write_bytes(os.urandom(100_000))
+    (work / "state" / "optim" / "adam.bin").write_bytes(b"adam")
+    [block] = blocks(section("The command line"), "bash")
+    lines = commands(block)
+    assert len(lines) == 5 and all(c.startswith("flyte-checkpoint ") for c in lines)
+    outputs = [user.sh(command, cwd=work).stdout for command in lines]
+    assert (work / "restored" / "model.pt").read_bytes() == (work / "state" / "model.pt").read_bytes()
+    assert (work / "restored" / "optim" / "adam.bin").read_bytes() == b"adam"
+    assert "s3://my-bucket/run-7/ckpt" in outputs[1] and "tarball" in outputs[2] and "s3" in outputs[4]
 
 
 def test_the_command_line_walkthrough_runs_top_to_bottom_with_the_outputs_shown(user: User) -> None:
-    """Proves: every console block of the command-line section, run in order in one shell (cd
-    carries over), prints what the README shows under each command, up to durations and rates."""
+    """Proves: every console block of docs/cli.md, run in order in one shell (cd carries over),
+    prints what the page shows under each command, up to durations and rates."""
     demo = user.home / "cp-demo"
-    text = "\n".join(blocks(section("The command line: `flyte-checkpoint`"), "console"))
+    text = "\n".join(blocks(CLI_PAGE.read_text(), "console"))
     steps = transcript(text)
     assert len(steps) >= 20, steps
     script = ["__s=0"]
@@ -202,29 +211,13 @@ def test_the_command_line_walkthrough_runs_top_to_bottom_with_the_outputs_shown(
         assert same(normalize(outputs[i]), normalize(shown)), f"$ {command}\n" + "\n".join(outputs[i])
 
 
-def same(actual: list[str], shown: list[str]) -> bool:
-    """Equal, but for byte counts of six digits or more, which may differ by a few bytes: a
-    tarball's size depends on its files' modification times (whole seconds in its compressed
-    tar headers)."""
-    if len(actual) != len(shown):
-        return False
-    for got, want in zip(actual, shown, strict=True):
-        got_parts, want_parts = re.split(r"(\d{6,})", got), re.split(r"(\d{6,})", want)
-        if len(got_parts) != len(want_parts):
-            return False
-        for k, (g, w) in enumerate(zip(got_parts, want_parts, strict=True)):
-            if g != w and not (k % 2 and abs(int(g) - int(w)) <= 64):
-                return False
-    return True
-
-
 def test_installing_from_the_checkout_folders_works_and_the_hint_names_them(user: User) -> None:
-    """Proves: the Install section's second block (pip install of the folders) works in the same
-    venv, and then a missing backend's hint is that checkout's plugin folder, not the extra
+    """Proves: the Quick start page's second Install block (pip install of the folders) works in
+    the same venv, and then a missing backend's hint is that checkout's plugin folder, not the extra
     (which names a distribution no index holds); installed from wheels it was the extra."""
     before = user.sh("flyte-checkpoint inspect gs://my-bucket/x", check=False)
     assert "Install it with: pip install 'flyte-checkpoint[gcs]' (" in before.stderr, before.stderr
-    for command in commands(blocks(section("Install"), "bash")[1]):
+    for command in commands(blocks(section("Install", QUICKSTART), "bash")[1]):
         user.sh(command)
     after = user.sh("flyte-checkpoint inspect gs://my-bucket/x", check=False)
     assert after.returncode == 1

@@ -43,7 +43,9 @@ LINK = re.compile(r"(?<!`)(!?\[(?P<text>[^\]\n]*)\])\((?P<target>[^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6}) ", re.M)
 
 
-def _section(text: str, heading: str, where: str) -> str:
+def section_span(text: str, heading: str, where: str) -> tuple[int, int]:
+    """Where in ``text`` the section that starts at the line ``heading`` begins and ends (the
+    next heading of the same level or above, outside code, or the end)."""
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == heading), None)
     if start is None:
@@ -55,9 +57,13 @@ def _section(text: str, heading: str, where: str) -> str:
         if found and len(found.group(1)) <= level and not _in_fence(lines, i):
             end = i
             break
-    body = "".join(lines[start:end])
-    shift = level - 1
-    return _shift_headings(body, shift) if shift else body
+    return sum(map(len, lines[:start])), sum(map(len, lines[:end]))
+
+
+def _section(text: str, heading: str, where: str) -> str:
+    start, end = section_span(text, heading, where)
+    shift = len(heading) - len(heading.lstrip("#")) - 1
+    return _shift_headings(text[start:end], shift) if shift else text[start:end]
 
 
 def _in_fence(lines: list[str], index: int) -> bool:
