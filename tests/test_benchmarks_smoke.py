@@ -100,6 +100,26 @@ def test_the_committed_charts_are_drawn_from_the_recorded_figures(tmp_path):
         assert re.fullmatch(r"\d{4}-\d\d-\d\d", section["date"]), name
 
 
+def test_the_performance_page_tables_hold_the_figures_the_charts_draw():
+    """Each row of benchmarks/figures.json has its times (every ``*_s`` figure, to 2 decimals) on
+    one line of a table of docs/performance.md, which shows each chart: the tables below the
+    charts and the charts say the same."""
+    from benchmarks import charts
+
+    page = (ROOT / "docs" / "performance.md").read_text()
+    table_lines = [line for line in page.splitlines() if line.startswith("|")]
+    for name, section in json.loads(charts.FIGURES.read_text()).items():
+        if name in charts.CHARTS_BY_SECTION:
+            assert f"(assets/charts/{name}.svg)" in page, name
+        for row in section["rows"]:
+            times = [f"{v:.2f}" for k, v in row.items() if k.endswith("_s")]
+            assert times, (name, row)
+            assert any(
+                all(re.search(rf"(?<![\d.]){re.escape(t)}(?![\d])", line) for t in times)
+                for line in table_lines
+            ), f"{name}: no table line of docs/performance.md shows {times} ({row})"
+
+
 def test_two_versions_are_compared_on_the_same_data(tmp_path):
     """benchmarks.versions checks a commit out beside this checkout, and both save and load
     the data set; the table gives each one's median and the ratio."""

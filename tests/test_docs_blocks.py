@@ -82,6 +82,15 @@ def test_every_block_runs_or_says_which_test_runs_it_or_why_not() -> None:
     assert {b.page for b in blocks if not b.mark} >= {"README.md", "docs/quickstart.md", "docs/contract.md"}
 
 
+def test_the_readme_is_one_screen_to_a_working_example_and_at_most_200_lines() -> None:
+    """Proves: the README stays a front door (issue 35): at most 200 lines, its first example
+    (a task that crashes and resumes, run above with its output) within the first 50 lines."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, len(lines)
+    first = next(b for b in docblocks.page_blocks("README.md") if b.lang == "python")
+    assert first.line <= 50 and not first.mark and "@fc.task" in first.code, first.name
+
+
 @pytest.fixture(scope="module")
 def s3_env() -> Iterator[dict[str, str]]:
     """The AWS_* variables that point the S3 plugin at moto's server, where my-bucket exists."""

@@ -72,7 +72,9 @@ def _in_fence(lines: list[str], index: int) -> bool:
 
 
 def _shift_headings(text: str, shift: int) -> str:
-    return _outside_code(text, lambda part: HEADING.sub(lambda m: "#" * (len(m.group(1)) - shift) + " ", part))
+    return _outside_code(
+        text, lambda part: HEADING.sub(lambda m: "#" * (len(m.group(1)) - shift) + " ", part)
+    )
 
 
 def _outside_code(text: str, change: Any) -> str:
@@ -122,7 +124,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
     pieces, last = [], 0
     for found in INCLUDE.finditer(markdown):
-        pieces.append(_relink(markdown[last : found.start()], posixpath.dirname(source), page_dir, root, source))
+        pieces.append(
+            _relink(markdown[last : found.start()], posixpath.dirname(source), page_dir, root, source)
+        )
         included = posixpath.normpath(posixpath.join(posixpath.dirname(source), found.group("path")))
         text = (root / included).read_text(encoding="utf-8")
         if found.group("section"):
