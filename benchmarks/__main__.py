@@ -370,38 +370,25 @@ def draw_charts(
     conditions = f"scale {args.scale}, median of {args.runs}, {os.cpu_count()} cores"
     sections = {}
     if rows:
-        suite_rows = [
-            {
-                "data": r["data"],
-                "approach": r["approach"],
-                "save_s": r["save_s"],
-                "load_s": r["load_s"],
-                "object_mib": r["object_bytes"] / 2**20,
-            }
-            for r in rows
-        ]
+        fields = {"data": "data", "approach": "approach", "save_s": "save_s", "load_s": "load_s"}
         sections["suite"] = charts.run_section(
             "Folder save and load on the local file backend",
             "python -m benchmarks",
             conditions,
-            suite_rows,
+            charts.renamed(rows, fields | {"object_mib": lambda r: r["object_bytes"] / 2**20}),
         )
     if s3_rows:
-        s3_chart_rows = [
-            {
-                "data": r["data"],
-                "ours_save_s": r["ours_save"],
-                "upload_s": r["up_full"],
-                "ours_load_s": r["ours_load"],
-                "download_s": min(r["down"], r["get"]),
-            }
-            for r in s3_rows
-        ]
+        fields = {
+            "data": "data",
+            "ours_save_s": "ours_save",
+            "upload_s": "up_full",
+            "ours_load_s": "ours_load",
+        }
         sections["s3"] = charts.run_section(
             "Folder save and load on moto's S3 server, against boto3",
             "python -m benchmarks --s3",
             conditions,
-            s3_chart_rows,
+            charts.renamed(s3_rows, fields | {"download_s": lambda r: min(r["down"], r["get"])}),
         )
     if background_rows:
         sections["background"] = charts.run_section(

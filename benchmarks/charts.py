@@ -123,48 +123,49 @@ def s3(section: Section) -> Any:
     return fig
 
 
+def _one_panel(
+    section: Section, height: float, labels: list[str], series: list, title: str, log: bool
+) -> Any:
+    fig, axes = _figure(1, 1, height)
+    _bars(axes[0][0], labels, series, " s", log=log)
+    axes[0][0].set_title(title, fontsize=9)
+    _source(fig, section)
+    return fig
+
+
 def background(section: Section) -> Any:
     """Seconds the caller is blocked: save_sync against save_background."""
     rows = section["rows"]
-    fig, axes = _figure(1, 1, 2.8)
     series = [
         ("save_sync", THEIRS, [r["sync_s"] for r in rows]),
         ("save_background (the snapshot)", OURS, [r["blocked_s"] for r in rows]),
     ]
-    _bars(axes[0][0], [r["backend"] for r in rows], series, " s", log=False)
-    axes[0][0].set_title("seconds the training loop waits (less is better)", fontsize=9)
-    _source(fig, section)
-    return fig
+    title = "seconds the training loop waits (less is better)"
+    return _one_panel(section, 2.8, [r["backend"] for r in rows], series, title, log=False)
 
 
 def incremental(section: Section) -> Any:
     """A full save against an incremental one (one file changed), per store."""
     rows = section["rows"]
     labels = [f"{r['store']}\n{r['content']}" if r["content"] != "random" else r["store"] for r in rows]
-    fig, axes = _figure(1, 1, 4.6)
     series = [
         ("full save", THEIRS, [r["full_s"] for r in rows]),
         ("incremental save", OURS, [r["incremental_s"] for r in rows]),
     ]
-    _bars(axes[0][0], labels, series, " s", log=True)
-    axes[0][0].set_title("seconds (log scale; less is better)", fontsize=9)
-    _source(fig, section)
-    return fig
+    return _one_panel(section, 4.6, labels, series, "seconds (log scale; less is better)", log=True)
 
 
 def sharded(section: Section) -> Any:
     """A sharded save against gathering every shard on rank 0, per backend."""
     rows = section["rows"]
-    fig, axes = _figure(1, 1, 2.9)
     series = [
         ("save_sharded, every rank", OURS, [r["sharded_s"] for r in rows]),
         ("gathered on rank 0 over gloo, then saved", THEIRS, [r["gathered_gloo_s"] for r in rows]),
         ("gathered for free (hard links), then saved", THIRD, [r["gathered_free_s"] for r in rows]),
     ]
-    _bars(axes[0][0], [r["backend"] for r in rows], series, " s", log=False)
-    axes[0][0].set_title("seconds (less is better)", fontsize=9)
-    _source(fig, section)
-    return fig
+    return _one_panel(
+        section, 2.9, [r["backend"] for r in rows], series, "seconds (less is better)", log=False
+    )
 
 
 #: Chart functions by section name of figures.json; each writes ``<name>.svg``.
@@ -189,6 +190,12 @@ def draw(figures: dict[str, Section], out: Path) -> list[Path]:
         chart(section).savefig(path, format="svg", metadata={"Date": None, "Creator": None})
         written.append(path)
     return written
+
+
+def renamed(rows: list[dict], fields: dict[str, Any]) -> list[dict]:
+    """Each row with the chart's field names: ``fields`` maps a name to the row's key, or to a
+    function of the row."""
+    return [{k: f(r) if callable(f) else r[f] for k, f in fields.items()} for r in rows]
 
 
 def run_section(title: str, command: str, conditions: str, rows: list[dict]) -> Section:

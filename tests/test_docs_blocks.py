@@ -23,14 +23,13 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import docblocks
 from tests.docblocks import ROOT, Block
-from tests.test_cli import s3_server
+from tests.test_readme_walkthrough import copy_checkout, s3_env  # noqa: F401 (s3_env: the fixture)
 
 #: The type errors the pages' examples still show, until the type fixes of issue 35 land:
 #: (mypy error code, the message, the text of the line it is reported on). Each must occur at
@@ -91,23 +90,14 @@ def test_the_readme_is_one_screen_to_a_working_example_and_at_most_200_lines() -
     assert first.line <= 50 and not first.mark and "@fc.task" in first.code, first.name
 
 
-@pytest.fixture(scope="module")
-def s3_env() -> Iterator[dict[str, str]]:
-    """The AWS_* variables that point the S3 plugin at moto's server, where my-bucket exists."""
-    servers = s3_server("my-bucket")
-    env, _ = next(servers)
-    yield {k: v for k, v in env.items() if k.startswith("AWS_")}
-    servers.close()
-
-
-def reader_env(work: Path, s3_env: dict[str, str]) -> dict[str, str]:
+def reader_env(work: Path, aws: dict[str, str]) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("FLYTE_CHECKPOINT_", "PYTHON", "VIRTUAL_ENV", "AWS_"))
     }
     env.update(
-        s3_env,
+        aws,
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         PYTHONUNBUFFERED="1",  # a console block shows stdout and stderr as a terminal interleaves them
         FLYTE_CHECKPOINT_ROOT=str(work / "runs"),
@@ -136,10 +126,12 @@ def run_console(block: Block, work: Path, env: dict[str, str]) -> None:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("page", PAGES_TO_RUN)
-def test_the_blocks_of_each_page_run_as_written(page: str, tmp_path: Path, s3_env: dict[str, str]) -> None:
+def test_the_blocks_of_each_page_run_as_written(
+    page: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Proves: a reader who runs a page's blocks in order, in an empty folder, gets no error and
     the outputs the page shows."""
-    env = reader_env(tmp_path, s3_env)
+    env = reader_env(tmp_path, request.getfixturevalue("s3_env"))
     for n, block in enumerate(unmarked(page)):
         if block.lang == "python" and block.file_name:
             target = tmp_path / block.file_name
@@ -224,8 +216,6 @@ def test_a_broken_anchor_or_a_link_to_nothing_fails_the_strict_build(tmp_path: P
     """Proves: ``mkdocs build --strict`` (what ``make docs`` runs) fails on a link to an anchor a
     page does not have, and on a link to a file of the repository that does not exist, and on
     nothing else in a copy of this checkout (``make docs`` builds the checkout itself)."""
-    from tests.test_readme_walkthrough import copy_checkout
-
     checkout = copy_checkout(tmp_path / "checkout")
     page = checkout / "docs" / "errors.md"
     page.write_text(

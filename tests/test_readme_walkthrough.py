@@ -172,7 +172,10 @@ def test_the_readme_command_lines_run_as_written(user: User) -> None:
     [block] = blocks(section("The command line"), "bash")
     lines = commands(block)
     assert len(lines) == 5 and all(c.startswith("flyte-checkpoint ") for c in lines)
-    outputs = [user.sh(command, cwd=work).stdout for command in lines]
+    try:
+        outputs = [user.sh(command, cwd=work).stdout for command in lines]
+    finally:  # the walkthrough below lists the same prefix
+        user.sh("flyte-checkpoint rm -f s3://my-bucket/run-7/ckpt")
     assert (work / "restored" / "model.pt").read_bytes() == (work / "state" / "model.pt").read_bytes()
     assert (work / "restored" / "optim" / "adam.bin").read_bytes() == b"adam"
     assert "s3://my-bucket/run-7/ckpt" in outputs[1] and "tarball" in outputs[2] and "s3" in outputs[4]
