@@ -112,7 +112,7 @@ class PlacedHashes:
     file, on the thread that inflates them (:meth:`wrap`), as a parallel load does
     (:class:`~.inflate.TarVerifier`), while the data is still in cache, rather than handed from
     the extractor to a hashing thread piece by piece (on the model set, 1 GiB in 6 files on 2
-    cores, the hashing thread made the load slower still; the README's Performance section
+    cores, the hashing thread made the load slower still; docs/changelog.md ("The index")
     gives this way's figures against a load that checks CRC-32s only). The extractor reports
     each file it writes (:meth:`on_file`): it must be where the index places a file, so that
     what it wrote is what was hashed. :meth:`finish` then checks that every file the index lists was written.
