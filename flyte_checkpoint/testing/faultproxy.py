@@ -16,6 +16,13 @@ injects one fault at a chosen byte offset in one direction:
 - ``Fault.blackhole()``: accept, then never connect upstream, read or send anything;
 - ``Fault.passthrough()``: forward everything.
 
+Besides per-connection faults, :meth:`FaultProxy.fail_request` puts a fault *at one request*,
+whichever connection carries it (a kept-alive one included): the ``nth`` request whose line
+(``"POST /bucket/key?uploadId=X"``) a test's function matches is answered with an HTTP status,
+or its connection reset, before the server sees any byte of it. The proxy finds where each
+request starts in a connection's bytes by following the HTTP/1.x framing
+(:mod:`.httpframes`: ``Content-Length`` and chunked bodies).
+
 Besides per-connection faults, :meth:`FaultProxy.cut` resets (or stalls) every connection once
 a number of bytes *in all* has gone one way: "the upload is cut after 3.5 parts, whichever
 connections carry them", exact to the byte even when parts travel in parallel.
@@ -53,6 +60,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
+
+from .httpframes import Head, RequestFramer
 
 Direction = Literal["up", "down"]
 Action = Literal["pass", "reset", "stall", "truncate", "blackhole", "answer"]
@@ -170,6 +179,31 @@ class _Budget:
             return True
 
 
+@dataclass
+class RequestRule:
+    """A fault at one request (made by :meth:`FaultProxy.fail_request`): the ``nth`` to the
+    ``nth + times - 1``-th requests whose line ``match`` accepts get ``fault`` (``answer`` or
+    ``reset``) before any byte of them reaches the server; ``seen`` counts the matching requests,
+    ``fired`` the faults given, ``lines`` their request lines."""
+
+    match: Callable[[str], bool]
+    fault: Fault
+    nth: int = 1
+    times: int = 1
+    seen: int = 0
+    fired: int = 0
+    lines: list[str] = field(default_factory=list)
+
+    def count(self, line: str, *, may_fire: bool) -> bool:
+        """Count a matching request; True if it is one to fault (called under the proxy's lock)."""
+        self.seen += 1
+        if may_fire and self.nth <= self.seen < self.nth + self.times:
+            self.fired += 1
+            self.lines.append(line)
+            return True
+        return False
+
+
 class Hold:
     """Requests whose client-to-server bytes contain ``pattern`` wait at the proxy (their bytes
     from the matching read on are not forwarded) until :meth:`release`; only the first
@@ -256,6 +290,10 @@ class FaultProxy:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._hold: Hold | None = None
+        self._rules: list[RequestRule] = []
+        #: Every request line forwarded to (or kept from) the server since the last
+        #: :meth:`reset_records`, in the order the proxy saw them, over all connections.
+        self.log: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -308,13 +346,32 @@ class FaultProxy:
             return None
         return max(0, cut.at - self.total[direction])
 
+    def fail_request(
+        self, match: Callable[[str], bool], fault: Fault, *, nth: int = 1, times: int = 1
+    ) -> RequestRule:
+        """Give the ``nth`` request whose line (``"PUT /bucket/key?partNumber=2&uploadId=X"``)
+        ``match`` accepts, and the ``times - 1`` matching ones after it, ``fault``:
+        ``Fault.answer(status)`` answers it with that status (``Connection: close``) and
+        ``Fault.reset(...)`` resets its connection, either before any byte of it reaches the
+        server. Requests are counted from now, over every connection, in the order their heads
+        arrive. Rules add up (a request takes the first that claims it); :meth:`heal` drops them."""
+        assert fault.action in ("answer", "reset"), f"a request gets an answer or a reset, not {fault.action}"
+        assert nth >= 1 and times >= 1, (nth, times)
+        rule = RequestRule(match, fault, nth, times)
+        with self._lock:
+            self._rules.append(rule)
+        return rule
+
     def heal(self) -> None:
-        """From now on, every new connection passes."""
+        """From now on, every new connection and every request passes."""
         self.fail(PASS)
+        with self._lock:
+            self._rules = []
 
     def reset_records(self) -> None:
         with self._lock:
             self.records = []
+            self.log = []
 
     @property
     def fired(self) -> int:
@@ -351,6 +408,16 @@ class FaultProxy:
         with self._lock:
             self._hold = Hold(self, pattern, times)
             return self._hold
+
+    def _claim(self, head: Head) -> RequestRule | None:
+        """The rule that faults this request, if any: every rule that matches counts it, the
+        first whose turn it is takes it."""
+        with self._lock:
+            chosen = None
+            for rule in self._rules:
+                if rule.match(head.line) and rule.count(head.line, may_fire=chosen is None):
+                    chosen = rule
+            return chosen
 
     def _changed(self, update: Callable[[], object] | None = None) -> None:
         """Apply ``update`` to the records under the lock, and wake :meth:`wait_for`."""
@@ -532,24 +599,9 @@ class FaultProxy:
         method = m.group(1).decode() if m else "?"
         if m:
             line = f"{method} {m.group(2).decode(errors='replace')}"
-            self._changed(lambda: rec.requests.append(line))
-        reason, code = _ANSWER_CODES.get(status, ("Error", "Error"))
-        body = (
-            b""
-            if method == "HEAD"
-            else (
-                f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
-                f"<Message>HTTP {status} from the fault proxy</Message></Error>"
-            ).encode()
-        )
+            self._changed(lambda: _record(rec, self.log, [line]))
         self._changed(lambda: _mark_fired(rec))  # before the client can see the answer
-        cwriter.write(
-            (
-                f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
-                f"Content-Length: {len(body)}\r\nx-ms-error-code: {code}\r\nConnection: close\r\n\r\n"
-            ).encode()
-            + body
-        )
+        cwriter.write(_answer_bytes(status, method))
         await cwriter.drain()
         await self._discard(creader, rec)
 
@@ -600,17 +652,27 @@ class FaultProxy:
                             dst.write_eof()
                     return
                 if direction == "up":
-                    await state.inspect_up(data)
-                left = self._cut_left(direction)
-                if left is not None and len(data) > left:  # the cut falls inside these bytes
-                    data = data[:left]
-                self.total[direction] += len(data)  # no await since the check: exact over connections
-                if data:
-                    dst.write(data)
-                    await dst.drain()
-                    self._add(rec, direction, len(data))
+                    data, taken = await state.inspect_up(data)
+                    if taken is not None:
+                        await self._forward(dst, data, direction, rec)
+                        await state.take(taken, src)
+                        return
+                await self._forward(dst, data, direction, rec)
         except (OSError, asyncio.IncompleteReadError):
             state.broken = True
+
+    async def _forward(
+        self, dst: asyncio.StreamWriter, data: bytes, direction: Direction, rec: ConnRecord
+    ) -> None:
+        """Forward ``data``, up to a cut that falls inside it."""
+        left = self._cut_left(direction)
+        if left is not None and len(data) > left:
+            data = data[:left]
+        self.total[direction] += len(data)  # no await since the check: exact over connections
+        if data:
+            dst.write(data)
+            await dst.drain()
+            self._add(rec, direction, len(data))
 
 
 class _State:
@@ -629,22 +691,59 @@ class _State:
         self.broken = False
         self.stalled = False
         self.carry = b""  # the last client-to-server bytes, for matches split across reads
+        self.framer = RequestFramer()
 
-    async def inspect_up(self, data: bytes) -> None:
-        """Record the request lines in ``data`` and wait here if it holds a held pattern."""
+    async def inspect_up(self, data: bytes) -> tuple[bytes, tuple[RequestRule, Head] | None]:
+        """Record the request lines in ``data``, wait here if it holds a held pattern, and find
+        the request a rule takes. Returns the bytes to forward now and, when a rule took a
+        request, the rule and that request's head (the bytes from its head on are not forwarded)."""
         buf = self.carry + data
         seen = len(self.carry)
-        lines = [
-            f"{m.group(1).decode()} {m.group(2).decode(errors='replace')}"
-            for m in _REQUEST_LINE.finditer(buf)
-            if m.end() > seen
-        ]
+        lines: list[str] = []
+        forward = bytearray()
+        taken: tuple[RequestRule, Head] | None = None
+        if self.framer.raw:  # not HTTP that can be framed: request lines found by pattern
+            lines = [
+                f"{m.group(1).decode()} {m.group(2).decode(errors='replace')}"
+                for m in _REQUEST_LINE.finditer(buf)
+                if m.end() > seen
+            ]
+            forward += data
+        else:
+            holding = bool(self.proxy._rules)
+            for piece in self.framer.feed(data, hold=holding):
+                if isinstance(piece, bytes):
+                    forward += piece
+                    continue
+                lines.append(piece.line)
+                rule = self.proxy._claim(piece) if piece.held and holding else None
+                if rule is not None:
+                    taken = (rule, piece)
+                    break
+                forward += piece.raw if piece.held else b""
         if lines:
-            self.proxy._changed(lambda: self.rec.requests.extend(lines))
+            self.proxy._changed(lambda: _record(self.rec, self.proxy.log, lines))
         hold = self.proxy._hold
         if hold is not None and buf.find(hold.pattern, max(0, seen - len(hold.pattern) + 1)) >= 0:
             await hold._pass(self.proxy)
         self.carry = buf[-_CARRY:]
+        return bytes(forward), taken
+
+    async def take(self, taken: tuple[RequestRule, Head], src: asyncio.StreamReader) -> None:
+        """Give the request a rule took its fault: an HTTP answer (then drop what the client
+        still sends until it closes) or a reset; the server never sees the request."""
+        rule, head = taken
+        self.proxy._changed(lambda: _mark_fired(self.rec))  # before the client can see it
+        if rule.fault.action == "reset":
+            self.broken = True
+            _reset(self.cwriter)
+            _abort(self.uwriter)
+            return
+        self.cwriter.write(_answer_bytes(rule.fault.status, head.method))
+        await self.cwriter.drain()
+        _abort(self.uwriter)
+        await self.proxy._discard(src, self.rec)
+        self.broken = True
 
     async def fire(self, direction: Direction, action: Action | None = None) -> None:
         self.proxy._changed(lambda: _mark_fired(self.rec))
@@ -659,6 +758,31 @@ class _State:
                 _close(w)
         else:  # stall: the caller swallows this direction's bytes from now on
             self.stalled = True
+
+
+def _answer_bytes(status: int, method: str) -> bytes:
+    """An HTTP error answer with ``status``: an XML error body naming a code (none for a HEAD),
+    ``Connection: close``."""
+    reason, code = _ANSWER_CODES.get(status, ("Error", "Error"))
+    body = (
+        b""
+        if method == "HEAD"
+        else (
+            f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+            f"<Message>HTTP {status} from the fault proxy</Message></Error>"
+        ).encode()
+    )
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/xml\r\n"
+        f"Content-Length: {len(body)}\r\nx-ms-error-code: {code}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _record(rec: ConnRecord, log: list[str], lines: list[str]) -> None:
+    """Add request lines to a connection's record and to the proxy's log."""
+    rec.requests.extend(lines)
+    log.extend(lines)
 
 
 def _mark_fired(rec: ConnRecord) -> None:
@@ -684,4 +808,4 @@ def _close(w: asyncio.StreamWriter) -> None:
         w.close()
 
 
-__all__ = ["HANG_GUARD", "PASS", "ConnRecord", "Fault", "FaultProxy", "Hold"]
+__all__ = ["HANG_GUARD", "PASS", "ConnRecord", "Fault", "FaultProxy", "Hold", "RequestRule"]

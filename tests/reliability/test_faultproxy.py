@@ -357,3 +357,88 @@ def test_cut_resets_every_connection_once_the_total_is_reached(proxy, upstream):
     upstream.wait_for(lambda: len(upstream.received) == 2)
     assert sorted(upstream.received) == [b"a" * 30_000, b"b" * 10_000]
     assert proxy.total["up"] == 40_000 and proxy.fired == 2
+
+
+# -- faults at one request --------------------------------------------------------------------
+
+PUT = b"PUT /b/k?partNumber=1&uploadId=u HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+COMMIT = b"POST /b/k?uploadId=u HTTP/1.1\r\nContent-Length: 4\r\n\r\ndone"
+#: A chunked body whose data holds the text of a commit's request line: not a request.
+CHUNKED = (
+    b"PUT /b/k?partNumber=2&uploadId=u HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"21\r\nPOST /b/k?uploadId=u HTTP/1.1\r\n\r\n\r\n0\r\nx-trailer: 1\r\n\r\n"
+)
+
+
+def _is_commit(line: str) -> bool:
+    return line.startswith("POST ") and "uploadId=" in line
+
+
+def test_a_request_rule_answers_a_kept_alive_connections_later_request(proxy, upstream):
+    """``fail_request(match, answer(503))``: the matching request, the second on a kept-alive
+    connection, gets HTTP 503 with ``Connection: close``; the server got the first request
+    whole and no byte of the second."""
+    rule = proxy.fail_request(_is_commit, Fault.answer(503))
+    with _connect(proxy) as s:
+        s.sendall(PUT)
+        assert _read_exactly(s, len(BODY)) == BODY  # the "server" answered the first request
+        s.sendall(COMMIT)
+        data, end = _read_all(s)
+    assert data.startswith(b"HTTP/1.1 503 Service Unavailable\r\n") and b"Connection: close" in data, data
+    assert b"<Code>ServiceUnavailable</Code>" in data and end == "eof"
+    upstream.wait_for(lambda: len(upstream.received) == 1)
+    assert upstream.received == [PUT]
+    assert (rule.seen, rule.fired, rule.lines) == (1, 1, ["POST /b/k?uploadId=u"])
+    assert proxy.log == ["PUT /b/k?partNumber=1&uploadId=u", "POST /b/k?uploadId=u"]
+
+
+def test_a_request_rule_resets_at_the_nth_match_over_connections(proxy, upstream):
+    """``nth=2``: the first matching request passes, the second (on another connection) resets
+    its connection before any byte of it reaches the server; the text of a request line inside
+    a chunked body is no request."""
+    rule = proxy.fail_request(_is_commit, Fault.reset("up"), nth=2)
+    with _connect(proxy) as s:
+        s.sendall(CHUNKED + COMMIT)
+        assert _read_exactly(s, len(BODY)) == BODY
+        s.shutdown(socket.SHUT_WR)
+        _read_all(s)
+    with _connect(proxy) as s:
+        s.sendall(PUT)
+        assert _read_exactly(s, len(BODY)) == BODY
+        s.sendall(COMMIT)
+        assert _read_all(s)[1] == "reset"
+    upstream.wait_for(lambda: len(upstream.received) == 2)
+    assert sorted(upstream.received) == sorted([CHUNKED + COMMIT, PUT])
+    assert (rule.seen, rule.fired) == (2, 1)
+    assert proxy.fired == 1 and proxy.log.count("POST /b/k?uploadId=u") == 2
+
+
+def test_the_framer_finds_each_head_whatever_the_reads(proxy):
+    """Fed one byte at a time or all at once, with heads held or not, the framer passes every
+    byte on exactly once, in order, and finds the same heads; a stream that is not HTTP is
+    passed on raw."""
+    from flyte_checkpoint.testing.httpframes import Head, RequestFramer
+
+    stream = PUT + CHUNKED + COMMIT + b"GET /b/k HTTP/1.1\r\n\r\n"
+    for hold in (False, True):
+        for step in (1, 7, len(stream)):
+            framer = RequestFramer()
+            passed, heads = bytearray(), []
+            for i in range(0, len(stream), step):
+                for piece in framer.feed(stream[i : i + step], hold=hold):
+                    if isinstance(piece, Head):
+                        heads.append((piece.line, piece.held))
+                        passed += piece.raw if piece.held else b""
+                    else:
+                        passed += piece
+            assert bytes(passed) == stream, (hold, step)
+            lines = [line for line, _ in heads]
+            assert lines == [
+                "PUT /b/k?partNumber=1&uploadId=u",
+                "PUT /b/k?partNumber=2&uploadId=u",
+                "POST /b/k?uploadId=u",
+                "GET /b/k",
+            ], (hold, step)
+            assert all(held for _, held in heads) or not hold, heads
+    raw = RequestFramer()
+    assert raw.feed(BODY[:9000], hold=True) == [BODY[:9000]] and raw.raw
