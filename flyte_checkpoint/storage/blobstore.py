@@ -27,9 +27,11 @@ its own scheme's URIs (:mod:`flyte_checkpoint.storage.kit.locations`).
 
 Capabilities a store declares (class or instance attributes; the defaults are the base
 class's): :attr:`BlobStore.part_size`, :attr:`BlobStore.supports_ranges`,
-:attr:`BlobStore.supports_list`, :attr:`BlobStore.supports_list_details` and
-:attr:`BlobStore.copy_limits`. The conformance suites read them (:mod:`flyte_checkpoint.testing`):
-the fault tests size an interrupted save from ``part_size``.
+:attr:`BlobStore.supports_list`, :attr:`BlobStore.supports_list_details`,
+:attr:`BlobStore.copy_limits`, :attr:`BlobStore.read_range_size` and
+:attr:`BlobStore.replaces_atomically`. The conformance suites read them
+(:mod:`flyte_checkpoint.testing`): the fault tests size an interrupted save from ``part_size``,
+and the size tests test around ``part_size`` and ``read_range_size``.
 
 Server-side range copy (optional; incremental saves use it): a store whose ``copy_limits`` is
 not ``None`` implements :meth:`BlobStore.copy_source` and its writers' :meth:`BlobWriter._copy`.
@@ -316,6 +318,14 @@ class BlobStore(abc.ABC):
     #: The store's writers copy byte ranges of its objects on the server (:meth:`BlobWriter.copy`)
     #: within these limits; ``None``: they cannot (an incremental save then sends everything).
     copy_limits: CopyLimits | None = None
+    #: Bytes of one ranged read of :meth:`open_read`'s stream; ``None``: unknown, or the stream
+    #: reads the object in one request. The conformance suite tests reads around it.
+    read_range_size: int | None = None
+    #: An overwrite replaces the object in one step: a reader finds the old object or the new
+    #: one, whole, never none. False where the server cannot promise it (a rename that deletes
+    #: the destination first, as WebDAV's MOVE may): a reader may then find no object for a
+    #: moment, so a load at that moment returns "no checkpoint" (the backend's README says so).
+    replaces_atomically: ClassVar[bool] = True
 
     @abc.abstractmethod
     def open_read(self, uri: str) -> BinaryIO:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import tarfile
 import threading
 from datetime import datetime, timedelta, timezone
@@ -12,20 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from ..errors import CheckpointError, NotFoundError, SourceChangedError, TransientError
+from ..errors import NotFoundError, SourceChangedError, TransientError
 from ..sources import SourceFile
 from ..storage.blobstore import BlobStore, CopyLimits
 from ..uri import join
-
-
-def _data(size: int, seed: int = 0) -> bytes:
-    """Deterministic, incompressible-looking bytes."""
-    out = bytearray()
-    block = hashlib.sha256(str(seed).encode()).digest()
-    while len(out) < size:
-        block = hashlib.sha256(block).digest()
-        out += block * 64
-    return bytes(out[:size])
+from .data import data as _data
+from .data import described, outcome
+from .listing import ListingTests
+from .overwrites import OverwriteTests
+from .sizes import SizeTests
 
 
 class _RewrittenAfterFirstRead(SourceFile):
@@ -68,11 +61,15 @@ def check_empty_root(store: BlobStore, root: str) -> None:
         f"promise broken: list(prefix) yields only the URIs that start with the prefix;"
         f" list({root!r}) yielded {outside[:3]}"
     )
-    assert found == [], f"store_root {root} is not empty (the fixture must give a fresh prefix): {found[:3]}"
+    assert found == [], (
+        f"setup: store_root {root} is not empty (the fixture must give a fresh prefix): {found[:3]}"
+    )
 
 
-class BlobStoreSuite:
-    """The :class:`BlobStore` contract: streams, atomic writes, stat, delete, list.
+class BlobStoreSuite(SizeTests, ListingTests, OverwriteTests):
+    """The :class:`BlobStore` contract: streams, atomic writes, stat, delete, list; at sizes
+    picked from the store's parts and ranges (:mod:`.sizes`), with siblings that share a name
+    prefix and odd keys (:mod:`.listing`), and with readers during overwrites (:mod:`.overwrites`).
 
     A capability flag set to False on a test class removes the tests that need it from that
     class (see :data:`CAPABILITY_TESTS`): they are not collected at all, so nothing skips.
@@ -120,61 +117,74 @@ class BlobStoreSuite:
         )
         part = store.part_size
         assert part is None or (isinstance(part, int) and part >= 0), (
-            f"part_size must be None or bytes: {part!r}"
+            f"promise broken: part_size is None or a number of bytes; {kind.__name__} says {part!r}"
+        )
+        ranges = store.read_range_size
+        assert ranges is None or (isinstance(ranges, int) and ranges > 0), (
+            f"promise broken: read_range_size is None or a number of bytes; {kind.__name__} says {ranges!r}"
         )
 
     def test_stat_of_absent_object_is_none(self, store: BlobStore, root: str) -> None:
-        assert store.stat(join(root, "absent")) is None
+        got, error = outcome(lambda: store.stat(join(root, "absent")))
+        assert got is None and error is None, (
+            f"promise broken: stat of an absent object returns None; it {described(got, error)}"
+        )
 
     def test_open_read_of_absent_object_raises_not_found(self, store: BlobStore, root: str) -> None:
-        with pytest.raises(NotFoundError):
-            store.open_read(join(root, "absent")).read()
+        got, error = outcome(lambda: store.open_read(join(root, "absent")).read())
+        assert isinstance(error, NotFoundError), (
+            f"promise broken: reading an absent object raises NotFoundError;"
+            f" open_read {described(got, error)}"
+        )
 
     def test_round_trip_small(self, store: BlobStore, root: str) -> None:
         uri = join(root, "small")
         with store.open_write(uri) as w:
             w.write(b"hello ")
             w.write(b"world")
-        assert store.stat(uri) == 11
+        size = store.stat(uri)
+        assert size == 11, f"promise broken: stat gives the object's size; 11 bytes written, stat says {size}"
         with store.open_read(uri) as r:
-            assert r.read() == b"hello world"
+            got = r.read()
+        assert got == b"hello world", f"promise broken: an object reads back as written; read {got!r}"
 
     def test_zero_byte_object(self, store: BlobStore, root: str) -> None:
         uri = join(root, "empty")
         with store.open_write(uri):
             pass
-        assert store.stat(uri) == 0
-        assert store.read_bytes(uri) == b""
-
-    def test_round_trip_large_in_many_writes(self, store: BlobStore, root: str) -> None:
-        uri = join(root, "large")
-        data = _data(self.large_object_size)
-        with store.open_write(uri) as w:
-            for i in range(0, len(data), 3 * 1024 * 1024 + 17):
-                w.write(data[i : i + 3 * 1024 * 1024 + 17])
-        assert store.stat(uri) == len(data)
-        digest = hashlib.sha256()
-        with store.open_read(uri) as r:
-            while chunk := r.read(1024 * 1024):
-                digest.update(chunk)
-        assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+        size = store.stat(uri)
+        assert size == 0, f"promise broken: an empty write stores an empty object; stat says {size}"
+        got = store.read_bytes(uri)
+        assert got == b"", f"promise broken: an empty object reads back empty; read {len(got)} bytes"
 
     def test_object_invisible_until_close(self, store: BlobStore, root: str) -> None:
         uri = join(root, "pending")
         w = store.open_write(uri)
         w.write(b"x" * 1000)
-        assert store.stat(uri) is None
+        early = store.stat(uri)
+        assert early is None, (
+            f"promise broken: an object appears only when its writer is closed;"
+            f" stat before close says {early}"
+        )
         w.close()
-        assert store.stat(uri) == 1000
+        size = store.stat(uri)
+        assert size == 1000, f"promise broken: close() commits the object; stat after close says {size}"
 
     def test_exception_discards_the_write(self, store: BlobStore, root: str) -> None:
         uri = join(root, "aborted")
         with pytest.raises(RuntimeError, match="boom"), store.open_write(uri) as w:
             w.write(_data(1024 * 1024))
             raise RuntimeError("boom")
-        assert store.stat(uri) is None
+        size = store.stat(uri)
+        assert size is None, (
+            f"promise broken: an exception in a writer's with block leaves nothing; stat says {size}"
+        )
         if self.supports_list:
-            assert list(store.list(root)) == []
+            left = list(store.list(root))
+            assert left == [], (
+                f"promise broken: an aborted write leaves no object behind (not even a temporary one);"
+                f" listed {left}"
+            )
 
     def test_abort_keeps_previous_object(self, store: BlobStore, root: str) -> None:
         uri = join(root, "kept")
@@ -182,26 +192,40 @@ class BlobStoreSuite:
         w = store.open_write(uri)
         w.write(_data(self.large_object_size // 2, seed=1))
         w.abort()
-        assert store.read_bytes(uri) == b"old"
+        got = store.read_bytes(uri)
+        assert got == b"old", (
+            f"promise broken: abort() keeps the previous object; it reads back {len(got)} bytes, not b'old'"
+        )
 
     def test_overwrite_replaces_whole_object(self, store: BlobStore, root: str) -> None:
         uri = join(root, "over")
         store.write_bytes(uri, b"a" * 5000)
         store.write_bytes(uri, b"b" * 10)
-        assert store.read_bytes(uri) == b"b" * 10
+        got = store.read_bytes(uri)
+        assert got == b"b" * 10, (
+            f"promise broken: an overwrite replaces the whole object; read back {got[:20]!r}"
+            f" ({len(got)} bytes), not 10 bytes of b'b'"
+        )
 
     def test_write_after_close_is_an_error(self, store: BlobStore, root: str) -> None:
         w = store.open_write(join(root, "closed"))
         w.close()
-        with pytest.raises(ValueError):
-            w.write(b"late")
+        got, error = outcome(lambda: w.write(b"late"))
+        assert isinstance(error, ValueError), (
+            f"promise broken: a write to a closed writer raises ValueError; it {described(got, error)}"
+        )
 
     def test_delete(self, store: BlobStore, root: str) -> None:
         uri = join(root, "gone")
         store.write_bytes(uri, b"x")
         store.delete(uri)
-        assert store.stat(uri) is None
-        store.delete(uri)  # absent: no error
+        size = store.stat(uri)
+        assert size is None, f"promise broken: delete removes the object; stat says {size} afterwards"
+        _, error = outcome(lambda: store.delete(uri))
+        assert error is None, (
+            f"promise broken: deleting an absent object is no error;"
+            f" it raised {type(error).__name__}: {error}"
+        )
 
     def test_list_by_prefix(self, store: BlobStore, root: str) -> None:
         names = ["a/1", "a/2", "b/1", "a-x"]
@@ -227,61 +251,70 @@ class BlobStoreSuite:
         for n, data in names.items():
             store.write_bytes(join(root, n), data)
         every = list(store.list_details(root))
-        assert [i.uri for i in every] == sorted(join(root, n) for n in names)
-        assert [i.size for i in every] == [len(names[i.uri[len(root) + 1 :]]) for i in every]
-        assert not any(i.is_folder for i in every)
+        uris = [i.uri for i in every]
+        assert uris == sorted(join(root, n) for n in names), (
+            f"promise broken: list_details lists every object under the prefix, sorted by URI: {uris}"
+        )
+        sizes = [i.size for i in every]
+        assert sizes == [len(names[i.uri[len(root) + 1 :]]) for i in every], (
+            f"promise broken: list_details gives each object's size: {sizes}"
+        )
+        folders = [i.uri for i in every if i.is_folder]
+        assert not folders, f"promise broken: a recursive list_details lists no folders: {folders}"
         slack = timedelta(minutes=5)  # a server's clock may be off a little
         for info in every:
             if info.modified is not None:
-                assert info.modified.tzinfo is not None, info
-                assert started - slack <= info.modified <= datetime.now(timezone.utc) + slack, info
+                assert info.modified.tzinfo is not None, (
+                    f"promise broken: list_details gives timezone-aware times: {info}"
+                )
+                assert started - slack <= info.modified <= datetime.now(timezone.utc) + slack, (
+                    f"promise broken: list_details gives the time the object was written: {info}"
+                )
         top = [(i.uri, i.size, i.is_folder) for i in store.list_details(root + "/", recursive=False)]
-        assert top == [
+        want = [
             (join(root, "a-x"), 4, False),
             (join(root, "a") + "/", None, True),
             (join(root, "b") + "/", None, True),
         ]
+        assert top == want, (
+            f"promise broken: list_details(recursive=False) lists one level, deeper objects as one"
+            f" folder each (size None), sorted: {top}"
+        )
         under_a = [(i.uri, i.is_folder) for i in store.list_details(join(root, "a"), recursive=False)]
-        assert under_a == [(join(root, "a-x"), False), (join(root, "a") + "/", True)]
+        assert under_a == [(join(root, "a-x"), False), (join(root, "a") + "/", True)], (
+            f"promise broken: list_details(prefix, recursive=False) takes the prefix as a string: {under_a}"
+        )
         deep = [(i.uri, i.size) for i in store.list_details(join(root, "b/c") + "/", recursive=False)]
-        assert deep == [(join(root, "b/c/1"), 3)]
-        assert list(store.list_details(join(root, "nothing") + "/", recursive=False)) == []
+        assert deep == [(join(root, "b/c/1"), 3)], (
+            f"promise broken: list_details(recursive=False) of a deeper prefix lists its level: {deep}"
+        )
+        nothing = list(store.list_details(join(root, "nothing") + "/", recursive=False))
+        assert nothing == [], f"promise broken: list_details of an empty prefix lists nothing: {nothing}"
 
     def test_read_range(self, store: BlobStore, root: str) -> None:
         uri = join(root, "ranged")
-        data = _data(100_000)
-        store.write_bytes(uri, data)
-        assert store.read_range(uri, 0, 10) == data[:10]
-        assert store.read_range(uri, 99_990, 100) == data[99_990:]
-        assert store.read_range(uri, 50_000, 4096) == data[50_000:54_096]
-
-    def test_read_n_returns_n_bytes_until_the_end(self, store: BlobStore, root: str) -> None:
-        """``open_read(uri).read(n)`` returns exactly ``n`` bytes until the object ends (then the
-        rest, then ``b""``), whatever ranges or chunks the store reads in."""
-        uri = join(root, "exact-reads")
-        data = _data(self.large_object_size + 1)
-        store.write_bytes(uri, data)
-        n = 1024 * 1024 + 3  # not a multiple of any usual range or chunk
-        with store.open_read(uri) as r:
-            for offset in range(0, len(data), n):
-                chunk = r.read(n)
-                want = min(n, len(data) - offset)
-                assert len(chunk) == want, (
-                    f"promise broken: open_read's read(n) returns n bytes unless at the end;"
-                    f" read({n}) at offset {offset} of {len(data)} returned {len(chunk)}"
-                )
-                assert chunk == data[offset : offset + want], f"read({n}) at offset {offset}: other bytes"
-            assert r.read(n) == b"", "read past the end returns b''"
+        payload = _data(100_000)
+        store.write_bytes(uri, payload)
+        for start, length in ((0, 10), (99_990, 100), (50_000, 4096)):
+            got = store.read_range(uri, start, length)
+            assert got == payload[start : start + length], (
+                f"promise broken: read_range returns the object's bytes [start, start + length), fewer"
+                f" only at its end; read_range({start}, {length}) of 100000 bytes returned {len(got)}"
+            )
 
     def test_upload_and_download_file(self, store: BlobStore, root: str, tmp_path: Path) -> None:
         src = tmp_path / "src.bin"
-        data = _data(3 * 1024 * 1024 + 5)
-        src.write_bytes(data)
+        payload = _data(3 * 1024 * 1024 + 5)
+        src.write_bytes(payload)
         uri = join(root, "file.bin")
         store.upload_file(src, uri)
         dst = tmp_path / "dst.bin"
         store.download_file(uri, dst)
-        assert dst.read_bytes() == data
+        got = dst.read_bytes()
+        assert got == payload, (
+            f"promise broken: download_file gives back what upload_file stored; {len(got)} of"
+            f" {len(payload)} bytes" + (" (other bytes)" if len(got) == len(payload) else "")
+        )
 
     def test_upload_file_refuses_a_small_file_that_changes_while_read(
         self, store: BlobStore, root: str, tmp_path: Path
@@ -302,19 +335,21 @@ class BlobStoreSuite:
         src = tmp_path / "changing.bin"
         src.write_bytes(_data(size))
         os.utime(src, (1_000_000_000, 1_000_000_000))  # written long ago: a rewrite now changes the time
-        named = re.escape(str(src))
-        with _RewrittenAfterFirstRead(src) as source, pytest.raises(SourceChangedError, match=named):
-            store.upload_file(source, uri)
-        assert source.rewritten, "upload_file must read the file through flyte_checkpoint.sources.open_source"
-        assert store.read_bytes(uri) == b"previous"
-
-    def test_key_with_spaces_and_unicode(self, store: BlobStore, root: str) -> None:
-        uri = join(root, "dir with space/ckpt é ü 文字.bin")
-        store.write_bytes(uri, b"unicode")
-        assert store.stat(uri) == 7
-        assert store.read_bytes(uri) == b"unicode"
-        if self.supports_list:
-            assert list(store.list(root)) == [uri]
+        with _RewrittenAfterFirstRead(src) as source:
+            got, error = outcome(lambda: store.upload_file(source, uri))
+        assert source.rewritten, (
+            "promise broken: upload_file reads the file through flyte_checkpoint.sources.open_source"
+            " (the file it was given was never read)"
+        )
+        assert isinstance(error, SourceChangedError) and str(src) in str(error), (
+            f"promise broken: upload_file of a file that changes while it is read raises"
+            f" SourceChangedError naming the file; it {described(got, error)}"
+        )
+        kept = store.read_bytes(uri)
+        assert kept == b"previous", (
+            f"promise broken: an upload_file refused for a changed file keeps the previous object;"
+            f" it reads back {len(kept)} bytes"
+        )
 
     def test_concurrent_writers_leave_one_whole_object(self, store: BlobStore, root: str) -> None:
         """Racing writers leave one whole object. A loser may fail with TransientError (a store
@@ -336,8 +371,17 @@ class BlobStoreSuite:
             t.start()
         for t in threads:
             t.join()
-        assert not errors
-        assert store.read_bytes(uri) in payloads
+        assert not errors, (
+            f"promise broken: racing writers fail only with TransientError (the core retries it);"
+            f" {type(errors[0]).__name__}: {errors[0]}"
+            if errors
+            else ""
+        )
+        got = store.read_bytes(uri)
+        assert got in payloads, (
+            f"promise broken: racing writers leave one writer's whole object; read back {len(got)} bytes"
+            " that are none of theirs"
+        )
 
     def test_errors_are_the_projects_own(self, store: BlobStore, root: str, tmp_path: Path) -> None:
         """Each read of an absent object raises the project's ``NotFoundError`` (so also
@@ -350,17 +394,26 @@ class BlobStoreSuite:
             "download_file": lambda: store.download_file(uri, tmp_path / "download"),
         }
         for name, read in reads.items():
-            with pytest.raises(CheckpointError) as info:
-                read()
-            error = info.value
-            assert isinstance(error, NotFoundError), f"{name}: {type(error).__name__}, not NotFoundError"
-            assert isinstance(error, FileNotFoundError), f"{name}: {type(error).__mro__}"
-            assert "missing-object" in str(error), f"{name}: the message does not name the object: {error}"
+            got, error = outcome(read)
+            assert isinstance(error, NotFoundError), (
+                f"promise broken: each read of an absent object raises the project's NotFoundError"
+                f" (never the SDK's own error); {name} {described(got, error)}"
+            )
+            assert isinstance(error, FileNotFoundError), (
+                f"promise broken: NotFoundError is a FileNotFoundError; {name} raised {type(error).__mro__}"
+            )
+            assert "missing-object" in str(error), (
+                f"promise broken: an error message names the object; {name} raised: {error}"
+            )
 
 
 #: The tests each capability flag opens (True, the default) or removes (False).
 CAPABILITY_TESTS: dict[str, tuple[str, ...]] = {
-    "supports_list": ("test_list_by_prefix", "test_list_details_gives_sizes_times_and_one_level_with_folders")
+    "supports_list": (
+        "test_list_by_prefix",
+        "test_list_details_gives_sizes_times_and_one_level_with_folders",
+        "test_list_keeps_siblings_that_share_a_name_prefix_apart",
+    )
 }
 
 
@@ -382,8 +435,12 @@ class CheckpointSuite:
             cp.save_sync(b"state-1")
         with self._checkpoint(join(cp_root, "next"), uri) as cp:
             path = cp.load_sync()
-            assert path == cp.path / "payload"
-            assert path.read_bytes() == b"state-1"
+            assert path == cp.path / "payload", (
+                f"promise broken: a load of saved bytes returns the workspace's payload file;"
+                f" it returned {path}"
+            )
+            got = path.read_bytes()
+            assert got == b"state-1", f"promise broken: a load restores the bytes saved; it restored {got!r}"
 
     def test_directory_round_trip(self, cp_root: str, tmp_path: Path) -> None:
         src = tmp_path / "ckpt"
@@ -395,9 +452,15 @@ class CheckpointSuite:
             cp.save_sync(src)
         with self._checkpoint(join(cp_root, "next"), uri) as cp:
             path = cp.load_sync()
-            assert path == cp.path
-            assert (path / "state.json").read_text() == '{"step": 3}'
-            assert (path / "sub" / "w.bin").read_bytes() == (src / "sub" / "w.bin").read_bytes()
+            assert path == cp.path, (
+                f"promise broken: a load of a folder returns the workspace; it returned {path}"
+            )
+            state = (path / "state.json").read_text()
+            assert state == '{"step": 3}', (
+                f"promise broken: a load restores the folder saved; state.json: {state!r}"
+            )
+            same = (path / "sub" / "w.bin").read_bytes() == (src / "sub" / "w.bin").read_bytes()
+            assert same, "promise broken: a load restores the folder saved; sub/w.bin differs"
 
     def test_object_is_a_gzip_tar_of_top_level_entries(
         self, store: BlobStore, cp_root: str, tmp_path: Path
@@ -411,11 +474,15 @@ class CheckpointSuite:
         local = tmp_path / "obj.tgz"
         store.download_file(uri, local)
         with tarfile.open(local, "r:gz") as tf:
-            assert tf.getnames() == ["state.json"]
+            names = tf.getnames()
+        assert names == ["state.json"], (
+            f"promise broken: a folder is stored as a gzip tar of its top-level entries; it holds {names}"
+        )
 
     def test_missing_source_loads_as_none(self, cp_root: str) -> None:
         with self._checkpoint(join(cp_root, "a"), join(cp_root, "never-written")) as cp:
-            assert cp.load_sync() is None
+            got = cp.load_sync()
+        assert got is None, f"promise broken: a load from an absent object returns None; it returned {got}"
 
     def test_large_directory_round_trip(self, cp_root: str, tmp_path: Path) -> None:
         src = tmp_path / "big"
@@ -427,4 +494,5 @@ class CheckpointSuite:
             cp.save_sync(src)
         with self._checkpoint(join(cp_root, "n"), uri) as cp:
             path = cp.load_sync()
-            assert (path / "shard.bin").read_bytes() == (src / "shard.bin").read_bytes()
+            same = (path / "shard.bin").read_bytes() == (src / "shard.bin").read_bytes()
+            assert same, f"promise broken: a load restores the folder saved; its {size}-byte file differs"
