@@ -10,6 +10,7 @@ A failure's message starts with ``promise broken:`` and says which promise.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,41 +20,19 @@ from ..errors import CheckpointError, CheckpointPermissionError, NotFoundError, 
 from ..retry import RetryPolicy
 from ..storage.blobstore import BlobStore
 from ..uri import join, scheme_of
+from .containers import ContainerTests
+from .data import data as _data
+from .data import outcome, read_to_end, write_in_chunks
 from .faultproxy import HANG_GUARD, Fault, FaultProxy
 from .recipe import StoreRecipe, part_of
-from .suite import _data, check_empty_root
+from .requestfaults import RequestFaultTests
+from .suite import check_empty_root
 
 #: Bytes into a connection at which a download fault fires: past the headers and a stat's
 #: answer, inside the body of the object (or of its first ranges).
 MID_BODY = 100_000
-#: Bytes handed to a writer per ``write`` call.
-WRITE_CHUNK = 64 * 1024
 #: The core's retry policy in these tests: the default's shape, with short pauses.
 QUICK_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, total_timeout=HANG_GUARD)
-
-
-def write_in_chunks(store: BlobStore, uri: str, data: bytes) -> None:
-    """Save ``data`` at ``uri`` through one writer, ``WRITE_CHUNK`` bytes per write."""
-    with store.open_write(uri) as w:
-        for i in range(0, len(data), WRITE_CHUNK):
-            w.write(data[i : i + WRITE_CHUNK])
-
-
-def read_to_end(store: BlobStore, uri: str) -> bytes:
-    """The object read through ``open_read`` until the stream ends."""
-    out = bytearray()
-    with store.open_read(uri) as r:
-        while chunk := r.read(WRITE_CHUNK):
-            out += chunk
-    return bytes(out)
-
-
-def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
-    """``(result, None)`` or ``(None, the exception)``."""
-    try:
-        return call(), None
-    except Exception as exc:
-        return None, exc
 
 
 class FaultBench:
@@ -69,9 +48,15 @@ class FaultBench:
         self.built.append(self.recipe.build(self.proxy.url))
         return self.built[-1]
 
+    def done(self, store: BlobStore) -> None:
+        """Close a store made by :meth:`store` (a test that makes many closes each when done)."""
+        self.built.remove(store)
+        store.close()
 
-class FaultSuite:
-    """Interrupted saves, cut and stalled downloads, denied and throttled requests.
+
+class FaultSuite(RequestFaultTests, ContainerTests):
+    """Interrupted saves, cut and stalled downloads, denied and throttled requests; a fault at
+    each kind of request (:mod:`.requestfaults`); a missing container (:mod:`.containers`).
 
     ``fault_parts``: the parts (``store.part_size`` bytes each; 256 KiB for a store that
     declares none) of an object in the save tests; the upload is cut once all but one part
@@ -108,7 +93,7 @@ class FaultSuite:
         faults.proxy.cut("up", size - part)
         _, error = outcome(lambda: write_in_chunks(store, uri, _data(size, seed=2)))
         assert faults.proxy.fired, (
-            f"the cut never fired: the store sent less than {size - part} bytes for a {size}-byte save"
+            f"setup: the cut never fired: the store sent less than {size - part} bytes for a {size}-byte save"
         )
         assert error is not None, (
             f"promise broken: a save to {uri} whose upload was reset for good returned without an error"
@@ -179,7 +164,7 @@ class FaultSuite:
                         f" {name} after a {fault.action} raised {type(error).__name__}: {error}"
                     )
             assert faults.proxy.fired == 1, (
-                f"the {fault.action} never fired: the object is smaller than {MID_BODY} bytes?"
+                f"setup: the {fault.action} never fired: the object is smaller than {MID_BODY} bytes?"
             )
         faults.proxy.cut("down", len(data) // 2)
         got, error = outcome(lambda: read_to_end(faults.store(), uri))
@@ -199,7 +184,7 @@ class FaultSuite:
         uri, _ = self._stored(faults, "stalled")
         faults.proxy.fail(Fault.stall("down", after=MID_BODY))
         got, error = outcome(lambda: read_to_end(faults.store(), uri))
-        assert faults.proxy.fired, "the stall never fired"
+        assert faults.proxy.fired, "setup: the stall never fired"
         assert error is not None, (
             f"promise broken: a download that stalls for good raises; it returned {len(got)} bytes"
         )
@@ -235,7 +220,10 @@ class FaultSuite:
                 f" 'no checkpoint'; {name} "
                 + (f"returned {got!r}" if error is None else f"raised {type(error).__name__}: {error}")
             )
-        assert faults.proxy.fired >= len(operations)
+        assert faults.proxy.fired >= len(operations), (
+            f"setup: the proxy answered {faults.proxy.fired} requests with 403, fewer than the"
+            f" {len(operations)} operations"
+        )
 
     def test_throttling_and_server_errors_are_retried_by_the_core(self, faults: FaultBench) -> None:
         """HTTP 429, 500 and 503 raise ``TransientError`` (a store that returns after one such
@@ -249,7 +237,7 @@ class FaultSuite:
             faults.proxy.fail(Fault.answer(status), times=1)
             got, error = outcome(lambda: faults.store().read_bytes(uri))
             assert faults.proxy.fired == 1, (
-                f"the proxy answered {faults.proxy.fired} requests with {status}, not 1"
+                f"setup: the proxy answered {faults.proxy.fired} requests with {status}, not 1"
             )
             assert isinstance(error, TransientError), (
                 f"promise broken: HTTP {status} raises TransientError, which the core retries; the read "
@@ -273,7 +261,7 @@ class FaultSuite:
                     f" answers: {type(error).__name__}: {error}"
                 )
                 assert faults.proxy.fired == 2, (
-                    f"the proxy answered {faults.proxy.fired} requests with {status}, not 2"
+                    f"setup: the proxy answered {faults.proxy.fired} requests with {status}, not 2"
                 )
                 if name == "load":
                     assert got == data, (
@@ -287,12 +275,26 @@ class FaultSuite:
 def load_through(store: BlobStore, src: str, dest: str) -> Any:
     """``Checkpoint(dest, src).load_sync()`` with ``store`` registered for ``src``'s scheme."""
     from ..checkpoint import Checkpoint
+
+    with _registered(store, src), Checkpoint(dest, src, retry=QUICK_RETRY) as cp:
+        return cp.load_sync()
+
+
+def save_through(store: BlobStore, dest: str, state: bytes) -> None:
+    """``Checkpoint(dest).save_sync(state)`` with ``store`` registered for ``dest``'s scheme."""
+    from ..checkpoint import Checkpoint
+
+    with _registered(store, dest), Checkpoint(dest, retry=QUICK_RETRY) as cp:
+        cp.save_sync(state)
+
+
+@contextlib.contextmanager
+def _registered(store: BlobStore, uri: str) -> Iterator[None]:
     from ..storage.registry import register_store, unregister_store
 
     name = "flyte-checkpoint-fault-suite"
-    register_store(name, (scheme_of(src),), lambda **_: store, priority=1000)
+    register_store(name, (scheme_of(uri),), lambda **_: store, priority=1000)
     try:
-        with Checkpoint(dest, src, retry=QUICK_RETRY) as cp:
-            return cp.load_sync()
+        yield
     finally:
         unregister_store(name)

@@ -39,10 +39,19 @@ class StoreRecipe:
             several parts has sent at least one whole part). For :class:`CrashSuite` it must
             pickle: a module-level function, or a ``functools.partial`` of one with plain
             arguments; a child process unpickles it with the parent's ``sys.path``.
+        missing_container: a URI prefix in a bucket (container) that does not exist on the
+            server, such as ``"s3://no-such-bucket-fcp/ckpt"``: :class:`FaultSuite` checks that
+            every operation there raises ``ContainerNotFoundError``. Required by that test.
+        commit: a regular expression found (``re.search``) in the request line that commits a
+            save (``"POST /b/k?uploadId=X"``: ``r"^POST .*[?&]uploadId="``), for
+            :class:`FaultSuite`'s messages; default: a save's last request. Either way the suite
+            puts faults at every kind of request.
     """
 
     upstream: str | None
     build: Callable[[Any], BlobStore]
+    missing_container: str | None = None
+    commit: str | None = None
 
     def direct(self) -> BlobStore:
         """A store talking to the server itself (the suites check objects with it)."""

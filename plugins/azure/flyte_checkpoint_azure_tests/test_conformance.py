@@ -48,7 +48,9 @@ class TestAzureFaults(FaultSuite, CrashSuite):
 
     @pytest.fixture
     def store_recipe(self, azurite_server: AzuriteServer) -> StoreRecipe:
-        return StoreRecipe(azurite_server.blob_endpoint, fault_store)
+        return StoreRecipe(
+            azurite_server.blob_endpoint, fault_store, missing_container="az://fcp-no-such-container/ckpt"
+        )
 
     @pytest.fixture
     def store_root(self) -> str:

@@ -57,7 +57,9 @@ class TestGcsFaults(FaultSuite, CrashSuite):
 
     @pytest.fixture
     def store_recipe(self, gcs_emulator: GcsEmulator) -> StoreRecipe:
-        return StoreRecipe(gcs_emulator.endpoint, fault_store)
+        return StoreRecipe(
+            gcs_emulator.endpoint, fault_store, missing_container="gs://fcp-no-such-bucket/ckpt"
+        )
 
     @pytest.fixture
     def store_root(self, gcs_emulator: GcsEmulator) -> str:

@@ -75,7 +75,7 @@ class TestS3Faults(FaultSuite, CrashSuite):
 
     @pytest.fixture
     def store_recipe(self, s3_endpoint: str, raw_s3: Any) -> StoreRecipe:
-        return StoreRecipe(s3_endpoint, fault_store)
+        return StoreRecipe(s3_endpoint, fault_store, missing_container="s3://fcp-no-such-bucket/ckpt")
 
     @pytest.fixture
     def store_root(self) -> str:
