@@ -1,16 +1,31 @@
-"""A small network store (``toy://bucket/key``) on toyserver.py, correct and deliberately broken.
+"""A toy network store on the backend kit (for toyserver.py), correct, and broken on purpose.
 
-:class:`ToyStore` keeps every promise: parts are staged and the object appears whole at the
-commit; HTTP answers map through the kit (403 is a permission error, 429/5xx transient);
-a broken connection is transient. The broken variants each break one promise:
+:class:`ToyStore` is a backend as CONTRIBUTING.md describes one: ``toy://BUCKET/KEY`` parsed by
+the kit, a writer on :class:`~flyte_checkpoint.storage.kit.PartWriter` (one PUT for a small
+object; else an upload started, parts staged from the store's pool, committed at close, discarded
+on failure), a reader on :class:`~flyte_checkpoint.storage.kit.RangedReader` (ranges pinned to
+the ETag the first request saw), kept-alive connections per process
+(:class:`~flyte_checkpoint.forksafe.PerProcess`), and HTTP answers mapped by the kit's
+``from_status`` and ``transport_failed``, a missing bucket to ``ContainerNotFoundError``.
 
-- :class:`PartsInPlace` (non-atomic writer): each part is written into the object itself;
-- :class:`DeniedIsAbsent` (403 mapped to not-found): a refused request means "no object";
+The broken ones each carry one bug a real backend had, and the suites must fail each, naming
+the promise it breaks (``test_suite_catches.py``):
+
+- :class:`PartsInPlace`: parts land in the object as they are sent (not atomic);
+- :class:`DeniedIsAbsent`: HTTP 403 mapped to not-found;
+- :class:`ServerErrorsIgnored`: only a 4xx answer is an error (a 5xx to the commit passes);
+- :class:`LastPartDropped`: the last part is left out of the commit when the object is an exact
+  multiple of the part size;
+- :class:`ShortReads`: ``read(n)`` stops at the end of a read range;
+- :class:`MissingBucketIsAbsent`: ``stat`` catches ``NotFoundError``, so a missing bucket's
+  ``ContainerNotFoundError`` (a NotFoundError) becomes "no object";
+- :class:`PrefixAsFolder`: ``list(prefix)`` lists the folder the prefix is in;
 - :class:`UnsortedList` / :class:`PrefixIgnored` (memory stores): ``list`` out of order, or
   every object whatever the prefix;
 - :class:`FileInPlace` (a file store): the writer writes into the object's file itself.
 
-The fifth, a server that writes in place, is the correct store on ``toy_server(in_place=True)``.
+Two broken servers (``toyserver.toy_server``) pair with the correct store: one that writes an
+object in place as its bytes arrive, one whose replace deletes the old object first.
 The ``build_*`` functions are what a :class:`~flyte_checkpoint.testing.StoreRecipe` names (a
 crash test's child imports them).
 """
@@ -18,34 +33,60 @@ crash test's child imports them).
 from __future__ import annotations
 
 import http.client
-import io
-import uuid
+import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
-from flyte_checkpoint.errors import CheckpointError, NotFoundError
+from flyte_checkpoint.errors import CheckpointError, ContainerNotFoundError, NotFoundError
+from flyte_checkpoint.forksafe import PerProcess
 from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
-from flyte_checkpoint.storage.kit import from_status, transport_failed
+from flyte_checkpoint.storage.kit import (
+    Location,
+    PartWriter,
+    RangedReader,
+    StorePool,
+    from_status,
+    parse_location,
+    transport_failed,
+)
 from flyte_checkpoint.storage.stores.local import LocalStore
 from flyte_checkpoint.storage.stores.memory import MemoryStore
-from flyte_checkpoint.uri import local_path
+from flyte_checkpoint.uri import local_path, redact
 
-SCHEME = "toy"
+SCHEMES = ("toy",)
 HINT = "check the toy server's credentials"
+PART = 256 * 1024
+RANGE = 64 * 1024
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
 
 
 class ToyStore(BlobStore):
+    """``toy://BUCKET/KEY`` on a toy server (toyserver.py)."""
+
     supports_ranges = True
 
-    def __init__(self, endpoint: str, part_size: int | None = 256 * 1024, timeout: float = 30.0) -> None:
+    def __init__(
+        self, endpoint: str, part_size: int | None = PART, timeout: float = 30.0, read_range_size: int = RANGE
+    ) -> None:
         parts = urlsplit(endpoint)
-        assert parts.hostname and parts.port
+        assert parts.hostname and parts.port, endpoint
         self.host, self.port, self.endpoint = parts.hostname, parts.port, endpoint
         self.part_size = part_size
+        self.read_range_size = read_range_size
         self.timeout = timeout
+        self.pool = StorePool("toy", 4)
+        self._idle: PerProcess[list[http.client.HTTPConnection]] = PerProcess(list)
+        self._idle_lock = threading.Lock()
 
-    # -- one request per connection ----------------------------------------------------
+    # -- requests on kept-alive connections --------------------------------------------
 
     def request(
         self,
@@ -53,54 +94,103 @@ class ToyStore(BlobStore):
         path: str,
         uri: str,
         action: str,
-        body: bytes = b"",
+        body: bytes | bytearray | memoryview = b"",
         headers: dict[str, str] | None = None,
-    ) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+    ) -> Answer:
+        """Send one request; a 4xx or 5xx answer raises the project's error (:meth:`error`)."""
+        conn = self._connection()
         try:
-            conn.request(method, path, body=body, headers={"Connection": "close", **(headers or {})})
+            conn.request(method, path, body=bytes(body), headers=headers or {})
             response = conn.getresponse()
             data = response.read()
-            status = response.status
-            size = response.getheader("X-Size")
         except (OSError, http.client.HTTPException) as exc:
-            raise transport_failed(exc, uri=uri, action=action, endpoint=self.endpoint) from exc
-        finally:
             conn.close()
-        if status >= 400:
-            raise self.error(status, uri, action)
-        return status, (size.encode() if size is not None else data)
+            raise transport_failed(exc, uri=uri, action=action, endpoint=self.endpoint) from exc
+        answer = Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+        if response.will_close:
+            conn.close()
+        else:
+            with self._idle_lock:
+                self._idle.get().append(conn)
+        if self.failed(answer.status):
+            raise self.error(answer, uri, action)
+        return answer
 
-    def error(self, status: int, uri: str, action: str) -> CheckpointError:
-        return from_status(status, uri=uri, action=action, permission_hint=HINT)
+    def failed(self, status: int) -> bool:
+        return status >= 400
+
+    def _connection(self) -> http.client.HTTPConnection:
+        with self._idle_lock:
+            idle = self._idle.get()
+            if idle:
+                return idle.pop()
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+
+    def error(self, answer: Answer, uri: str, action: str) -> CheckpointError:
+        code = answer.headers.get("x-error", "")
+        if answer.status == 404 and code == "NoSuchBucket":
+            bucket = parse_location(uri, schemes=SCHEMES, want_key=False, cloud="toy", form=FORM).bucket
+            return ContainerNotFoundError(
+                f"the bucket {bucket!r} of {redact(uri)} does not exist: create it, or fix the URI"
+            )
+        return from_status(answer.status, uri=uri, action=action, detail=code, permission_hint=HINT)
+
+    # -- URIs ------------------------------------------------------------------------------
 
     @staticmethod
-    def key(uri: str) -> str:
-        assert uri.startswith(f"{SCHEME}://"), uri
-        return uri[len(SCHEME) + 3 :]
+    def location(uri: str, *, want_key: bool = True) -> Location:
+        return parse_location(uri, schemes=SCHEMES, want_key=want_key, cloud="toy", form=FORM)
 
     def object_path(self, uri: str, query: str = "") -> str:
-        return "/o/" + quote(self.key(uri), safe="") + (f"?{query}" if query else "")
+        loc = self.location(uri)
+        return f"/o/{quote(loc.bucket, safe='')}/{quote(loc.key, safe='')}" + (f"?{query}" if query else "")
 
     # -- the contract --------------------------------------------------------------------
 
     def open_read(self, uri: str) -> BinaryIO:
-        return io.BytesIO(self.request("GET", self.object_path(uri), uri, "read")[1])
+        head = self.request("HEAD", self.object_path(uri), uri, "read")
+        etag = head.headers.get("etag", "")
+
+        def fetch(offset: int, view: memoryview) -> int:
+            return self.fetch(uri, offset, view, etag)
+
+        return self.reader(uri, int(head.headers["x-size"]), fetch)  # type: ignore[return-value]
+
+    def reader(self, uri: str, size: int, fetch: Any) -> RangedReader:
+        return RangedReader(
+            uri,
+            size=size,
+            fetch=fetch,
+            range_size=self.read_range_size,
+            concurrency=2,
+            pool=self.pool,
+            on_error=lambda exc: transport_failed(exc, uri=uri, action="read", endpoint=self.endpoint),
+        )
+
+    def fetch(self, uri: str, offset: int, view: memoryview, etag: str | None = None) -> int:
+        """Fill ``view`` with the object's bytes from ``offset`` (of version ``etag``)."""
+        headers = {"Range": f"bytes={offset}-{offset + len(view) - 1}"}
+        if etag:
+            headers["If-Match"] = etag
+        data = self.request("GET", self.object_path(uri), uri, "read", headers=headers).body
+        n = min(len(data), len(view))
+        view[:n] = data[:n]
+        return n
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         size = self.stat(uri)
         if size is None:
-            raise NotFoundError(f"no object at {uri}")
+            raise NotFoundError(f"no object at {redact(uri)}")
         if start >= size or length <= 0:
             return b""
-        last = min(size, start + length) - 1
-        return self.request(
-            "GET", self.object_path(uri), uri, "read", headers={"Range": f"bytes={start}-{last}"}
-        )[1]
+        buf = bytearray(min(length, size - start))
+        return bytes(buf[: self.fetch(uri, start, memoryview(buf))])
 
     def stat(self, uri: str) -> int | None:
         try:
-            return int(self.request("HEAD", self.object_path(uri), uri, "stat")[1])
+            return int(self.request("HEAD", self.object_path(uri), uri, "stat").headers["x-size"])
+        except ContainerNotFoundError:  # a NotFoundError too: caught first, it is no "absent"
+            raise
         except NotFoundError:
             return None
 
@@ -108,67 +198,101 @@ class ToyStore(BlobStore):
         self.request("DELETE", self.object_path(uri), uri, "delete")
 
     def list(self, prefix: str) -> Iterator[str]:
-        body = self.request("GET", "/list?prefix=" + quote(self.key(prefix), safe=""), prefix, "list")[1]
-        yield from (f"{SCHEME}://{k}" for k in body.decode().split("\n") if k)
+        loc = self.location(prefix, want_key=False)
+        path = f"/list/{quote(loc.bucket, safe='')}?prefix={quote(loc.key, safe='')}"
+        body = self.request("GET", path, prefix, "list").body
+        yield from (loc.uri(key) for key in body.decode().split("\n") if key)
 
     def open_write(self, uri: str) -> BlobWriter:
-        return _StagedWriter(self, uri)
+        if not self.part_size:
+            return _WholeWriter(self, uri)
+        return ToyWriter(self, uri)
+
+    def close(self) -> None:
+        self.pool.close()
+        with self._idle_lock:
+            idle = self._idle.take() or []
+        for conn in idle:
+            conn.close()
 
 
-class _StagedWriter(BlobWriter):
-    """Parts staged on the server, made the object at the commit; whole object at the commit
-    when the store has no part size."""
+FORM = "toy://BUCKET/KEY"
+
+
+class ToyWriter(PartWriter):
+    """One PUT for an object of at most one part; else an upload: parts staged, then committed."""
+
+    def __init__(self, store: ToyStore, uri: str) -> None:
+        assert store.part_size
+        super().__init__(
+            uri,
+            part_size=store.part_size,
+            max_concurrency=2,
+            pool=store.pool,
+            double_every=10_000,
+            max_parts=10_000,
+            max_part_size=store.part_size,
+        )
+        self.store = store
+        self.upload: str | None = None
+
+    def _put_whole(self, data: bytes | bytearray) -> None:
+        self.store.request("PUT", self.store.object_path(self.uri), self.uri, "write", data)
+
+    def _start(self) -> None:
+        answer = self.store.request("POST", self.store.object_path(self.uri, "uploads"), self.uri, "write")
+        self.upload = answer.body.decode()
+
+    def _send_part(self, number: int, data: bytes | bytearray) -> int:
+        self.store.request("PUT", f"/u/{self.upload}/{number}", self.uri, "write", data)
+        return number
+
+    def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        query = f"commit={self.upload}&parts={len(results)}"
+        self.store.request("POST", self.store.object_path(self.uri, query), self.uri, "write")
+
+    def _cancel(self) -> None:
+        if self.upload is not None:
+            self.store.request("DELETE", f"/u/{self.upload}", self.uri, "abort")
+
+
+class _WholeWriter(BlobWriter):
+    """The whole object in one PUT at the commit (a store with no part size)."""
 
     def __init__(self, store: ToyStore, uri: str) -> None:
         super().__init__(uri)
         self.store = store
-        self.upload = uuid.uuid4().hex
         self.buf = bytearray()
-        self.parts = 0
 
     def _write(self, data: bytes | bytearray | memoryview) -> None:
-        self.buf += data  # a copy: the caller may reuse its buffer
-        part = self.store.part_size
-        while part and len(self.buf) >= part:
-            self._send(bytes(self.buf[:part]))
-            del self.buf[:part]
-
-    def _send(self, part: bytes) -> None:
-        self.store.request("PUT", f"/u/{self.upload}/{self.parts}", self.uri, "write", part)
-        self.parts += 1
+        self.buf += data
 
     def _commit(self) -> None:
-        if not self.store.part_size:
-            self.store.request("PUT", self.store.object_path(self.uri), self.uri, "write", bytes(self.buf))
-            return
-        if self.buf or not self.parts:
-            self._send(bytes(self.buf))
-        query = f"commit={self.upload}&parts={self.parts}"
-        self.store.request("POST", self.store.object_path(self.uri, query), self.uri, "write")
+        self.store.request("PUT", self.store.object_path(self.uri), self.uri, "write", self.buf)
 
     def _abort(self) -> None:
         self.buf = bytearray()
-        if self.store.part_size:
-            self.store.request("DELETE", f"/u/{self.upload}", self.uri, "abort")
 
 
 # -- broken stores -------------------------------------------------------------------------
 
 
-class _InPlaceWriter(_StagedWriter):
+class _InPlaceWriter(ToyWriter):
     """Broken: each part goes straight into the object at its offset."""
 
-    def _send(self, part: bytes) -> None:
-        offset = f"offset={self.parts * (self.store.part_size or 0)}"
-        self.store.request("PUT", self.store.object_path(self.uri, offset), self.uri, "write", part)
-        self.parts += 1
+    def _start(self) -> None:
+        pass
 
-    def _commit(self) -> None:
-        if self.buf or not self.parts:
-            self._send(bytes(self.buf))
+    def _send_part(self, number: int, data: bytes | bytearray) -> int:
+        offset = f"offset={(number - 1) * self.part_size}"
+        self.store.request("PUT", self.store.object_path(self.uri, offset), self.uri, "write", data)
+        return number
 
-    def _abort(self) -> None:
-        self.buf = bytearray()
+    def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        pass
+
+    def _cancel(self) -> None:
+        pass
 
 
 class PartsInPlace(ToyStore):
@@ -181,10 +305,70 @@ class PartsInPlace(ToyStore):
 class DeniedIsAbsent(ToyStore):
     """403 mapped to not-found: a refused stat says "no object", a refused read NotFoundError."""
 
-    def error(self, status: int, uri: str, action: str) -> CheckpointError:
-        if status == 403:
+    def error(self, answer: Answer, uri: str, action: str) -> CheckpointError:
+        if answer.status == 403:
             return NotFoundError(f"no object at {uri}")
-        return super().error(status, uri, action)
+        return super().error(answer, uri, action)
+
+
+class ServerErrorsIgnored(ToyStore):
+    """Only a 4xx answer is an error: a 5xx (to a part, or to the commit) passes as success."""
+
+    def failed(self, status: int) -> bool:
+        return 400 <= status < 500
+
+
+class _LastPartDroppedWriter(ToyWriter):
+    def _complete(self, results: list[Any], tail: memoryview | None) -> None:
+        if self.bytes_written % self.part_size == 0:
+            results = results[:-1]  # the "remainder" part of an exact multiple is taken for empty
+        super()._complete(results, tail)
+
+
+class LastPartDropped(ToyStore):
+    """The commit leaves out the last part when the object is an exact multiple of the part size."""
+
+    def open_write(self, uri: str) -> BlobWriter:
+        return _LastPartDroppedWriter(self, uri)
+
+
+class _ShortReader(RangedReader):
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return super().read(size)
+        return bytes(self.read1(size))  # what is left of the current range, at most
+
+
+class ShortReads(ToyStore):
+    """``read(n)`` returns what is left of the current read range when that is less than n."""
+
+    def reader(self, uri: str, size: int, fetch: Any) -> RangedReader:
+        return _ShortReader(
+            uri,
+            size=size,
+            fetch=fetch,
+            range_size=self.read_range_size,
+            concurrency=2,
+            pool=self.pool,
+            on_error=lambda exc: transport_failed(exc, uri=uri, action="read", endpoint=self.endpoint),
+        )
+
+
+class MissingBucketIsAbsent(ToyStore):
+    """``stat`` takes any NotFoundError for an absent object, a missing bucket's too."""
+
+    def stat(self, uri: str) -> int | None:
+        try:
+            return int(self.request("HEAD", self.object_path(uri), uri, "stat").headers["x-size"])
+        except NotFoundError:
+            return None
+
+
+class PrefixAsFolder(ToyStore):
+    """``list(prefix)`` lists the folder the prefix is in (``.../ckpt-1`` lists ``.../ckpt-2``)."""
+
+    def list(self, prefix: str) -> Iterator[str]:
+        return super().list(prefix[: prefix.rfind("/") + 1] if "/" in prefix[6:] else prefix)
 
 
 class UnsortedList(MemoryStore):
@@ -225,16 +409,15 @@ class FileInPlace(LocalStore):
 # -- recipes' builders (module level: a crash test's child imports them) -------------------
 
 
-def build_toy(endpoint: str, part_size: int | None = 256 * 1024) -> ToyStore:
+def build_toy(endpoint: str, part_size: int | None = PART) -> ToyStore:
     return ToyStore(endpoint, part_size, timeout=1.0)
 
 
-def build_parts_in_place(endpoint: str) -> ToyStore:
-    return PartsInPlace(endpoint, 256 * 1024, timeout=1.0)
-
-
-def build_denied_is_absent(endpoint: str) -> ToyStore:
-    return DeniedIsAbsent(endpoint, 256 * 1024, timeout=1.0)
+def build_broken(kind: str, endpoint: str) -> ToyStore:
+    """The broken store named ``kind`` (a class of this module) on ``endpoint``."""
+    store = globals()[kind](endpoint, PART, timeout=1.0)
+    assert isinstance(store, ToyStore)
+    return store
 
 
 def build_file_in_place(endpoint: None) -> LocalStore:
