@@ -107,9 +107,11 @@ def _kill_mid_save(recipe: StoreRecipe, uri: str, size: int, cut: int, tmp_path:
                 [sys.executable, "-c", CHILD, str(spec)], stdout=subprocess.PIPE, stderr=err, env=env
             )
         try:
-            assert child.stdout is not None
+            assert child.stdout is not None, "setup: the child has no stdout pipe"
             said = _line(child.stdout)
-            assert said == REPORT, f"the child never reported its progress (it said {said!r}): {_tail(log)}"
+            assert said == REPORT, (
+                f"setup: the child never reported its progress (it said {said!r}): {_tail(log)}"
+            )
         finally:
             _kill(child)
         return
@@ -125,7 +127,7 @@ def _kill_mid_save(recipe: StoreRecipe, uri: str, size: int, cut: int, tmp_path:
                 lambda: proxy.fired > 0 or child.poll() is not None,
                 what=f"the upload stalled after {cut} bytes",
             )
-            assert proxy.fired, f"the child ended before its upload reached {cut} bytes: {_tail(log)}"
+            assert proxy.fired, f"setup: the child ended before its upload reached {cut} bytes: {_tail(log)}"
         finally:
             _kill(child)
         proxy.wait_for(

@@ -254,7 +254,10 @@ class OverwriteTests:
             absent_allowed=not store.replaces_atomically,
         )
         broken = race.run()
-        assert not broken, "\n".join(broken)
+        assert not broken, (
+            f"promise broken: a reader of an object being overwritten sees one whole version"
+            f" ({race.rounds} reader rounds, {len(versions)} versions):\n" + "\n".join(broken)
+        )
         assert race.quiet_rounds >= len(versions), (
             f"setup: {race.quiet_rounds} reader rounds ran with no write in progress, fewer than the"
             f" {len(versions)} versions"
