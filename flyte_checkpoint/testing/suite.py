@@ -124,6 +124,30 @@ class BlobStoreSuite(SizeTests, ListingTests, OverwriteTests):
             f"promise broken: read_range_size is None or a number of bytes; {kind.__name__} says {ranges!r}"
         )
 
+    def test_part_and_range_sizes_are_the_kits(self, store: BlobStore, root: str) -> None:
+        """A writer on the kit's ``PartWriter`` sends parts of the store's ``part_size``, and a
+        stream on its ``RangedReader`` reads ranges of its ``read_range_size``: the suite tests
+        around the sizes the store declares, so they must be the ones it uses."""
+        from ..storage.kit import PartWriter, RangedReader
+
+        uri = join(root, "declared")
+        writer = store.open_write(uri)
+        try:
+            if isinstance(writer, PartWriter):
+                assert writer.part_size == store.part_size, (
+                    f"promise broken: part_size is the size of the writer's parts; the store says"
+                    f" {store.part_size}, its PartWriter sends {writer.part_size}"
+                )
+            writer.write(b"declared")
+        finally:
+            writer.close()
+        with store.open_read(uri) as reader:
+            if isinstance(reader, RangedReader):
+                assert reader.range_size == store.read_range_size, (
+                    f"promise broken: read_range_size is the size of the stream's ranged reads; the"
+                    f" store says {store.read_range_size}, its RangedReader reads {reader.range_size}"
+                )
+
     def test_stat_of_absent_object_is_none(self, store: BlobStore, root: str) -> None:
         got, error = outcome(lambda: store.stat(join(root, "absent")))
         assert got is None and error is None, (

@@ -130,6 +130,11 @@ class RangedReader(io.RawIOBase):
         """The object's size in bytes."""
         return self._size
 
+    @property
+    def range_size(self) -> int:
+        """Bytes of one ranged read (the store's ``read_range_size``)."""
+        return self._range_size
+
     def readable(self) -> bool:
         return True
 

@@ -50,6 +50,8 @@ class AzureStore(BlobStore):
         self.config = config if config is not None else AzureConfig.resolve(**settings)
         #: Bytes a writer holds before it stages any (one block).
         self.part_size: int = self.config.part_size
+        #: Bytes of one ranged read of a stream (the conformance suite reads around it).
+        self.read_range_size: int = self.config.read_range_size
         self.clients = AzureClients(self.config)
         self.pool = StorePool("azure", self.config.max_concurrency + self.config.read_concurrency)
 

@@ -45,6 +45,8 @@ class GCSStore(BlobStore):
         self.config = config if config is not None else GCSConfig.resolve(**settings)
         #: Bytes a writer holds before it sends any (one resumable chunk).
         self.part_size: int = self.config.part_size
+        #: Bytes of one ranged read of a stream (the conformance suite reads around it).
+        self.read_range_size: int = self.config.read_range_size
         self.client = GCSClient(self.config)
         self.pool = StorePool("gcs", self.config.max_concurrency + self.config.read_concurrency)
 

@@ -51,6 +51,8 @@ class S3Store(BlobStore):
         self.config = config if config is not None else S3Config.resolve(**settings)
         #: Bytes a writer holds before it sends any (one part).
         self.part_size: int = self.config.part_size
+        #: Bytes of one ranged read of a stream (the conformance suite reads around it).
+        self.read_range_size: int = self.config.read_range_size
         #: The CRC sent with every write (None: no checksum).
         self.crc = integrity.sent(self.config)
         self._client = S3Client(self.config)
