@@ -62,6 +62,7 @@ Class attributes adapt the suites to the backend:
   and crash tests save.
 """
 
+from .containers import ContainerSuite
 from .copies import CopySuite
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
@@ -74,6 +75,7 @@ __all__ = [
     "RECIPE_SETTINGS",
     "BlobStoreSuite",
     "CheckpointSuite",
+    "ContainerSuite",
     "CopySuite",
     "CrashSuite",
     "Fault",

@@ -4,40 +4,44 @@ A load from a mistyped bucket must fail, not return "no checkpoint" (the task wo
 ``ContainerNotFoundError`` is a ``NotFoundError``, so a backend that catches ``NotFoundError``
 to mean "no object" turns it into ``None`` unless it catches ``ContainerNotFoundError`` first.
 The recipe names a URI in a container that does not exist (``StoreRecipe.missing_container``).
+:class:`ContainerSuite` needs the fixtures ``store_recipe`` and ``store_root``; it is part of
+:class:`~flyte_checkpoint.testing.FaultSuite`, and a store with no server mixes it in alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ContainerNotFoundError
 from ..uri import join
 from .data import data, described, outcome, read_to_end, write_in_chunks
-from .recipe import part_of
-
-if TYPE_CHECKING:
-    from .faults import FaultBench
+from .recipe import StoreRecipe, part_of
+from .registered import load_through, save_through
 
 
-class ContainerTests:
-    """A missing container (mixed into :class:`~flyte_checkpoint.testing.FaultSuite`)."""
+class ContainerSuite:
+    """A missing bucket or container (part of :class:`~flyte_checkpoint.testing.FaultSuite`)."""
 
     def test_a_missing_container_is_container_not_found_from_every_operation(
-        self, faults: FaultBench
+        self, store_recipe: StoreRecipe, store_root: str
     ) -> None:
         """``stat``, reads (``open_read``, ``read_bytes``, ``read_range``), writes (one request
         and several parts), ``list``, ``list_details``, ``delete``, and a ``Checkpoint`` load and
         save in a container that does not exist raise ``ContainerNotFoundError`` naming it: never
         ``None``, an empty listing, or a plain ``NotFoundError`` ("no checkpoint")."""
-        from .faults import load_through, save_through
-
-        missing = faults.recipe.missing_container
+        missing = store_recipe.missing_container
         assert missing, (
             "setup: the StoreRecipe names no missing_container: give it a URI in a bucket (or"
             " container) that does not exist on the test server, such as 's3://no-such-bucket/x'"
         )
-        store = faults.direct
+        store = store_recipe.direct()
+        try:
+            self._everything_fails(store, missing, store_root)
+        finally:
+            store.close()
+
+    def _everything_fails(self, store: Any, missing: str, root: str) -> None:
         uri = join(missing, "object")
         several = data(2 * part_of(store) + 1, seed=3)
         operations: dict[str, Callable[[], Any]] = {
@@ -48,7 +52,7 @@ class ContainerTests:
             "write": lambda: store.write_bytes(uri, b"state"),
             "write of several parts": lambda: write_in_chunks(store, uri, several),
             "delete": lambda: store.delete(uri),
-            "Checkpoint.load_sync": lambda: load_through(store, uri, join(faults.root, "restored")),
+            "Checkpoint.load_sync": lambda: load_through(store, uri, join(root, "restored")),
             "Checkpoint.save_sync": lambda: save_through(store, uri, b"state"),
         }
         if store.supports_list:
@@ -73,4 +77,4 @@ def container_name(uri: str) -> str:
     return uri.partition("://")[2].partition("/")[0].partition("@")[0]
 
 
-__all__ = ["ContainerTests"]
+__all__ = ["ContainerSuite", "container_name"]

@@ -10,29 +10,26 @@ A failure's message starts with ``promise broken:`` and says which promise.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from ..errors import CheckpointError, CheckpointPermissionError, NotFoundError, TransientError
-from ..retry import RetryPolicy
 from ..storage.blobstore import BlobStore
-from ..uri import join, scheme_of
-from .containers import ContainerTests
+from ..uri import join
+from .containers import ContainerSuite
 from .data import data as _data
 from .data import outcome, read_to_end, write_in_chunks
-from .faultproxy import HANG_GUARD, Fault, FaultProxy
+from .faultproxy import Fault, FaultProxy
 from .recipe import StoreRecipe, part_of
+from .registered import QUICK_RETRY, load_through
 from .requestfaults import RequestFaultTests
 from .suite import check_empty_root
 
 #: Bytes into a connection at which a download fault fires: past the headers and a stat's
 #: answer, inside the body of the object (or of its first ranges).
 MID_BODY = 100_000
-#: The core's retry policy in these tests: the default's shape, with short pauses.
-QUICK_RETRY = RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.05, total_timeout=HANG_GUARD)
 
 
 class FaultBench:
@@ -54,9 +51,9 @@ class FaultBench:
         store.close()
 
 
-class FaultSuite(RequestFaultTests, ContainerTests):
+class FaultSuite(RequestFaultTests, ContainerSuite):
     """Interrupted saves, cut and stalled downloads, denied and throttled requests; a fault at
-    each kind of request (:mod:`.requestfaults`); a missing container (:mod:`.containers`).
+    each kind of request (:mod:`.requestfaults`); a missing container (:class:`ContainerSuite`).
 
     ``fault_parts``: the parts (``store.part_size`` bytes each; 256 KiB for a store that
     declares none) of an object in the save tests; the upload is cut once all but one part
@@ -69,7 +66,7 @@ class FaultSuite(RequestFaultTests, ContainerTests):
     def faults(self, store_recipe: StoreRecipe, store_root: str) -> Iterator[FaultBench]:
         """The proxy in front of the recipe's server, a store on the server itself, the root."""
         assert store_recipe.upstream is not None, (
-            "FaultSuite needs a store that talks to a server: its StoreRecipe has no upstream"
+            "setup: FaultSuite needs a store that talks to a server: its StoreRecipe has no upstream"
         )
         direct = store_recipe.direct()
         with FaultProxy(store_recipe.upstream) as proxy:
@@ -270,31 +267,3 @@ class FaultSuite(RequestFaultTests, ContainerTests):
             assert faults.direct.read_bytes(uri) == data, (
                 "promise broken: a retried save stores the object whole"
             )
-
-
-def load_through(store: BlobStore, src: str, dest: str) -> Any:
-    """``Checkpoint(dest, src).load_sync()`` with ``store`` registered for ``src``'s scheme."""
-    from ..checkpoint import Checkpoint
-
-    with _registered(store, src), Checkpoint(dest, src, retry=QUICK_RETRY) as cp:
-        return cp.load_sync()
-
-
-def save_through(store: BlobStore, dest: str, state: bytes) -> None:
-    """``Checkpoint(dest).save_sync(state)`` with ``store`` registered for ``dest``'s scheme."""
-    from ..checkpoint import Checkpoint
-
-    with _registered(store, dest), Checkpoint(dest, retry=QUICK_RETRY) as cp:
-        cp.save_sync(state)
-
-
-@contextlib.contextmanager
-def _registered(store: BlobStore, uri: str) -> Iterator[None]:
-    from ..storage.registry import register_store, unregister_store
-
-    name = "flyte-checkpoint-fault-suite"
-    register_store(name, (scheme_of(uri),), lambda **_: store, priority=1000)
-    try:
-        yield
-    finally:
-        unregister_store(name)
