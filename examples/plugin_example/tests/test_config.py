@@ -24,6 +24,8 @@ def test_root_from_the_environment_then_the_default(monkeypatch, tmp_path):
 
 
 def test_one_prefix_has_its_own_root(tmp_path):
+    for bucket in ("main/runs", "cold/archive"):  # buckets exist before they are written to
+        (tmp_path / bucket).mkdir(parents=True)
     configure_store("folder", root=str(tmp_path / "main"))
     configure_store("folder://archive/", root=str(tmp_path / "cold"))
     store_for("folder://runs/a").write_bytes("folder://runs/a", b"hot")
