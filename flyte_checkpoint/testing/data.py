@@ -30,6 +30,20 @@ def write_in_chunks(store: BlobStore, uri: str, payload: bytes, chunk: int = WRI
             w.write(payload[i : i + chunk])
 
 
+def write_from_one_buffer(store: BlobStore, uri: str, payload: bytes, chunk: int = WRITE_CHUNK) -> None:
+    """Save ``payload`` at ``uri`` as the core does: each ``write`` gets a view of one buffer that
+    is filled again once the call returns (a writer that keeps the view, not a copy, stores the
+    buffer's later bytes)."""
+    buffer = bytearray(chunk)
+    view = memoryview(buffer)
+    with store.open_write(uri) as w:
+        for i in range(0, len(payload), chunk):
+            n = min(chunk, len(payload) - i)
+            buffer[:n] = payload[i : i + n]
+            w.write(view[:n])
+            buffer[:n] = bytes(n)  # the caller reuses its buffer at once
+
+
 def read_to_end(store: BlobStore, uri: str, chunk: int = WRITE_CHUNK) -> bytes:
     """The object read through ``open_read``, ``read(chunk)`` at a time, until the stream ends."""
     out = bytearray()
@@ -56,4 +70,12 @@ def described(got: Any, error: BaseException | None) -> str:
     return f"raised {type(error).__name__}: {error}"
 
 
-__all__ = ["WRITE_CHUNK", "data", "described", "outcome", "read_to_end", "write_in_chunks"]
+__all__ = [
+    "WRITE_CHUNK",
+    "data",
+    "described",
+    "outcome",
+    "read_to_end",
+    "write_from_one_buffer",
+    "write_in_chunks",
+]

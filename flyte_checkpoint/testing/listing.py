@@ -4,13 +4,15 @@
 ``.../ckpt-1/x``, ``.../ckpt-10`` and ``.../ckpt-1x``, never ``.../ckpt-2``; ``.../ckpt-1/``
 lists only what is inside. The core relies on it (a sharded save's cleanup lists one session's
 markers; ``flyte-checkpoint ls`` lists one checkpoint). Keys keep their spaces, unicode and
-``%`` (``a%2Fb`` is not ``a/b``), and ``list_details`` lists the same URIs in the same order.
+``%`` (``a%2Fb`` is not ``a/b``), ``?`` and ``#``, and ``list_details`` lists the same URIs in the
+same order.
 """
 
 from __future__ import annotations
 
 from ..storage.blobstore import BlobStore
 from ..uri import join
+from .data import described, outcome
 
 #: Two families of siblings: a file store cannot hold ``ckpt-1`` beside ``ckpt-1/x``.
 SIBLINGS = {
@@ -18,7 +20,7 @@ SIBLINGS = {
     "b": ("ckpt-1/x", "ckpt-10", "ckpt-1x", "ckpt-2"),
 }
 #: Keys that a store must keep as they are.
-ODD_NAMES = ("dir with space/ckpt 1", "é ü 文字.bin", "50% done", "a%2Fb", "a+b=c&d")
+ODD_NAMES = ("dir with space/ckpt 1", "é ü 文字.bin", "50% done", "a%2Fb", "a+b=c&d", "q?x=1#frag")
 
 
 class ListingTests:
@@ -68,11 +70,15 @@ class ListingTests:
         )
 
     def test_keys_with_spaces_unicode_and_percent_are_kept(self, store: BlobStore, root: str) -> None:
-        """Keys with spaces, unicode, ``%`` (``a%2Fb`` is not ``a/b``), ``+``, ``=`` and ``&``
-        are stored, stat'ed, read and listed as they were written, each under its own prefix."""
+        """Keys with spaces, unicode, ``%`` (``a%2Fb`` is not ``a/b``), ``+``, ``=``, ``&``,
+        ``?`` and ``#`` are stored, stat'ed, read and listed as they were written, each under its
+        own prefix."""
         uris = sorted(join(root, "odd", name) for name in ODD_NAMES)
         for uri in uris:
-            store.write_bytes(uri, uri.encode())
+            _, error = outcome(lambda: store.write_bytes(uri, uri.encode()))  # noqa: B023 - called at once
+            assert error is None, (
+                f"promise broken: a key is kept as written; writing {uri!r} {described(None, error)}"
+            )
         for uri in uris:
             size = store.stat(uri)
             assert size == len(uri.encode()), (

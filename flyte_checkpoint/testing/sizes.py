@@ -27,7 +27,7 @@ from typing import Any
 
 from ..storage.blobstore import BlobStore
 from ..uri import join
-from .data import data, read_to_end, write_in_chunks
+from .data import data, read_to_end, write_from_one_buffer
 
 #: Most bytes, summed over the sizes, that one test writes (and reads back) at its sizes.
 SIZE_BUDGET = 64 * 1024 * 1024
@@ -100,14 +100,15 @@ class SizeTests:
     def test_round_trip_at_the_sizes_around_parts_and_ranges(self, store: BlobStore, root: str) -> None:
         """At zero bytes, one byte, and one byte less than, exactly and one byte more than one,
         two and three of the store's parts and read ranges (and ``large_object_size``): a
-        chunked write stores the object whole (``stat``, then every byte read back), and so
-        does ``upload_file``, the object read back with ``read_bytes``."""
+        chunked write from one buffer the caller refills after each ``write`` (as the core's
+        does) stores the object whole (``stat``, then every byte read back), and so does
+        ``upload_file``, the object read back with ``read_bytes``."""
         import tempfile
 
         for size in boundary_sizes(store, self.large_object_size):
             uri = join(root, f"size-{size.bytes}")
             payload = data(size.bytes, seed=size.bytes)
-            write_in_chunks(store, uri, payload)
+            write_from_one_buffer(store, uri, payload)
             _check_stored(store, uri, payload, f"a write of {size_label(size)}", read_to_end)
             with tempfile.TemporaryDirectory() as tmp:
                 src = os.path.join(tmp, "src")

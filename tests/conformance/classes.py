@@ -137,6 +137,20 @@ class BrokenPrefixAsFolder(_BrokenToyBlobs):
         return store_root  # its listing of any root holds other tests' objects: not checked here
 
 
+class BrokenViewKept(_BrokenToyBlobs):
+    kind = "ViewKept"
+
+
+class BrokenUnquotedKeys(_BrokenToyBlobs):
+    kind = "UnquotedKeys"
+
+
+class BrokenStatErrorsAbsent(_Toy, FaultSuite):
+    @pytest.fixture
+    def store_recipe(self, toy_endpoint: str) -> StoreRecipe:
+        return _recipe(toy_endpoint, "StatErrorsAbsent")
+
+
 class BrokenReplaceDeletesFirst(_Toy, BlobStoreSuite):
     @pytest.fixture
     def store(self, delete_first_endpoint: str) -> Iterator[BlobStore]:

@@ -25,6 +25,9 @@ BROKEN = (
     "ShortReads",
     "PrefixAsFolder",
     "ReplaceDeletesFirst",
+    "ViewKept",
+    "StatErrorsAbsent",
+    "UnquotedKeys",
     "UnsortedList",
     "PrefixIgnored",
     "FileInPlace",
@@ -76,6 +79,15 @@ CAUGHT = {
     ("TestReplaceDeletesFirst", "test_readers_see_one_whole_version_during_overwrites"): (
         "promise broken: an object being overwritten is never absent"
     ),
+    ("TestViewKept", "test_round_trip_at_the_sizes_around_parts_and_ranges"): (
+        "promise broken: an object reads back as written; after a write of 1 bytes (one byte), other"
+        " bytes were read back"
+    ),
+    ("TestStatErrorsAbsent", "test_a_fault_at_any_request_of_a_read_is_raised_never_a_wrong_answer"): (
+        "promise broken: a read under a fault raises or returns the right answer; with HTTP 429 at the"
+        " only request like it"
+    ),
+    ("TestUnquotedKeys", "test_keys_with_spaces_unicode_and_percent_are_kept"): ("promise broken: a key is"),
     ("TestFileInPlace", "test_killed_save_leaves_the_previous_object_whole"): (
         "promise broken: a save killed midway leaves the previous object whole"
     ),

@@ -20,6 +20,9 @@ the promise it breaks (``test_suite_catches.py``):
 - :class:`MissingBucketIsAbsent`: ``stat`` catches ``NotFoundError``, so a missing bucket's
   ``ContainerNotFoundError`` (a NotFoundError) becomes "no object";
 - :class:`PrefixAsFolder`: ``list(prefix)`` lists the folder the prefix is in;
+- :class:`ViewKept`: the writer keeps a view of the caller's buffer, not a copy;
+- :class:`StatErrorsAbsent`: ``stat`` takes any error for "no object" (a 503 too);
+- :class:`UnquotedKeys`: keys go into the request's path unquoted (``?`` and ``#`` cut them);
 - :class:`UnsortedList` / :class:`PrefixIgnored` (memory stores): ``list`` out of order, or
   every object whatever the prefix;
 - :class:`FileInPlace` (a file store): the writer writes into the object's file itself.
@@ -369,6 +372,44 @@ class PrefixAsFolder(ToyStore):
 
     def list(self, prefix: str) -> Iterator[str]:
         return super().list(prefix[: prefix.rfind("/") + 1] if "/" in prefix[6:] else prefix)
+
+
+class _ViewKeepingWriter(_WholeWriter):
+    def __init__(self, store: ToyStore, uri: str) -> None:
+        super().__init__(store, uri)
+        self.views: list[memoryview] = []
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        self.views.append(memoryview(data))  # the caller's buffer, which it refills
+
+    def _commit(self) -> None:
+        self.buf = bytearray(b"".join(self.views))
+        super()._commit()
+
+
+class ViewKept(ToyStore):
+    """The writer keeps the caller's buffers (views) until the commit instead of copying them."""
+
+    def open_write(self, uri: str) -> BlobWriter:
+        return _ViewKeepingWriter(self, uri)
+
+
+class StatErrorsAbsent(ToyStore):
+    """``stat`` answers "no object" for any failure, a 503 or a reset connection too."""
+
+    def stat(self, uri: str) -> int | None:
+        try:
+            return super().stat(uri)
+        except CheckpointError:
+            return None
+
+
+class UnquotedKeys(ToyStore):
+    """Keys go into the request path as they are: ``?`` starts a query, ``#`` a fragment."""
+
+    def object_path(self, uri: str, query: str = "") -> str:
+        loc = self.location(uri)
+        return f"/o/{loc.bucket}/{quote(loc.key, safe='?#=&')}" + (f"?{query}" if query else "")
 
 
 class UnsortedList(MemoryStore):
