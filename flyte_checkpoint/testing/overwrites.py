@@ -22,6 +22,7 @@ rest holds for it too.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -230,10 +231,11 @@ class OverwriteTests:
     :class:`~flyte_checkpoint.testing.BlobStoreSuite`, which gives the fixtures).
 
     ``overwrites``: how many versions the writer commits (each followed by a reader round
-    with no write in progress, and raced by the rounds around it).
+    with no write in progress, and raced by the rounds around it): 12, or the variable
+    ``FCP_SUITE_OVERWRITES`` for a longer run.
     """
 
-    overwrites: int = 12
+    overwrites: int = int(os.environ.get("FCP_SUITE_OVERWRITES") or 12)
 
     def test_readers_see_one_whole_version_during_overwrites(self, store: BlobStore, root: str) -> None:
         """While one writer overwrites an object ``overwrites`` times (small objects and
