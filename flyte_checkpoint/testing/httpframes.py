@@ -70,20 +70,13 @@ class RequestFramer:
                 break
             if self._state == "head":
                 view = self._feed_head(view, hold, out)
-            elif self._state == "body":
+            elif self._state in ("body", "data"):  # a body, or a chunk: _left bytes then
                 n = min(self._left, len(view))
                 out.append(bytes(view[:n]))
                 view = view[n:]
                 self._left -= n
-                if not self._left:
-                    self._state = "head"
-            elif self._state == "data":
-                n = min(self._left, len(view))
-                out.append(bytes(view[:n]))
-                view = view[n:]
-                self._left -= n
-                if not self._left:
-                    self._state = "size"
+                if not self._left:  # the next head, or the next chunk's size line
+                    self._state = "head" if self._state == "body" else "size"
             else:  # a chunk-size line or a trailer line
                 view = self._feed_line(view, out)
         return [piece for piece in out if not isinstance(piece, bytes) or piece]

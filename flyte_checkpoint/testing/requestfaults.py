@@ -17,6 +17,7 @@ first and the last range, a listing, a delete), found from a clean run of each
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from ..errors import NotFoundError, TransientError
 from ..storage.blobstore import BlobStore
 from ..uri import join
 from .data import data, described, outcome, read_to_end, write_in_chunks
-from .faultproxy import Fault
+from .faultproxy import Fault, RequestRule
 from .recipe import part_of
 from .requestkinds import REQUEST_FAULTS, Position, commit_index, fault_label, positions, request_kind
 from .sizes import units
@@ -56,7 +57,7 @@ class RequestFaultTests:
         seeds = iter(range(10, 10_000))
         for what, size in sizes.items():
             faults.proxy.reset_records()
-            _, error = self._save(faults, uri, data(size, seed=next(seeds)))
+            _, error = outcome(lambda: _save(faults, uri, data(size, seed=next(seeds))))  # noqa: B023
             assert error is None, f"setup: {what} through the proxy, with no fault, raised {error!r}"
             clean = list(faults.proxy.log)
             commit = commit_index(clean, faults.recipe.commit)
@@ -102,18 +103,11 @@ class RequestFaultTests:
 
     # -- saves ------------------------------------------------------------------------------
 
-    def _save(self, faults: FaultBench, uri: str, payload: bytes) -> tuple[Any, BaseException | None]:
-        return outcome(lambda: write_in_chunks(_proxied(faults), uri, payload))
-
     def _save_with_fault(
         self, faults: FaultBench, uri: str, payload: bytes, what: str, position: Position, fault: Fault
     ) -> None:
         previous = faults.direct.read_bytes(uri)
-        rule = faults.proxy.fail_request(position.matches, fault, nth=position.nth)
-        try:
-            _, error = self._save(faults, uri, payload)
-        finally:
-            faults.proxy.heal()
+        rule, _, error = _with_fault(faults, position, fault, lambda: _save(faults, uri, payload))
         at = f"{fault_label(fault)} at {position.label}"
         assert rule.fired == 1, (
             f"setup: {what} never made {position.label} again (it made {rule.seen} requests like it):"
@@ -142,16 +136,12 @@ class RequestFaultTests:
         (``clean``: a committed save's requests)."""
         committed = {request_kind(line) for line in clean}
         faults.proxy.reset_records()
-        self._abandon(faults, uri, payload)
+        _abandon(faults, uri, payload)
         aborts = [p for p in positions(list(faults.proxy.log)) if p.kind not in committed]
         for position in aborts:
             for fault in REQUEST_FAULTS:
                 previous = faults.direct.read_bytes(uri)
-                rule = faults.proxy.fail_request(position.matches, fault, nth=position.nth)
-                try:
-                    _, error = self._abandon(faults, uri, payload)
-                finally:
-                    faults.proxy.heal()
+                rule, _, error = _with_fault(faults, position, fault, lambda: _abandon(faults, uri, payload))
                 at = f"{fault_label(fault)} at the abort's {position.label}"
                 assert rule.fired == 1, f"setup: an aborted save never made {position.label} again"
                 assert error is None or isinstance(error, TransientError), (
@@ -164,20 +154,6 @@ class RequestFaultTests:
                     f" {len(stored)} bytes, not the previous {len(previous)}"
                 )
                 self._nothing_else(faults, uri, at)
-
-    def _abandon(self, faults: FaultBench, uri: str, payload: bytes) -> tuple[Any, BaseException | None]:
-        """A save given up by its caller (an exception in the writer's block): it aborts.
-        Returns the abort's own error, if it raised one instead of the caller's."""
-        store = _proxied(faults)
-
-        def abandon() -> None:
-            with store.open_write(uri) as w:
-                for i in range(0, len(payload), 64 * 1024):
-                    w.write(payload[i : i + 64 * 1024])
-                raise _Abandoned
-
-        _, error = outcome(abandon)
-        return None, (None if isinstance(error, _Abandoned) else error)
 
     def _nothing_else(self, faults: FaultBench, uri: str, at: str) -> None:
         if faults.direct.supports_list:
@@ -199,11 +175,7 @@ class RequestFaultTests:
         fault: Fault,
         gone: str,
     ) -> None:
-        rule = faults.proxy.fail_request(position.matches, fault, nth=position.nth)
-        try:
-            got, error = outcome(lambda: operation(_proxied(faults)))
-        finally:
-            faults.proxy.heal()
+        rule, got, error = _with_fault(faults, position, fault, lambda: operation(_proxied(faults)))
         at = f"{fault_label(fault)} at {position.label}"
         assert rule.fired == 1, f"setup: {name} never made {position.label} again"
         if error is not None:
@@ -222,6 +194,31 @@ class RequestFaultTests:
                 f" {name} {described(got, None)}"
                 + (" (no checkpoint: the object exists)" if got is None else "")
             )
+
+
+def _save(faults: FaultBench, uri: str, payload: bytes) -> None:
+    write_in_chunks(_proxied(faults), uri, payload)
+
+
+def _abandon(faults: FaultBench, uri: str, payload: bytes) -> None:
+    """A save given up by its caller (an exception in the writer's block), so it aborts; raises
+    only what the abort itself raised instead of the caller's exception."""
+    with contextlib.suppress(_Abandoned), _proxied(faults).open_write(uri) as w:
+        for i in range(0, len(payload), 64 * 1024):
+            w.write(payload[i : i + 64 * 1024])
+        raise _Abandoned
+
+
+def _with_fault(
+    faults: FaultBench, position: Position, fault: Fault, call: Callable[[], Any]
+) -> tuple[RequestRule, Any, BaseException | None]:
+    """``call()`` with ``fault`` at ``position``: the rule, and the call's result or error."""
+    rule = faults.proxy.fail_request(position.matches, fault, nth=position.nth)
+    try:
+        got, error = outcome(call)
+    finally:
+        faults.proxy.heal()
+    return rule, got, error
 
 
 def _proxied(faults: FaultBench) -> BlobStore:

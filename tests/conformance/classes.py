@@ -47,10 +47,6 @@ class _Toy:
         return f"toy://bucket/{uuid.uuid4().hex}"
 
 
-def _recipe(endpoint: str, kind: str) -> StoreRecipe:
-    return StoreRecipe(endpoint, functools.partial(toystore.build_broken, kind), missing_container=MISSING)
-
-
 class ToyParts(_Toy, BlobStoreSuite, CheckpointSuite, FaultSuite, CrashSuite):
     """The correct toy store, staging 256 KiB parts, reading 64 KiB ranges."""
 
@@ -81,10 +77,17 @@ class ToyWhole(ToyParts):
 # -- broken ------------------------------------------------------------------------------------
 
 
-class BrokenPartsInPlace(_Toy, FaultSuite, CrashSuite):
+class _BrokenToyFaults(_Toy, FaultSuite):
+    kind = ""
+
     @pytest.fixture
     def store_recipe(self, toy_endpoint: str) -> StoreRecipe:
-        return _recipe(toy_endpoint, "PartsInPlace")
+        build = functools.partial(toystore.build_broken, self.kind)
+        return StoreRecipe(toy_endpoint, build, missing_container=MISSING)
+
+
+class BrokenPartsInPlace(_BrokenToyFaults, CrashSuite):
+    kind = "PartsInPlace"
 
 
 class BrokenServerInPlace(_Toy, FaultSuite, CrashSuite):
@@ -93,22 +96,20 @@ class BrokenServerInPlace(_Toy, FaultSuite, CrashSuite):
         return StoreRecipe(in_place_endpoint, functools.partial(toystore.build_toy, part_size=None))
 
 
-class BrokenDeniedIsAbsent(_Toy, FaultSuite):
-    @pytest.fixture
-    def store_recipe(self, toy_endpoint: str) -> StoreRecipe:
-        return _recipe(toy_endpoint, "DeniedIsAbsent")
+class BrokenDeniedIsAbsent(_BrokenToyFaults):
+    kind = "DeniedIsAbsent"
 
 
-class BrokenServerErrorsIgnored(_Toy, FaultSuite):
-    @pytest.fixture
-    def store_recipe(self, toy_endpoint: str) -> StoreRecipe:
-        return _recipe(toy_endpoint, "ServerErrorsIgnored")
+class BrokenServerErrorsIgnored(_BrokenToyFaults):
+    kind = "ServerErrorsIgnored"
 
 
-class BrokenMissingBucketIsAbsent(_Toy, FaultSuite):
-    @pytest.fixture
-    def store_recipe(self, toy_endpoint: str) -> StoreRecipe:
-        return _recipe(toy_endpoint, "MissingBucketIsAbsent")
+class BrokenMissingBucketIsAbsent(_BrokenToyFaults):
+    kind = "MissingBucketIsAbsent"
+
+
+class BrokenStatErrorsAbsent(_BrokenToyFaults):
+    kind = "StatErrorsAbsent"
 
 
 class _BrokenToyBlobs(_Toy, BlobStoreSuite):
@@ -143,12 +144,6 @@ class BrokenViewKept(_BrokenToyBlobs):
 
 class BrokenUnquotedKeys(_BrokenToyBlobs):
     kind = "UnquotedKeys"
-
-
-class BrokenStatErrorsAbsent(_Toy, FaultSuite):
-    @pytest.fixture
-    def store_recipe(self, toy_endpoint: str) -> StoreRecipe:
-        return _recipe(toy_endpoint, "StatErrorsAbsent")
 
 
 class BrokenReplaceDeletesFirst(_Toy, BlobStoreSuite):

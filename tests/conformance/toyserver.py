@@ -89,6 +89,14 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         return folder / quote(key, safe="")
 
+    def _object_of(self, kind: str, segments: list[str]) -> Path | None:
+        """The file of an ``/o/`` request; None (after answering 404) for another kind or a
+        missing bucket."""
+        if kind != "o":
+            self._answer(404)
+            return None
+        return self._object(segments)
+
     def _answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         if not self.body_read:  # an answer before the body was read (an error): drop the body,
             for _ in self._body():  # or the connection's next request would start inside it
@@ -150,10 +158,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         kind, segments, _ = self._route()
-        path = self._object(segments) if kind == "o" else None
+        path = self._object_of(kind, segments)
         if path is None:
-            if kind != "o":
-                self._answer(404)
             return
         try:
             with open(path, "rb") as f:
@@ -174,10 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
             keys = sorted(k for k in (unquote(p.name) for p in folder.iterdir()) if k.startswith(prefix))
             self._answer(200, "\n".join(keys).encode())
             return
-        path = self._object(segments) if kind == "o" else None
+        path = self._object_of(kind, segments)
         if path is None:
-            if kind != "o":
-                self._answer(404)
             return
         try:
             f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed below

@@ -75,6 +75,7 @@ class ToyStore(BlobStore):
     """``toy://BUCKET/KEY`` on a toy server (toyserver.py)."""
 
     supports_ranges = True
+    reader_class = RangedReader
 
     def __init__(
         self, endpoint: str, part_size: int | None = PART, timeout: float = 30.0, read_range_size: int = RANGE
@@ -160,7 +161,7 @@ class ToyStore(BlobStore):
         return self.reader(uri, int(head.headers["x-size"]), fetch)  # type: ignore[return-value]
 
     def reader(self, uri: str, size: int, fetch: Any) -> RangedReader:
-        return RangedReader(
+        return self.reader_class(
             uri,
             size=size,
             fetch=fetch,
@@ -345,16 +346,7 @@ class _ShortReader(RangedReader):
 class ShortReads(ToyStore):
     """``read(n)`` returns what is left of the current read range when that is less than n."""
 
-    def reader(self, uri: str, size: int, fetch: Any) -> RangedReader:
-        return _ShortReader(
-            uri,
-            size=size,
-            fetch=fetch,
-            range_size=self.read_range_size,
-            concurrency=2,
-            pool=self.pool,
-            on_error=lambda exc: transport_failed(exc, uri=uri, action="read", endpoint=self.endpoint),
-        )
+    reader_class = _ShortReader
 
 
 class MissingBucketIsAbsent(ToyStore):

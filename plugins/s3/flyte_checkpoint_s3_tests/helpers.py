@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from typing import Any
+
+from flyte_checkpoint.testing.data import data  # noqa: F401 - deterministic bytes that do not compress
 
 BUCKET = "fcp-tests"
 #: The variables that can name the endpoint, first set wins.
@@ -19,16 +20,6 @@ SMALL = {
     "max_concurrency": 3,
     "read_concurrency": 3,
 }
-
-
-def data(size: int, seed: int = 0) -> bytes:
-    """Deterministic bytes that do not compress."""
-    out = bytearray()
-    block = hashlib.sha256(str(seed).encode()).digest()
-    while len(out) < size:
-        block = hashlib.sha256(block).digest()
-        out += block * 64
-    return bytes(out[:size])
 
 
 def key_of(uri: str) -> str:
