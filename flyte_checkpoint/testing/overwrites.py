@@ -231,11 +231,11 @@ class OverwriteTests:
     :class:`~flyte_checkpoint.testing.BlobStoreSuite`, which gives the fixtures).
 
     ``overwrites``: how many versions the writer commits (each followed by a reader round
-    with no write in progress, and raced by the rounds around it): 12, or the variable
+    with no write in progress, and raced by the rounds around it): 8, or the variable
     ``FCP_SUITE_OVERWRITES`` for a longer run.
     """
 
-    overwrites: int = int(os.environ.get("FCP_SUITE_OVERWRITES") or 12)
+    overwrites: int = int(os.environ.get("FCP_SUITE_OVERWRITES") or 8)
 
     def test_readers_see_one_whole_version_during_overwrites(self, store: BlobStore, root: str) -> None:
         """While one writer overwrites an object ``overwrites`` times (small objects and
