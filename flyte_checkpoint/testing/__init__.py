@@ -21,7 +21,11 @@ Mix the suites into a test class of your own and provide pytest fixtures::
 
         @pytest.fixture
         def store_recipe(self, my_server):
-            return StoreRecipe(upstream=my_server.endpoint, build=build_store)
+            return StoreRecipe(
+                upstream=my_server.endpoint,
+                build=build_store,
+                missing_container="mystore://no-such-bucket/x",  # a bucket the server lacks
+            )
 
 ``store`` is the :class:`~flyte_checkpoint.storage.blobstore.BlobStore` under test and
 ``store_root`` a URI prefix under which nothing exists yet (the suites check that).
@@ -29,13 +33,19 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 ``store_root``'s scheme (an installed plugin, or :func:`flyte_checkpoint.register_store`).
 
 - :class:`BlobStoreSuite`: the contract of :mod:`flyte_checkpoint.storage.blobstore` (streams,
-  atomic writes, stat, delete, list, errors);
+  atomic writes, stat, delete, list, errors), at sizes it picks around the store's parts and
+  read ranges (:mod:`.sizes`), with siblings that share a name prefix and odd keys
+  (:mod:`.listing`), and with readers while the object is overwritten (:mod:`.overwrites`);
 - :class:`CheckpointSuite`: save and load through ``Checkpoint``;
 - :class:`FaultSuite` (network stores): through a :class:`FaultProxy` in front of the server,
   an interrupted save (sized from the store's ``part_size``) leaves the previous object whole
   and no partial one; a cut download is retried or raised, never returned short; a stalled one
   ends by the store's timeout; HTTP 403 is ``CheckpointPermissionError``, never "no
   checkpoint"; 429 and 5xx are ``TransientError`` and the core's retry gets through them;
+  HTTP 429, 500, 503 and a reset at each kind of request of a save and a read (the commit
+  included) never lose a save nor answer a read wrong (:mod:`.requestfaults`); it includes
+- :class:`ContainerSuite`: every operation in a missing bucket raises
+  ``ContainerNotFoundError`` (stores with no server mix it in alone);
 - :class:`CopySuite` (stores that declare ``copy_limits``): objects built from written bytes
   and ranges of other objects copied by the server, in order, atomic, never from a source
   replaced meanwhile;
@@ -45,16 +55,18 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 - :class:`CrashSuite`: a process SIGKILLed mid-save (mid-upload, through the proxy, for a
   network store) leaves the previous object whole: it catches a server that writes in place.
 
-``FaultSuite`` and ``CrashSuite`` build their stores from the ``store_recipe`` fixture (a
+``FaultSuite``, ``ContainerSuite`` and ``CrashSuite`` build their stores from the
+``store_recipe`` fixture (a
 :class:`StoreRecipe`: the server's endpoint and how to build a store pointed at any endpoint,
 with SDK retries off and short timeouts: a backend on the kit's ``CloudConfig`` passes
-:data:`RECIPE_SETTINGS`). A failing test's message starts with
-``promise broken:`` and names the promise.
+:data:`RECIPE_SETTINGS`). A failing test's message says ``promise broken:`` and names the
+promise (or ``setup:`` when the test's own preparation failed).
 
 Class attributes adapt the suites to the backend:
 
-- ``large_object_size``: bytes in the "large object" tests (default 24 MiB: big
-  enough to cross multipart/chunk boundaries of the usual defaults);
+- ``large_object_size``: bytes of the large checkpoint test, and a size the size tests add to
+  the ones they pick (default 24 MiB);
+- ``overwrites`` (default 8, or ``FCP_SUITE_OVERWRITES``): the versions of the readers' test;
 - ``supports_list`` (default True): set it to False for a store that cannot list; the
   listing test is then not part of the class at all (it neither runs nor skips), and the
   other tests stop looking at listings;
