@@ -13,7 +13,8 @@ the promise it breaks (``test_suite_catches.py``):
 
 - :class:`PartsInPlace`: parts land in the object as they are sent (not atomic);
 - :class:`DeniedIsAbsent`: HTTP 403 mapped to not-found;
-- :class:`ServerErrorsIgnored`: only a 4xx answer is an error (a 5xx to the commit passes);
+- :class:`ServerErrorsIgnored`: a write takes only a 4xx answer for an error (a 5xx to the
+  commit passes);
 - :class:`LastPartDropped`: the last part is left out of the commit when the object is an exact
   multiple of the part size;
 - :class:`ShortReads`: ``read(n)`` stops at the end of a read range;
@@ -116,11 +117,11 @@ class ToyStore(BlobStore):
         else:
             with self._idle_lock:
                 self._idle.get().append(conn)
-        if self.failed(answer.status):
+        if self.failed(answer.status, action):
             raise self.error(answer, uri, action)
         return answer
 
-    def failed(self, status: int) -> bool:
+    def failed(self, status: int, action: str) -> bool:
         return status >= 400
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -316,10 +317,11 @@ class DeniedIsAbsent(ToyStore):
 
 
 class ServerErrorsIgnored(ToyStore):
-    """Only a 4xx answer is an error: a 5xx (to a part, or to the commit) passes as success."""
+    """A write takes only a 4xx answer for an error: a 5xx to the start, a part or the commit
+    passes as success (reads are checked right)."""
 
-    def failed(self, status: int) -> bool:
-        return 400 <= status < 500
+    def failed(self, status: int, action: str) -> bool:
+        return status >= 400 and (action != "write" or status < 500)
 
 
 class _LastPartDroppedWriter(ToyWriter):
