@@ -84,6 +84,8 @@ def save_sharded(
     timeout: float | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    job: str | None = None,
+    step: int | None = None,
 ) -> None:
     """Save ``folder`` as this rank's part of one checkpoint; call it on every rank.
 
@@ -94,24 +96,35 @@ def save_sharded(
     ranks come from ``rank``/``world_size``, else ``torch.distributed`` (initialized), else
     ``RANK``/``WORLD_SIZE``.
 
+    A rank takes part only in the save of its own call: the same job (``job``, else
+    ``$FLYTE_CHECKPOINT_JOB``, else what the launcher set: torchrun's run id, Slurm's job id,
+    Flyte's run and action, ``MASTER_ADDR``/``MASTER_PORT``), the same save (``step``, else
+    the n-th call of this process for this destination and rank) and the same world size.
+
     Raises:
         ShardedSaveError: a rank failed (its error is named), did not arrive within ``timeout``
             (default ``$FLYTE_CHECKPOINT_SHARD_TIMEOUT``, 600 s; through ``torch.distributed``,
             the process group's own timeout, or a collective that failed because a rank died),
-            or two ranks wrote one name; nothing was committed and the previous checkpoint is
-            unchanged.
-        ConfigurationError: a bad rank, world size or timeout.
+            two ranks wrote one name, the ranks disagree on the world size or are at different
+            saves, or another job's save is in progress at the destination (rank 0 refuses
+            it, naming it, and its ranks raise too); nothing was committed and the previous
+            checkpoint is unchanged. Also when two processes reported as this rank and the
+            other's part was committed: this call's files are not in the checkpoint.
+        ConfigurationError: a bad rank, world size, timeout, job or step.
     """
     from ..storage.registry import store_for
     from ..storage.stores.local import leave_out_for
     from ..uri import is_local
     from .coordinate import StoreCoordinator, TorchCoordinator, new_token
+    from .identity import Caller, job_identity, lease_seconds, next_save
     from .segment import check_union, pack_segment, tail
     from .writes import coordination_prefix, writes_for
 
     rank, world, torch = find_rank(rank, world_size)
     limit = shard_timeout(timeout)
     dest = _destination(checkpoint)
+    name = job_identity(job)
+    caller = Caller(rank, world, name, next_save(dest, rank, name, step))
     src = os.fspath(folder)
     if not os.path.isdir(src):
         raise ConfigurationError(f"save_sharded saves a folder; {src} is not one")
@@ -123,8 +136,11 @@ def save_sharded(
 
         segment = None
         try:
+            mismatch = caller.mismatch(session)
+            if mismatch is not None:
+                return {"ok": False, "error": mismatch}
             step(rank, "packing")
-            segment = writes.segment(session, rank, world)
+            segment = writes.segment(session, rank, world, caller.joiner)
             leave_out = leave_out_for(dest) if is_local(dest) else None  # a destination in the folder
             report = pack_segment(src, segment, segment.padding_needed, leave_out)  # type: ignore[arg-type]
             step(rank, "segment")
@@ -136,13 +152,15 @@ def save_sharded(
             logger().error("rank %d: its segment of %s failed: %s", rank, redact(dest), exc)
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
-    def decide(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    def decide(reports: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
         from .coordinate import step
 
         try:
-            failed = [(r, rep["error"]) for r, rep in enumerate(reports) if not rep["ok"] and rep["error"]]
-            if failed:
-                shown = "; ".join(f"rank {r}: {error}" for r, error in failed)
+            failed = [
+                f"rank {r}: {rep['error']}" for r, rep in enumerate(reports) if not rep["ok"] and rep["error"]
+            ]
+            if failed or problems:
+                shown = "; ".join(problems + failed)
                 raise ShardedSaveError(f"the sharded save to {redact(dest)} failed ({shown})")
             check_union(reports)
             step(0, "committing")
@@ -157,19 +175,21 @@ def save_sharded(
         return {"ok": True}
 
     if torch:
-        coordinator: Any = TorchCoordinator(rank, world)
+        coordinator: Any = TorchCoordinator(caller)
     else:
-        coordinator = StoreCoordinator(store, dest, coordination_prefix(dest), rank, world, limit)
-    if rank == 0:
+        coordinator = StoreCoordinator(store, dest, coordination_prefix(dest), caller, limit, lease_seconds())
+    session: dict[str, Any] = {}
+
+    def begin() -> dict[str, Any]:
         token = new_token()
-        session: dict[str, Any] = {"token": token}
+        session["token"] = token
         try:
             session.update(writes.begin(token))
         except Exception as exc:
             session["failed"] = f"{type(exc).__name__}: {exc}"
-        outcome = coordinator.lead(session, _guard(own), decide)
-    else:
-        outcome = coordinator.follow(_guard(own))
+        return session
+
+    outcome = coordinator.lead(begin, _guard(own), decide) if rank == 0 else coordinator.follow(_guard(own))
     if not outcome["ok"]:
         error = outcome["error"]
         raise ShardedSaveError(

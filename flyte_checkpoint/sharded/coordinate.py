@@ -9,19 +9,39 @@ write their segments, report, and wait for the outcome. Two channels carry this:
   group's own timeout);
 - :class:`StoreCoordinator` otherwise: small JSON markers under the object's coordination
   prefix. Each wait is bounded by the timeout: a rank that does not arrive fails the save.
+
+Every session names its job, its save and its world size, and every report names its rank's
+(:mod:`.identity`): a rank takes part only in the save of its own call, and a rank whose world
+size differs fails the save on every rank. The markers:
+
+- ``open``: the session in progress (or the last one): token, job, save, world size, the
+  leader's process, ``state`` (``packing``, ``collecting``, ``finished``) and a lease
+  (``renewal``, a count, and ``expires``, the leader's clock) that the leader renews every
+  third of ``$FLYTE_CHECKPOINT_SHARD_LEASE`` while the save runs. A second rank 0 that finds
+  a live session of another job refuses (``refused-<job>`` tells its ranks why); one whose
+  lease has run out without renewal, whose leader is provably gone, or that its own job left,
+  it takes over;
+- ``<token>.done-<rank>.<joiner>``: a rank's report (``joiner``: a nonce of its call, so two
+  processes reporting as one rank are seen, and the save fails);
+- ``<token>.result``: the outcome, naming the report accepted for each rank (a rank whose
+  report was not the one committed raises).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import NotFoundError, ShardedSaveError, TransientError
+from ..logs import logger
 from ..storage.blobstore import BlobStore
 from ..uri import redact
+from .identity import Caller, describe_job, describe_process, describe_save, gone, out_of_step
 
 Doc = dict[str, Any]
 #: Called with (rank, step) as a save passes each step: "session", "packing", "segment"
@@ -31,6 +51,8 @@ observers: list[Callable[[int, str], None]] = []
 _POLL_FIRST, _POLL_MAX = 0.01, 0.2
 #: Tokens of sessions this process took part in, per destination and rank: never taken again.
 _used: dict[tuple[str, int], set[str]] = {}
+#: Tokens of the sessions this process led that have ended: their leader is not coming back.
+_ended: set[str] = set()
 
 
 def step(rank: int, name: str) -> None:
@@ -64,6 +86,10 @@ class Markers:
         except (NotFoundError, TransientError):
             return None
 
+    def names(self, start: str) -> list[str]:
+        """The names of the markers that begin with ``start`` (one listing)."""
+        return [uri[len(self.prefix) :] for uri in self.store.list(self.prefix + start)]
+
     def sweep(self, keep: str) -> None:
         """Remove every marker but ``open`` and ``keep``'s result."""
         for uri in list(self.store.list(self.prefix)):
@@ -88,111 +114,398 @@ class _Waiter:
         return True
 
 
+def describe(session: Doc) -> str:
+    """A session as a message shows it: its job, save, world size and leader."""
+    return (
+        f"{describe_job(session.get('job'))}, {describe_save(session.get('save') or {})} of"
+        f" {session.get('world')} ranks, led by rank 0 on {describe_process(session.get('process') or {})}"
+    )
+
+
+def _key(doc: Doc | None) -> tuple[Any, ...] | None:
+    return None if doc is None else (doc.get("token"), doc.get("renewal"), doc.get("state"))
+
+
+class _Watch:
+    """What one call saw of the ``open`` marker. A session that appeared or changed while the
+    call watched was written meanwhile: its leader was alive then, not a killed job's leftover."""
+
+    def __init__(self) -> None:
+        self.first: tuple[Any, ...] | None = None
+        self.looked = False
+        #: Sessions seen unfinished during the call.
+        self.unfinished: set[str] = set()
+
+    def see(self, doc: Doc | None) -> None:
+        if not self.looked:
+            self.first, self.looked = _key(doc), True
+        if doc is not None and doc.get("state") != "finished":
+            self.unfinished.add(doc.get("token", ""))
+
+    def live(self, doc: Doc) -> bool:
+        return _key(doc) != self.first
+
+
+class _Lease:
+    """The leader's ``open`` marker: written by :meth:`start`, then renewed every third of
+    ``lease`` seconds on a thread of its own until :meth:`stop`. A renewal that finds another
+    session in ``open`` stops and records it in :attr:`lost` (the save then fails)."""
+
+    def __init__(self, markers: Markers, session: Doc, lease: float) -> None:
+        self.markers = markers
+        self.doc = dict(session, renewal=0)
+        self.lease = lease
+        self.lost: Doc | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="flyte-checkpoint-shard-lease", daemon=True)
+
+    def _write(self) -> None:
+        self.doc["expires"] = time.time() + self.lease
+        self.markers.put("open", self.doc)
+
+    def start(self) -> None:
+        self._write()
+        self._thread.start()
+
+    def update(self, **fields: Any) -> None:
+        """Write the session with ``fields`` changed (a renewal too)."""
+        with self._lock:
+            self.doc.update(fields)
+            self.doc["renewal"] += 1
+            self._write()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease / 3):
+            try:
+                with self._lock:
+                    if self._stop.is_set():
+                        return
+                    current = self.markers.get("open")
+                    if current is not None and current.get("token") != self.doc["token"]:
+                        self.lost = current
+                        return
+                    self.doc["renewal"] += 1
+                    self._write()
+            except Exception as exc:  # the next renewal tries again; the lease is long enough
+                logger().debug("could not renew the sharded save's session: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def still_ours(self) -> Doc | None:
+        """The session that replaced ours in ``open`` (None when it is still ours)."""
+        if self.lost is not None:
+            return self.lost
+        current = self.markers.get("open")
+        if current is not None and current.get("token") != self.doc["token"]:
+            return current
+        return None
+
+
 class StoreCoordinator:
     """Coordination through markers on the store (see the module docstring)."""
 
     def __init__(
-        self, store: BlobStore, uri: str, prefix: str, rank: int, world: int, timeout: float
+        self, store: BlobStore, uri: str, prefix: str, caller: Caller, timeout: float, lease: float
     ) -> None:
         self.markers = Markers(store, prefix)
         self.uri = uri
-        self.rank = rank
-        self.world = world
+        self.caller = caller
+        self.rank = caller.rank
+        self.world = caller.world
         self.timeout = timeout
-        self.used = _used.setdefault((uri, rank), set())
+        self.lease = lease
+        self.used = _used.setdefault((uri, caller.rank), set())
 
-    def lead(self, session: Doc, own: Callable[[Doc], Doc], decide: Callable[[list[Doc]], Doc]) -> Doc:
+    # -- rank 0 -------------------------------------------------------------------------------
+
+    def lead(
+        self,
+        begin: Callable[[], Doc],
+        own: Callable[[Doc], Doc],
+        decide: Callable[[list[Doc], list[str]], Doc],
+    ) -> Doc:
+        self._claim()
+        session = begin()
+        session.update(self.caller.stamp(), state="packing", lease=self.lease)
         token = session["token"]
         self.used.add(token)
-        self.markers.put("open", session)
-        step(0, "session")
-        mine = own(session)
-        reports: list[Doc | None] = [mine] + [None] * (self.world - 1)
-        self.markers.put(f"{token}.packed", {})
-        waiter = _Waiter(self.timeout)
-        missing = set(range(1, self.world))
-        failed = not mine["ok"]
-        # Every rank is awaited, even after a failure: a rank that comes late then still finds
-        # the session open, and hears the outcome instead of waiting for the next session.
-        while missing:
-            for rank in sorted(missing):
-                doc = self.markers.get(f"{token}.done-{rank}")
-                if doc is not None:
-                    reports[rank] = doc
-                    missing.discard(rank)
-                    failed = failed or not doc["ok"]
-            if missing and not waiter.again():
-                break
-        for rank in missing:  # after a failure, only the failure is told
-            reports[rank] = {
-                "ok": False,
-                "error": ""
-                if failed
-                else f"rank {rank} did not report within {self.timeout:g}s (it died, hangs, or never"
-                " called save_sharded)",
+        lease = _Lease(self.markers, session, self.lease)
+        try:
+            lease.start()
+            step(0, "session")
+            mine = own(session)
+            mine.update(self.caller.stamp())
+            lease.update(state="collecting")
+            reports, problems = self._collect(token, mine)
+            if not problems and all(r["ok"] for r in reports):
+                other = lease.still_ours()
+                if other is not None:
+                    problems.append(
+                        f"another sharded save took over {redact(self.uri)} while this one ran"
+                        f" ({describe(other)}): two jobs must not save to one URI at once"
+                    )
+            outcome = decide(reports, problems)
+        finally:
+            lease.stop()
+            _ended.add(token)
+        if outcome["ok"]:
+            outcome["accepted"] = {
+                str(r["rank"]): {"joiner": r["joiner"], "process": r["process"]} for r in reports
             }
-        outcome = decide(reports)  # type: ignore[arg-type]
         self.markers.put(f"{token}.result", outcome)
+        if lease.still_ours() is None:  # never hide another job's session from its ranks
+            lease.update(state="finished", ok=outcome["ok"])
         if outcome["ok"]:
             self.markers.sweep(token)
         step(0, "outcome")
         return outcome
 
+    def _claim(self) -> None:
+        """Return once this rank 0 may open a session; raise when another live job's is open."""
+        watched: tuple[Any, ...] | None = None
+        deadline = 0.0
+        while True:
+            doc = self.markers.get("open")
+            if doc is None or doc.get("state") == "finished" or doc.get("token") in _ended:
+                return
+            if self.caller.job is not None and doc.get("job") == self.caller.job:
+                return  # left by an earlier run of this job's rank 0 (a job has one): it is gone
+            if gone(doc.get("process") or {}):
+                return
+            if self.markers.get(f"{doc.get('token')}.result") is not None:
+                return  # it ended, and its leader died before saying so in the session
+            if watched is None:
+                if time.time() < float(doc.get("expires") or 0):
+                    self._refuse(doc)
+                # Its lease ran out by this clock: taken over only after a whole lease more
+                # without a renewal (clocks differ, and a busy leader may renew late).
+                watched, deadline = _key(doc), time.monotonic() + self.lease
+            elif _key(doc) != watched:
+                self._refuse(doc)
+            elif time.monotonic() >= deadline:
+                logger().warning(
+                    "taking over the sharded save session at %s (%s): its lease ran out %gs ago",
+                    redact(self.uri),
+                    describe(doc),
+                    time.time() - float(doc.get("expires") or 0),
+                )
+                return
+            time.sleep(min(self.lease / 10, _POLL_MAX))
+
+    def _refusal(self) -> str:
+        return "refused-" + hashlib.sha256(str(self.caller.job).encode()).hexdigest()[:16]
+
+    def _refuse(self, doc: Doc) -> None:
+        error = (
+            f"rank 0: another sharded save is in progress at {redact(self.uri)} ({describe(doc)}):"
+            " two jobs must not save to one URI at once. Stop the other job or give this one its"
+            " own URI; a session left by a killed job is taken over once its lease has run out"
+            f" ({self.lease:g}s, FLYTE_CHECKPOINT_SHARD_LEASE). Nothing was committed: the previous"
+            " checkpoint is unchanged"
+        )
+        try:  # tells this job's other ranks at once, instead of at their timeout
+            self.markers.put(
+                self._refusal(), {"job": self.caller.job, "save": self.caller.save, "error": error}
+            )
+        except Exception as exc:
+            logger().warning("could not tell the other ranks why: %s", exc)
+        raise ShardedSaveError(error)
+
+    def _collect(self, token: str, mine: Doc) -> tuple[list[Doc], list[str]]:
+        """Every rank's report, in rank order (a failure for each rank that did not report in
+        time), and what fails the save beyond them (a report from outside the world, two
+        processes reporting as one rank)."""
+        found: dict[int, Doc] = {0: mine}
+        problems: list[str] = []
+        read: set[str] = set()
+        waiter = _Waiter(self.timeout)
+        failed = not mine["ok"]
+        # Every rank is awaited, even after a failure: a rank that comes late then still finds
+        # the session open, and hears the outcome instead of waiting for its timeout.
+        while len(found) < self.world and not problems:
+            for name in self.markers.names(f"{token}.done-"):
+                doc = None if name in read else self.markers.get(name)
+                if doc is None:
+                    continue
+                read.add(name)
+                rank = doc.get("rank")
+                if not isinstance(rank, int) or not 0 < rank < self.world:
+                    problems.append(
+                        f"rank {rank} (started with WORLD_SIZE={doc.get('world')}) reported to this save"
+                        f" of {self.world} ranks: every rank of a job needs the same world size"
+                    )
+                elif rank in found:
+                    first = found[rank]
+                    problems.append(
+                        f"two processes reported as rank {rank}, on {describe_process(first['process'])}"
+                        f" and on {describe_process(doc.get('process') or {})}: two jobs are saving to"
+                        f" {redact(self.uri)} at once, or a rank was started twice. Give each job its own"
+                        " URI, or name each job (job= or FLYTE_CHECKPOINT_JOB)"
+                    )
+                else:
+                    found[rank] = doc
+                    failed = failed or not doc.get("ok")
+            if len(found) < self.world and not problems and not waiter.again():
+                break
+        reports = []
+        for rank in range(self.world):  # after a failure, only the failure is told
+            reports.append(
+                found.get(rank)
+                or {
+                    "ok": False,
+                    "rank": rank,
+                    "error": ""
+                    if failed or problems
+                    else f"rank {rank} did not report within {self.timeout:g}s (it died, hangs, or"
+                    " never called save_sharded)",
+                }
+            )
+        return reports, problems
+
+    # -- the other ranks ----------------------------------------------------------------------
+
     def follow(self, own: Callable[[Doc], Doc]) -> Doc:
-        session = self._take_session(_Waiter(self.timeout))
+        watch = _Watch()
+        session = self._find(watch)
         while True:
             token = session["token"]
             self.used.add(token)
             step(self.rank, "session")
             report = own(session)
-            self.markers.put(f"{token}.done-{self.rank}", report)
+            report.update(self.caller.stamp())
+            self.markers.put(f"{token}.done-{self.rank}.{self.caller.joiner}", report)
             step(self.rank, "reported")
-            waiter = _Waiter(self.timeout)
-            packed = False
-            while True:
-                outcome = self.markers.get(f"{token}.result")
-                if outcome is not None:
-                    step(self.rank, "outcome")
-                    return outcome
-                newer = self.markers.get("open")
-                if newer is not None and newer["token"] != token and newer["token"] not in self.used:
-                    if self.markers.get(f"{token}.result") is None:  # ours was stale: join the new one
-                        session = newer
-                        break
-                    continue
-                if not packed and self.markers.get(f"{token}.packed") is not None:
-                    packed, waiter = True, _Waiter(self.timeout)  # rank 0 is now waiting for the others
-                if not waiter.again():
-                    raise ShardedSaveError(
-                        f"rank {self.rank}: rank 0 announced no outcome of the sharded save to"
-                        f" {redact(self.uri)} within {self.timeout:g}s; it may have died. Whether it"
-                        " committed or not, the object is whole (the new one or the previous one):"
-                        " save again"
-                    )
+            outcome, newer = self._await(session, watch)
+            if newer is None:
+                return self._accepted(outcome)  # type: ignore[arg-type]
+            session = newer  # ours was a killed leader's session: join its successor
 
-    def _take_session(self, waiter: _Waiter) -> Doc:
+    def _find(self, watch: _Watch) -> Doc:
+        """The session of this call's save, once rank 0 opened it."""
+        waiter = _Waiter(self.timeout)
+        doc = None
         while True:
-            session = self.markers.get("open")
-            if (
-                session is not None
-                and session["token"] not in self.used
-                and self.markers.get(f"{session['token']}.result") is None
-            ):
-                return session
+            doc = self.markers.get("open")
+            watch.see(doc)
+            if doc is not None and doc.get("token") not in self.used:
+                if self._joinable(doc, watch):
+                    return doc
+                if doc.get("state") != "finished":
+                    self._check_refusal()
             if not waiter.again():
+                seen = ""
+                if doc is not None and doc.get("token") not in self.used:
+                    seen = (
+                        f" (the session there is {describe(doc)}, {doc.get('state')}; this rank is"
+                        f" {describe_job(self.caller.job)} at {describe_save(self.caller.save)})"
+                    )
                 raise ShardedSaveError(
                     f"rank {self.rank}: rank 0 did not open the sharded save to {redact(self.uri)}"
-                    f" within {self.timeout:g}s: check that every rank calls save_sharded, or raise"
-                    " the timeout (FLYTE_CHECKPOINT_SHARD_TIMEOUT)"
+                    f" within {self.timeout:g}s{seen}: check that every rank calls save_sharded, or"
+                    " raise the timeout (FLYTE_CHECKPOINT_SHARD_TIMEOUT)"
                 )
+
+    def _joinable(self, doc: Doc, watch: _Watch) -> bool:
+        """Whether ``doc`` is the session of this call's save; raises when it proves that
+        this call's save is over (rank 0 ended it without this rank, or went past it)."""
+        if doc.get("job") != self.caller.job:
+            return False  # another job's: its rank 0 or ours will say (refused-)
+        theirs, mine = doc.get("save") or {}, self.caller.save
+        if doc.get("state") == "finished":
+            if theirs == mine and doc.get("token") in watch.unfinished:
+                result = self.markers.get(f"{doc['token']}.result") or {}
+                why = result.get("error") or "it committed without this rank"
+                raise ShardedSaveError(
+                    f"rank {self.rank}: rank 0 ended {describe_save(mine)} of the sharded save to"
+                    f" {redact(self.uri)} before this rank joined it: {why}"
+                )
+            return False
+        if theirs == mine:
+            return True
+        if watch.live(doc) and (theirs.get("by") != mine.get("by") or theirs.get("n", 0) > mine.get("n", 0)):
+            raise ShardedSaveError(
+                f"rank {self.rank}: {out_of_step(theirs, mine)}. Nothing was committed by this call"
+                f" (sharded save to {redact(self.uri)})"
+            )
+        return False  # rank 0 is behind (it opens this save next), or the session was left by a killed job
+
+    def _check_refusal(self) -> None:
+        name = "refused-" + hashlib.sha256(str(self.caller.job).encode()).hexdigest()[:16]
+        refusal = self.markers.get(name)
+        if (
+            refusal is not None
+            and refusal.get("job") == self.caller.job
+            and refusal.get("save") == self.caller.save
+        ):
+            raise ShardedSaveError(
+                f"rank {self.rank}: rank 0 of this job did not begin {describe_save(self.caller.save)}:"
+                f" {refusal.get('error')}"
+            )
+
+    def _await(self, session: Doc, watch: _Watch) -> tuple[Doc | None, Doc | None]:
+        """(the outcome, None), or (None, a newer session of this save) when the one joined was
+        left by a killed leader and its successor opened this save again."""
+        token = session["token"]
+        waiter = _Waiter(self.timeout)
+        collecting = session.get("state") != "packing"
+        while True:
+            outcome = self.markers.get(f"{token}.result")
+            if outcome is not None:
+                step(self.rank, "outcome")
+                return outcome, None
+            doc = self.markers.get("open")
+            watch.see(doc)
+            if doc is not None and doc.get("token") == token:
+                if not collecting and doc.get("state") != "packing":
+                    collecting, waiter = True, _Waiter(self.timeout)  # rank 0 now awaits the others
+            elif (
+                doc is not None
+                and doc.get("token") not in self.used
+                and doc.get("state") != "finished"
+                and doc.get("job") == self.caller.job
+                and doc.get("save") == self.caller.save
+            ):
+                if self.markers.get(f"{token}.result") is None:
+                    return None, doc
+                continue
+            if not waiter.again():
+                raise ShardedSaveError(
+                    f"rank {self.rank}: rank 0 announced no outcome of the sharded save to"
+                    f" {redact(self.uri)} within {self.timeout:g}s; it may have died. Whether it"
+                    " committed or not, the object is whole (the new one or the previous one):"
+                    " save again"
+                )
+
+    def _accepted(self, outcome: Doc) -> Doc:
+        """``outcome``, unless it committed another process's report for this rank (raises)."""
+        if outcome.get("ok"):
+            accepted = (outcome.get("accepted") or {}).get(str(self.rank)) or {}
+            if accepted.get("joiner") != self.caller.joiner:
+                raise ShardedSaveError(
+                    f"rank {self.rank}: rank 0 committed the sharded save to {redact(self.uri)} with"
+                    f" another process's part for rank {self.rank} (on"
+                    f" {describe_process(accepted.get('process') or {})}): two processes ran as rank"
+                    f" {self.rank}, from two jobs saving to one URI or a rank started twice. This"
+                    " call's files are not in the checkpoint: give each job its own URI, or name each"
+                    " job (job= or FLYTE_CHECKPOINT_JOB)"
+                )
+        return outcome
 
 
 class TorchCoordinator:
-    """Coordination through ``torch.distributed``'s collectives (the default process group)."""
+    """Coordination through ``torch.distributed``'s collectives (the default process group).
 
-    def __init__(self, rank: int, world: int) -> None:
-        self.rank = rank
-        self.world = world
+    One process group is one job, so no other job's rank can take part; the session still
+    names the world size and the save, and a rank whose call differs fails the save."""
+
+    def __init__(self, caller: Caller) -> None:
+        self.caller = caller
+        self.rank = caller.rank
+        self.world = caller.world
 
     def _collective(self, fn: Callable[[], Any]) -> Any:
         try:
@@ -204,9 +517,16 @@ class TorchCoordinator:
                 " committed by this save: the previous checkpoint is unchanged"
             ) from exc
 
-    def lead(self, session: Doc, own: Callable[[Doc], Doc], decide: Callable[[list[Doc]], Doc]) -> Doc:
+    def lead(
+        self,
+        begin: Callable[[], Doc],
+        own: Callable[[Doc], Doc],
+        decide: Callable[[list[Doc], list[str]], Doc],
+    ) -> Doc:
         import torch.distributed as dist
 
+        session = begin()
+        session.update(self.caller.stamp())
         self._collective(lambda: dist.broadcast_object_list([session], src=0))
         step(0, "session")
         report = own(session)
@@ -214,9 +534,9 @@ class TorchCoordinator:
         try:
             self._collective(lambda: dist.gather_object(report, reports, dst=0))
         except ShardedSaveError as exc:
-            decide([{"ok": False, "error": str(exc)}])
+            decide([{"ok": False, "error": str(exc)}], [])
             raise
-        outcome = decide(reports)
+        outcome = decide(reports, [])
         self._collective(lambda: dist.broadcast_object_list([outcome], src=0))
         step(0, "outcome")
         return outcome

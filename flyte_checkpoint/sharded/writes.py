@@ -54,7 +54,10 @@ class ShardedWrites(Protocol):
         """On the committing rank, before any segment: server-side state for a save (JSON)."""
         ...
 
-    def segment(self, session: Session, rank: int, world: int) -> Segment: ...
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> Segment:
+        """Where rank ``rank`` writes its segment. ``joiner`` (a nonce of the rank's call) keeps
+        two processes that report as one rank from writing over each other's segment."""
+        ...
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
         """Make the object appear whole: the segments in rank order, then ``tail``."""
@@ -113,11 +116,11 @@ class GatherWrites:
     def begin(self, token: str) -> Session:
         return {}
 
-    def _piece(self, token: str, rank: int) -> str:
-        return f"{self.prefix}{token}.piece-{rank:05d}"
+    def _piece(self, token: str, rank: int, joiner: str) -> str:
+        return f"{self.prefix}{token}.piece-{rank:05d}.{joiner}"
 
-    def segment(self, session: Session, rank: int, world: int) -> Segment:
-        return _ObjectSegment(self.store, self._piece(session["token"], rank))
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> Segment:
+        return _ObjectSegment(self.store, self._piece(session["token"], rank, joiner))
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
         with self.store.open_write(self.uri) as out:
@@ -140,6 +143,7 @@ class GatherWrites:
 class _FileSegment:
     def __init__(self, path: str) -> None:
         self.path = path
+        self.name = os.path.basename(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._file: BinaryIO = open(path, "xb", buffering=0)  # noqa: SIM115 - closed by finish/abort
 
@@ -156,7 +160,7 @@ class _FileSegment:
         # No fsync: the piece is temporary; the commit fsyncs the joined object once.
         size = os.fstat(self._file.fileno()).st_size
         self._file.close()
-        return {"size": size}
+        return {"size": size, "name": self.name}
 
     def abort(self) -> None:
         self._file.close()
@@ -183,22 +187,30 @@ class LocalShardedWrites:
         os.makedirs(self.folder, exist_ok=True)
         return {}
 
-    def _piece(self, token: str, rank: int) -> str:
-        return f"{self.folder}{token}.piece-{rank:05d}"
+    def _piece(self, token: str, rank: int, joiner: str) -> str:
+        return f"{self.folder}{token}.piece-{rank:05d}.{joiner}"
 
-    def segment(self, session: Session, rank: int, world: int) -> Segment:
-        return _FileSegment(self._piece(session["token"], rank))
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> Segment:
+        return _FileSegment(self._piece(session["token"], rank, joiner))
+
+    def _path(self, token: str, rank: int, piece: dict[str, Any]) -> str:
+        """The file of rank ``rank``'s ``piece`` (as its report names it, checked: a report is
+        read from the store, and must not name a file elsewhere)."""
+        name = str(piece.get("name", ""))
+        if not name.startswith(f"{token}.piece-{rank:05d}.") or "/" in name or "\\" in name:
+            raise ValueError(f"rank {rank}'s report names a piece {name!r} of another save")
+        return self.folder + name
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
         from ..storage.stores.local import _fsync_dir, _umask, replace_object
 
         token = session["token"]
-        joined = self._piece(token, 0)  # rank 0's piece grows into the object: one copy less
+        joined = self._path(token, 0, pieces[0])  # rank 0's piece grows into the object: one copy less
         with open(joined, "r+b") as out:
             out.truncate(pieces[0]["size"])
             out.seek(0, os.SEEK_END)
             for rank, piece in enumerate(pieces[1:], start=1):
-                with open(self._piece(token, rank), "rb") as src:
+                with open(self._path(token, rank, piece), "rb") as src:
                     _copy_range(src.fileno(), out.fileno(), piece["size"])
             out.write(tail)
             out.flush()

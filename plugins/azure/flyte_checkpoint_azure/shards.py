@@ -1,9 +1,10 @@
 """Sharded saves on Azure: blocks staged by every rank, one block list (``flyte_checkpoint.sharded``).
 
 Each rank stages its segment as blocks of the destination blob (Put Block), with ids tagged by
-the save's token and the rank, so ranks never collide and every id has the length of an
-ordinary writer's (Azure wants one length for a blob's blocks). Rank 0 stages the tail and
-commits the ranks' block ids in rank order, then the tail's, in one Put Block List: the blob
+a digest of the save's token, the rank and its call's joiner nonce, so ranks (and two processes
+reporting as one rank) never collide and every id has the length of an ordinary writer's
+(Azure wants one length for a blob's blocks). Rank 0 stages the tail and commits the ranks'
+block ids in rank order, then the tail's, in one Put Block List: the blob
 appears whole, or stays as it was. Azure has no minimum block size, so segments need no
 padding. Staged blocks cannot be deleted on their own: those of a failed or killed save stay
 uncommitted (invisible) until the blob's next commit discards them, or a week passes, so
@@ -13,6 +14,7 @@ cannot be combined from the ranks' blocks; every block carries its own Content-M
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 from .uris import parse
@@ -21,22 +23,19 @@ from .writer import DOUBLE_EVERY, MAX_BLOCKS, AzureWriter
 if TYPE_CHECKING:
     from .store import AzureStore
 
-#: Characters of the save's token in a block id's tag (the rest of the 16 is the rank).
-_TOKEN_CHARS = 10
 
-
-def _tag(token: str, who: str) -> str:
-    """A 16-character block-id tag: the save's token, then the rank (or ``tail``)."""
-    return f"{token[:_TOKEN_CHARS]:0>{_TOKEN_CHARS}}{who:0>6}"
+def _tag(token: str, who: str, joiner: str = "") -> str:
+    """A 16-character block-id tag of the save's token, the rank (or ``tail``) and the joiner."""
+    return hashlib.sha256(f"{token}/{who}/{joiner}".encode()).hexdigest()[:16]
 
 
 class AzureSegment(AzureWriter):
     """One rank's blocks of the blob: its share of the 50,000 (sizes doubling as a whole
     object's would within it), staged but never committed here."""
 
-    def __init__(self, store: AzureStore, uri: str, token: str, rank: int, world: int) -> None:
+    def __init__(self, store: AzureStore, uri: str, token: str, rank: int, world: int, joiner: str) -> None:
         super().__init__(store, store.clients.blob(parse(uri)), uri)
-        self._tag = _tag(token, str(rank))
+        self._tag = _tag(token, str(rank), joiner)
         self._md5 = None  # the object's MD5 is not this segment's to give
         self.max_parts = (MAX_BLOCKS - 1) // world
         self.double_every = max(1, DOUBLE_EVERY // world)
@@ -66,8 +65,8 @@ class AzureShardedWrites:
     def begin(self, token: str) -> dict[str, Any]:
         return {}  # a block blob's upload begins with its first block
 
-    def segment(self, session: dict[str, Any], rank: int, world: int) -> AzureSegment:
-        return AzureSegment(self.store, self.uri, session["token"], rank, world)
+    def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> AzureSegment:
+        return AzureSegment(self.store, self.uri, session["token"], rank, world, joiner)
 
     def commit(self, session: dict[str, Any], pieces: list[dict[str, Any]], tail: bytes) -> None:
         writer = AzureWriter(self.store, self.store.clients.blob(parse(self.uri)), self.uri)

@@ -2,7 +2,7 @@
 (``flyte_checkpoint.sharded``).
 
 Each rank writes its segment as an ordinary object (a resumable upload, as any write) beside the
-target, ``<object>.fcp-shard/<token>.piece-<rank>``, and reports its generation; the committing
+target, ``<object>.fcp-shard/<token>.piece-<rank>.<joiner>``, and reports its generation; the committing
 rank writes the tail the same way (``.piece-tail``) and makes the object with ``objects.compose``,
 whose sources are whole objects, at most 32 a request, each pinned by ``ifGenerationMatch`` to
 the generation its writer reported (a piece replaced meanwhile fails the commit with 412 instead
@@ -61,8 +61,8 @@ class GCSShardedWrites(GatherWrites):
 
     store: GCSStore
 
-    def segment(self, session: Session, rank: int, world: int) -> GCSSegment:
-        return GCSSegment(self.store, self._piece(session["token"], rank))
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> GCSSegment:
+        return GCSSegment(self.store, self._piece(session["token"], rank, joiner))
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
         token = session["token"]

@@ -106,7 +106,7 @@ def test_more_pieces_than_one_compose_takes_are_composed_in_rounds(gcs_emulator,
     datas = [random.Random(i).randbytes(1000 + i) for i in range(11)]
     pieces = []
     for rank, data in enumerate(datas):
-        seg = writes.segment(state, rank, len(datas))
+        seg = writes.segment(state, rank, len(datas), "j")
         assert seg.padding_needed() == 0
         seg.write(data)
         pieces.append(json.loads(json.dumps(seg.finish())))  # what a rank reports is JSON
@@ -133,7 +133,7 @@ def test_each_compose_source_is_pinned_to_its_generation(gcs_emulator, dest):
     state = {"token": uuid.uuid4().hex}
     pieces = []
     for rank in range(2):
-        seg = writes.segment(state, rank, 2)
+        seg = writes.segment(state, rank, 2, "j")
         seg.write(b"x" * (rank + 1))
         pieces.append(seg.finish())
     writes.commit(state, pieces, b"t")

@@ -83,7 +83,9 @@ class S3ShardedWrites:
         resp = self.store.call(lambda c: c.create_multipart_upload(**args), self.uri, "start an upload to")
         return {"upload_id": resp["UploadId"]}
 
-    def segment(self, session: dict[str, Any], rank: int, world: int) -> S3Segment:
+    def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> S3Segment:
+        # Two processes reporting as one rank send the same part numbers; the completion names
+        # each part's ETag and checksum, so a part replaced by the other fails it (InvalidPart).
         count = (MAX_PARTS - 1) // world
         return S3Segment(self.store, self.uri, session["upload_id"], 1 + rank * count, count)
 
