@@ -133,6 +133,78 @@ def kill_all(ranks: list[Rank]) -> None:
         r.proc.wait()
 
 
+#: A rank that makes several calls of save_sharded in turn (``job["saves"]``: each a folder, and
+#: optionally a timeout and ``world``, its WORLD_SIZE), printing ``OK <n>`` or ``ERR <n> <message>``
+#: after call n. At each step named in ``job["pause"]`` (``"<step>@<n>"``) it prints ``AT <step>@<n>``
+#: and waits for a line on stdin: the test moves it on when the others reached their points.
+ACTOR = r"""
+import json, os, sys
+job = json.loads(sys.argv[1])
+from flyte_checkpoint.sharded import coordinate, save_sharded
+
+rank = int(os.environ["RANK"])
+call = [0]
+def pause(r, step):
+    if r == rank and f"{step}@{call[0]}" in job.get("pause", ()):
+        print("AT", f"{step}@{call[0]}", flush=True)
+        sys.stdin.readline()
+coordinate.observers.append(pause)
+for n, save in enumerate(job["saves"], 1):
+    call[0] = n
+    if "world" in save:
+        os.environ["WORLD_SIZE"] = str(save["world"])
+    try:
+        save_sharded(job["dest"], save["folder"], timeout=save.get("timeout", 60))
+    except Exception as exc:
+        print("ERR", n, type(exc).__name__, str(exc).replace(chr(10), " "), flush=True)
+    else:
+        print("OK", n, flush=True)
+"""
+
+
+class Actor:
+    """One rank process running :data:`ACTOR`: its lines read one at a time, moved on from its
+    pauses by :meth:`go`."""
+
+    def __init__(
+        self, dest: str, rank: int, saves: list[dict], *, pause: tuple[str, ...] = (), env=None
+    ) -> None:
+        from tests.childlines import Child
+
+        child_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": "1"}
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH")]))
+        saves = [{**s, "folder": str(s["folder"])} for s in saves]
+        job = {"dest": dest, "saves": saves, "pause": list(pause)}
+        self.rank = rank
+        self.child = Child(
+            [sys.executable, "-c", ACTOR, json.dumps(job)], child_env, ROOT, stderr=subprocess.DEVNULL
+        )
+
+    def next(self) -> str:
+        """The next line the rank printed (``""`` once it ended)."""
+        return self.child.next()
+
+    def at(self, point: str) -> None:
+        """Wait until the rank reports that it reached ``point`` (``"<step>@<n>"``)."""
+        line = self.next()
+        assert line == f"AT {point}", f"rank {self.rank} printed {line!r}, not AT {point}"
+
+    def go(self) -> None:
+        self.child.say()
+
+    def end(self) -> None:
+        code, rest = self.child.end()
+        assert code == 0 and rest.strip() == "", (code, rest)
+
+
+def actors_end(*actors: Actor) -> None:
+    """End every actor, killing those still running, even after a failed assertion."""
+    for actor in actors:
+        if actor.child.proc.poll() is None:
+            actor.child.proc.kill()
+        actor.child.end()
+
+
 def make_folders(root: Path, world: int, *, tag: str = "a", size: int = 100_000) -> list[Path]:
     """One folder per rank, laid out as torch.distributed.checkpoint writes (rank 0 has .metadata),
     with a shared subfolder; file contents carry ``tag`` so two saves are told apart."""
@@ -322,3 +394,167 @@ def torchrun_case(dest: str, tmp: Path, stored: Callable[[], dict[str, bytes]], 
     results = torchrun(dest, str(tmp / "u-rank"), tmp, env={"FAIL_RANK": "2"})
     assert all("rank 2: OSError" in r for r in results.values()), results
     assert stored() == union(folders)
+
+
+#: A short lease, so that a rank proves rank 0 alive (a renewal seen) within a second.
+SHORT_LEASE = {"FLYTE_CHECKPOINT_SHARD_LEASE": "3s"}
+
+
+def save_threads(dest: str, folders: list[Path], **kw: Any) -> list[BaseException]:
+    """Threads of this process as the ranks (rank= and world_size= given); their errors."""
+    import threading
+
+    from flyte_checkpoint.sharded import save_sharded
+
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            save_sharded(dest, folders[r], rank=r, world_size=len(folders), timeout=60, **kw)
+        except BaseException as exc:  # returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(folders))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def check_world_mismatch(
+    dest: str, tmp: Path, read: Callable[[], dict[str, bytes]], worlds: tuple[int, ...]
+) -> None:
+    """Issue 32, item 1: three ranks started with the WORLD_SIZEs ``worlds`` (rank 0's differs
+    from another's). Rank 0 waits, once its session is open, until both others reported; then
+    every rank raises, naming the world sizes, and the object is still the previous one."""
+    before = make_folders(tmp, 2, tag="before")
+    assert save_threads(dest, before) == []
+    folders = make_folders(tmp, 3, tag="mixed")
+    ranks = [
+        Actor(dest, 0, [{"folder": folders[0], "world": worlds[0]}], pause=("packing@1",), env=SHORT_LEASE)
+    ]
+    try:
+        ranks[0].at("packing@1")
+        for rank in (1, 2):
+            ranks.append(
+                Actor(
+                    dest,
+                    rank,
+                    [{"folder": folders[rank], "world": worlds[rank]}],
+                    env=SHORT_LEASE,
+                    pause=("reported@1",),
+                )
+            )
+            ranks[rank].at("reported@1")
+        for actor in ranks:
+            actor.go()
+        results = [actor.next() for actor in ranks]
+        assert all(r.startswith("ERR 1 ShardedSaveError") for r in results), results
+        assert all("needs the same world size" in r and "Nothing was committed" in r for r in results), (
+            results
+        )
+        assert all(f"sharded save to {dest} failed" in r for r in results), results
+        assert read() == union(before)
+    finally:
+        actors_end(*ranks)
+
+
+def check_late_rank(dest: str, tmp: Path, read: Callable[[], dict[str, bytes]]) -> None:
+    """Issue 32, item 2: rank 0's save #1 times out (rank 1 not started) and it goes on to save
+    #2; rank 1, started then, is in its call for save #1: it must raise (out of step), not join
+    save #2 with its step-1 folder. Its next call joins save #2: both return, the object is
+    step 2's union."""
+    one, two = make_folders(tmp, 2, tag="step1"), make_folders(tmp, 2, tag="step2")
+    r0 = Actor(
+        dest,
+        0,
+        [{"folder": one[0], "world": 2, "timeout": 1}, {"folder": two[0], "world": 2}],
+        pause=("packing@2",),
+        env=SHORT_LEASE,
+    )
+    r1 = None
+    try:
+        first = r0.next()
+        assert first.startswith("ERR 1 ShardedSaveError") and "rank 1 did not report within 1s" in first, (
+            first
+        )
+        r0.at("packing@2")
+        r1 = Actor(dest, 1, [{"folder": one[1], "world": 2}, {"folder": two[1], "world": 2}], env=SHORT_LEASE)
+        r0.go()
+        late = r1.next()
+        assert late.startswith("ERR 1 ShardedSaveError"), late
+        assert "rank 1: rank 0 is at save #2, this rank at save #1: the ranks are out of step" in late, late
+        assert dest in late and "Nothing was committed by this call" in late, late
+        assert (r0.next(), r1.next()) == ("OK 2", "OK 2")
+        assert read() == union(two)
+    finally:
+        actors_end(r0, *([r1] if r1 else []))
+
+
+def check_two_jobs(dest: str, tmp: Path, read: Callable[[], dict[str, bytes]]) -> None:
+    """Issue 32, item 3: job A's rank 0 opens its save; job B's rank 0 (another
+    FLYTE_CHECKPOINT_JOB) must refuse, naming A's session, and B's rank 1 raise with it; A's
+    rank 1 joins A's save, which commits A's union alone."""
+    a, b = make_folders(tmp, 2, tag="jobA"), make_folders(tmp, 2, tag="jobB")
+    env_a, env_b = {**SHORT_LEASE, "FLYTE_CHECKPOINT_JOB": "A"}, {**SHORT_LEASE, "FLYTE_CHECKPOINT_JOB": "B"}
+    a0 = Actor(dest, 0, [{"folder": a[0], "world": 2}], pause=("packing@1",), env=env_a)
+    started = [a0]
+    try:
+        a0.at("packing@1")
+        b0 = Actor(dest, 0, [{"folder": b[0], "world": 2}], pause=("packing@1",), env=env_b)
+        started.append(b0)
+        refused = b0.next()
+        assert refused.startswith("ERR 1 ShardedSaveError"), refused
+        assert (
+            f"rank 0: another sharded save is in progress at {dest} (job 'A', save #1 of 2 ranks" in refused
+        )
+        assert (
+            "two jobs must not save to one URI at once" in refused
+            and "previous checkpoint is unchanged" in refused
+        )
+        b1 = Actor(dest, 1, [{"folder": b[1], "world": 2}], env=env_b)
+        a1 = Actor(dest, 1, [{"folder": a[1], "world": 2}], env=env_a, pause=("reported@1",))
+        started += [b1, a1]
+        told = b1.next()
+        assert told.startswith("ERR 1 ShardedSaveError"), told
+        assert (
+            "rank 1: rank 0 of this job did not begin save #1: rank 0: another sharded save is in progress"
+            in told
+        )
+        a1.at("reported@1")
+        a1.go()
+        a0.go()
+        assert (a0.next(), a1.next()) == ("OK 1", "OK 1")
+        assert read() == union(a)
+    finally:
+        actors_end(*started)
+
+
+def check_empty_files_at_the_edges(dest: str, tmp: Path) -> None:
+    """Each rank's ``load_sharded(own=True)`` restores exactly its own folder when empty files
+    sit at the edges of the ranks' segments: saved last by rank 0, alone by rank 1 (its data
+    "starts" where the segment ends, which is where the next one begins). Issue 32's mutant of
+    ``own_files`` (``low <= x < high``) moved each to the next rank."""
+    import flyte_checkpoint as fc
+    from flyte_checkpoint.format.index import read_index
+    from flyte_checkpoint.sharded import load_sharded
+    from flyte_checkpoint.sharded.api import own_files
+    from flyte_checkpoint.storage.registry import store_for
+
+    layout = [{"a": b"a" * 1000, "zz-last": b""}, {"only-empty": b""}, {"m": b"m" * 10, "zz-end": b""}]
+    folders = []
+    for rank, files in enumerate(layout):
+        folder = tmp / f"edges-rank{rank}"
+        folder.mkdir()
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        folders.append(folder)
+    assert save_threads(dest, folders) == []
+    index = read_index(store_for(dest), dest)
+    assert index is not None
+    owned = [own_files(index, rank) for rank in range(3)]
+    assert owned == [sorted(files) for files in layout], owned
+    for rank, folder in enumerate(folders):
+        with fc.Checkpoint(str(tmp / f"edges-next{rank}"), dest) as cp:
+            assert tree(load_sharded(cp, own=True, rank=rank)) == tree(folder)  # type: ignore[arg-type]

@@ -9,7 +9,6 @@ import random
 import shutil
 import subprocess
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -44,22 +43,7 @@ def restore(dest: str | Path, tmp: Path) -> dict[str, bytes]:
         return sr.tree(path)
 
 
-def save_with_threads(dest: str, folders: list[Path]) -> list[BaseException]:
-    """Threads of this process as the ranks (rank= and world_size= given); their errors."""
-    errors: list[BaseException] = []
-
-    def rank(r: int) -> None:
-        try:
-            save_sharded(dest, folders[r], rank=r, world_size=len(folders), timeout=60)
-        except BaseException as exc:  # returned to the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(folders))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return errors
+save_with_threads = sr.save_threads
 
 
 def extract_with_tar(obj: Path, out: Path) -> dict[str, bytes]:
@@ -345,3 +329,23 @@ def test_a_parallel_inflate_restores_a_sharded_object(tmp_path, monkeypatch):
     dest = tmp_path / "ckpt"
     assert sr.run(str(dest), folders) == ["OK"] * WORLD
     assert sr.parallel_restore(str(dest), tmp_path, monkeypatch) == sr.union(folders)
+
+
+@pytest.mark.parametrize("worlds", [(2, 3, 3), (2, 2, 3)], ids=["two-disagree", "one-outside"])
+def test_ranks_that_disagree_on_the_world_size_all_raise(tmp_path, worlds):
+    dest = tmp_path / "ckpt"
+    sr.check_world_mismatch(str(dest), tmp_path, lambda: restore(dest, tmp_path), worlds)
+
+
+def test_a_late_rank_never_joins_the_next_save(tmp_path):
+    dest = tmp_path / "ckpt"
+    sr.check_late_rank(str(dest), tmp_path, lambda: restore(dest, tmp_path))
+
+
+def test_a_second_job_on_the_same_uri_is_refused_and_never_mixed_in(tmp_path):
+    dest = tmp_path / "ckpt"
+    sr.check_two_jobs(str(dest), tmp_path, lambda: restore(dest, tmp_path))
+
+
+def test_empty_files_at_the_edges_of_segments_stay_with_their_rank(tmp_path):
+    sr.check_empty_files_at_the_edges(str(tmp_path / "ckpt"), tmp_path)

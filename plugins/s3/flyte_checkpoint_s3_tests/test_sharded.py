@@ -163,3 +163,25 @@ def test_a_parallel_inflate_restores_a_padded_object(tmp_path, client, dest, mon
         (folder / f"weights{rank}.bin").write_bytes(os.urandom(9_000_000))
     assert sr.run(dest, folders) == ["OK"] * WORLD
     assert sr.parallel_restore(dest, tmp_path, monkeypatch) == sr.union(folders)
+
+
+def test_ranks_that_disagree_on_the_world_size_all_raise(tmp_path, client, dest):
+    """Rank 2 outside rank 0's world: rank 0 sees its report in the listing of the session's
+    reports (the file store's test also runs two ranks that disagree with rank 0)."""
+    sr.check_world_mismatch(dest, tmp_path, lambda: untar(client, dest), (2, 2, 3))
+    assert uploads(client, dest) == []
+
+
+def test_a_late_rank_never_joins_the_next_save(tmp_path, client, dest):
+    sr.check_late_rank(dest, tmp_path, lambda: untar(client, dest))
+    assert leftovers(client, dest) == []
+
+
+def test_a_second_job_on_the_same_uri_is_refused_and_never_mixed_in(tmp_path, client, dest):
+    sr.check_two_jobs(dest, tmp_path, lambda: untar(client, dest))
+    assert leftovers(client, dest) == []
+
+
+def test_empty_files_at_the_edges_of_padded_segments_stay_with_their_rank(tmp_path, client, dest):
+    """Each rank's segment ends with padding members (no data) after its last file."""
+    sr.check_empty_files_at_the_edges(dest, tmp_path)
