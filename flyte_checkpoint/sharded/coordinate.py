@@ -381,7 +381,7 @@ class StoreCoordinator:
             step(self.rank, "reported")
             outcome, newer = self._await(session, watch)
             if newer is None:
-                return self._accepted(outcome)  # type: ignore[arg-type]
+                return self._accepted(outcome, report)  # type: ignore[arg-type]
             session = newer  # ours was a killed leader's session: join its successor
 
     def _find(self, watch: _Watch) -> Doc:
@@ -480,10 +480,16 @@ class StoreCoordinator:
                     " save again"
                 )
 
-    def _accepted(self, outcome: Doc) -> Doc:
-        """``outcome``, unless it committed another process's report for this rank (raises)."""
+    def _accepted(self, outcome: Doc, report: Doc) -> Doc:
+        """``outcome``, unless it committed without this call's ``report`` (raises)."""
         if outcome.get("ok"):
-            accepted = (outcome.get("accepted") or {}).get(str(self.rank)) or {}
+            accepted = (outcome.get("accepted") or {}).get(str(self.rank))
+            if accepted is None:  # this rank is outside rank 0's world, and came after its decision
+                raise ShardedSaveError(
+                    f"rank {self.rank}: rank 0 committed the sharded save to {redact(self.uri)} without"
+                    f" this rank ({report.get('error') or 'it was not among the ranks awaited'}). This"
+                    " call's files are not in the checkpoint"
+                )
             if accepted.get("joiner") != self.caller.joiner:
                 raise ShardedSaveError(
                     f"rank {self.rank}: rank 0 committed the sharded save to {redact(self.uri)} with"

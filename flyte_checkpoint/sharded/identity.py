@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Collection
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -83,10 +84,12 @@ def next_save(dest: str, rank: int, job: str | None, step: int | None) -> Save:
         return {"by": "call", "n": _calls[key]}
 
 
-def forget_saves() -> None:
-    """Start counting every destination's saves from 1 again (a test's restarted job)."""
+def forget_saves(dest: str | None = None, jobs: Collection[str | None] | None = None) -> None:
+    """Count the saves to ``dest`` (default: every destination) of ``jobs`` (default: every
+    job) from 1 again, as a restarted process does (for tests that restart a job in-process)."""
     with _calls_lock:
-        _calls.clear()
+        for key in [k for k in _calls if (dest is None or k[0] == dest) and (jobs is None or k[2] in jobs)]:
+            del _calls[key]
 
 
 def describe_save(save: Save) -> str:
