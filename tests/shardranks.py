@@ -558,3 +558,79 @@ def check_empty_files_at_the_edges(dest: str, tmp: Path) -> None:
     for rank, folder in enumerate(folders):
         with fc.Checkpoint(str(tmp / f"edges-next{rank}"), dest) as cp:
             assert tree(load_sharded(cp, own=True, rank=rank)) == tree(folder)  # type: ignore[arg-type]
+
+
+def check_outside_rank_after_the_commit(dest: str, tmp: Path, read: Callable[[], dict[str, bytes]]) -> None:
+    """Issue 32, item 1, as the issue saw it: rank 2 started with WORLD_SIZE=3 joins the save of
+    ranks 0 and 1 (WORLD_SIZE=2) but reports after rank 0 committed: it must raise (its files
+    are not in the object), where it returned normally before."""
+    folders = make_folders(tmp, 3, tag="outside")
+    r0 = Actor(dest, 0, [{"folder": folders[0], "world": 2}], pause=("packing@1",), env=SHORT_LEASE)
+    started = [r0]
+    try:
+        r0.at("packing@1")
+        r2 = Actor(dest, 2, [{"folder": folders[2], "world": 3}], pause=("session@1",), env=SHORT_LEASE)
+        started.append(r2)
+        r2.at("session@1")  # it took rank 0's session
+        r1 = Actor(dest, 1, [{"folder": folders[1], "world": 2}], env=SHORT_LEASE)
+        started.append(r1)
+        r0.go()
+        assert (r0.next(), r1.next()) == ("OK 1", "OK 1")
+        r2.go()
+        late = r2.next()
+        assert late.startswith("ERR 1 ShardedSaveError"), late
+        assert (
+            f"rank 2: rank 0 committed the sharded save to {dest} without this rank (rank 2 was started"
+            in late
+        )
+        assert "WORLD_SIZE=3, rank 0 with 2" in late and "This call's files are not in the checkpoint" in late
+        assert read() == union(folders[:2])
+    finally:
+        actors_end(*started)
+
+
+def check_two_processes_as_one_rank(dest: str, tmp: Path, read: Callable[[], dict[str, bytes]]) -> None:
+    """Two jobs with no name save to one URI at once, each with a rank 1 at the same save: when
+    both report before rank 0 decides, the save fails on every rank, naming both processes;
+    when the second reports after rank 0 committed the first's part, it raises instead of
+    returning (the object holds the first's files, not its)."""
+    before = make_folders(tmp, 2, tag="before")
+    assert save_threads(dest, before) == []
+    ours, theirs = make_folders(tmp, 2, tag="ours"), make_folders(tmp, 2, tag="theirs")
+    r0 = Actor(
+        dest, 0, [{"folder": ours[0], "world": 2}] * 2, pause=("packing@1", "packing@2"), env=SHORT_LEASE
+    )
+    started = [r0]
+    try:
+        r0.at("packing@1")
+        for folder, second in ((ours[1], ()), (theirs[1], ("session@2",))):
+            started.append(
+                Actor(
+                    dest,
+                    1,
+                    [{"folder": folder, "world": 2}] * 2,
+                    pause=("reported@1", *second),
+                    env=SHORT_LEASE,
+                )
+            )
+            started[-1].at("reported@1")
+        r0, mine, other = started
+        for actor in started:
+            actor.go()
+        results = [actor.next() for actor in started]
+        assert all(r.startswith("ERR 1 ShardedSaveError") for r in results), results
+        assert all("two processes reported as rank 1, on host" in r for r in results), results
+        assert all("name each job (job= or FLYTE_CHECKPOINT_JOB)" in r for r in results), results
+        assert read() == union(before)
+        # Save #2: the other job's rank 1 joins, but reports only after rank 0 committed.
+        r0.at("packing@2")
+        other.at("session@2")
+        r0.go()
+        assert (r0.next(), mine.next()) == ("OK 2", "OK 2")
+        other.go()
+        late = other.next()
+        assert late.startswith("ERR 2 ShardedSaveError"), late
+        assert "with another process's part for rank 1" in late and "files are not in the checkpoint" in late
+        assert read() == union(ours)
+    finally:
+        actors_end(*started)

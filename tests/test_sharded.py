@@ -349,3 +349,13 @@ def test_a_second_job_on_the_same_uri_is_refused_and_never_mixed_in(tmp_path):
 
 def test_empty_files_at_the_edges_of_segments_stay_with_their_rank(tmp_path):
     sr.check_empty_files_at_the_edges(str(tmp_path / "ckpt"), tmp_path)
+
+
+def test_a_rank_outside_the_world_that_reports_after_the_commit_raises(tmp_path):
+    dest = tmp_path / "ckpt"
+    sr.check_outside_rank_after_the_commit(str(dest), tmp_path, lambda: restore(dest, tmp_path))
+
+
+def test_two_processes_reporting_as_one_rank_never_both_return(tmp_path):
+    dest = tmp_path / "ckpt"
+    sr.check_two_processes_as_one_rank(str(dest), tmp_path, lambda: restore(dest, tmp_path))

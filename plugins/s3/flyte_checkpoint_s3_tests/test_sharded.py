@@ -185,3 +185,30 @@ def test_a_second_job_on_the_same_uri_is_refused_and_never_mixed_in(tmp_path, cl
 def test_empty_files_at_the_edges_of_padded_segments_stay_with_their_rank(tmp_path, client, dest):
     """Each rank's segment ends with padding members (no data) after its last file."""
     sr.check_empty_files_at_the_edges(dest, tmp_path)
+
+
+def test_two_processes_reporting_as_one_rank_never_both_return(tmp_path, client, dest):
+    """On S3 both send the same part numbers of one upload (see the next test)."""
+    sr.check_two_processes_as_one_rank(dest, tmp_path, lambda: untar(client, dest))
+    assert uploads(client, dest) == []
+
+
+def test_a_part_replaced_by_another_process_as_the_same_rank_fails_the_commit(client, dest):
+    """Two processes as one rank send the same part numbers: the completion names the parts'
+    ETags that the accepted rank reported, so a part the other replaced meanwhile fails it
+    (InvalidPart) instead of entering the object."""
+    from flyte_checkpoint.errors import CheckpointError
+    from flyte_checkpoint.storage.registry import store_for
+
+    writes = store_for(dest).sharded_writes(dest)
+    session = {"token": "t", **writes.begin("t")}
+    pieces = []
+    for joiner in ("first", "second"):
+        segment = writes.segment(session, 0, 1, joiner)
+        segment.write(os.urandom(5 * 1024 * 1024))  # S3's minimum for a part but the last
+        pieces.append(segment.finish())
+    with pytest.raises(CheckpointError, match="InvalidPart"):
+        writes.commit(session, pieces[:1], b"the tail")
+    writes.abort(session)
+    assert client.list_objects_v2(Bucket=BUCKET, Prefix=key_of(dest)).get("KeyCount") == 0
+    assert uploads(client, dest) == []
