@@ -133,14 +133,10 @@ class _Watch:
     def __init__(self) -> None:
         self.first: tuple[Any, ...] | None = None
         self.looked = False
-        #: Sessions seen unfinished during the call.
-        self.unfinished: set[str] = set()
 
     def see(self, doc: Doc | None) -> None:
         if not self.looked:
             self.first, self.looked = _key(doc), True
-        if doc is not None and doc.get("state") != "finished":
-            self.unfinished.add(doc.get("token", ""))
 
     def live(self, doc: Doc) -> bool:
         return _key(doc) != self.first
@@ -279,19 +275,21 @@ class StoreCoordinator:
             if self.markers.get(f"{doc.get('token')}.result") is not None:
                 return  # it ended, and its leader died before saying so in the session
             if watched is None:
-                if time.time() < float(doc.get("expires") or 0):
+                left = float(doc.get("expires") or 0) - time.time()
+                if 0 < left <= 2 * self.lease:
                     self._refuse(doc)
-                # Its lease ran out by this clock: taken over only after a whole lease more
-                # without a renewal (clocks differ, and a busy leader may renew late).
+                # Its lease ran out by this clock (or runs longer than a lease can: the leader's
+                # clock is ahead): taken over only after a whole lease more without a renewal
+                # (clocks differ, and a busy leader may renew late).
                 watched, deadline = _key(doc), time.monotonic() + self.lease
             elif _key(doc) != watched:
                 self._refuse(doc)
             elif time.monotonic() >= deadline:
                 logger().warning(
-                    "taking over the sharded save session at %s (%s): its lease ran out %gs ago",
+                    "taking over the sharded save session at %s (%s): it was not renewed for %gs",
                     redact(self.uri),
                     describe(doc),
-                    time.time() - float(doc.get("expires") or 0),
+                    self.lease,
                 )
                 return
             time.sleep(min(self.lease / 10, _POLL_MAX))
@@ -379,7 +377,7 @@ class StoreCoordinator:
             report.update(self.caller.stamp())
             self.markers.put(f"{token}.done-{self.rank}.{self.caller.joiner}", report)
             step(self.rank, "reported")
-            outcome, newer = self._await(session, watch)
+            outcome, newer = self._await(session)
             if newer is None:
                 return self._accepted(outcome, report)  # type: ignore[arg-type]
             session = newer  # ours was a killed leader's session: join its successor
@@ -411,18 +409,13 @@ class StoreCoordinator:
 
     def _joinable(self, doc: Doc, watch: _Watch) -> bool:
         """Whether ``doc`` is the session of this call's save; raises when it proves that
-        this call's save is over (rank 0 ended it without this rank, or went past it)."""
+        rank 0 is past this call's save (a session that appeared or changed during the call)."""
         if doc.get("job") != self.caller.job:
             return False  # another job's: its rank 0 or ours will say (refused-)
         theirs, mine = doc.get("save") or {}, self.caller.save
         if doc.get("state") == "finished":
-            if theirs == mine and doc.get("token") in watch.unfinished:
-                result = self.markers.get(f"{doc['token']}.result") or {}
-                why = result.get("error") or "it committed without this rank"
-                raise ShardedSaveError(
-                    f"rank {self.rank}: rank 0 ended {describe_save(mine)} of the sharded save to"
-                    f" {redact(self.uri)} before this rank joined it: {why}"
-                )
+            # Maybe this save, ended without this rank; maybe an earlier run's, whose counts
+            # started from 1 too: rank 0's next save, or the timeout, tells.
             return False
         if theirs == mine:
             return True
@@ -446,7 +439,7 @@ class StoreCoordinator:
                 f" {refusal.get('error')}"
             )
 
-    def _await(self, session: Doc, watch: _Watch) -> tuple[Doc | None, Doc | None]:
+    def _await(self, session: Doc) -> tuple[Doc | None, Doc | None]:
         """(the outcome, None), or (None, a newer session of this save) when the one joined was
         left by a killed leader and its successor opened this save again."""
         token = session["token"]
@@ -458,7 +451,6 @@ class StoreCoordinator:
                 step(self.rank, "outcome")
                 return outcome, None
             doc = self.markers.get("open")
-            watch.see(doc)
             if doc is not None and doc.get("token") == token:
                 if not collecting and doc.get("state") != "packing":
                     collecting, waiter = True, _Waiter(self.timeout)  # rank 0 now awaits the others
