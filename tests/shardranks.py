@@ -235,7 +235,8 @@ def union(folders: list[Path]) -> dict[str, bytes]:
 #: A torchrun worker: initializes gloo, saves ``<prefix><rank>`` to ``dest`` with save_sharded
 #: (coordinated through torch.distributed), and writes ``OK`` or ``ERR <message>`` to the file
 #: ``$RESULTS/rank<r>``.
-#: ``FAIL_RANK`` names a rank whose segment fails.
+#: ``FAIL_RANK`` names a rank whose segment fails; ``STEP_RANK`` a rank that names its save
+#: ``step=1`` (the others count their calls).
 TORCH_CHILD = r"""
 import os, sys
 import torch.distributed as dist
@@ -250,7 +251,7 @@ if os.environ.get("FAIL_RANK") == str(rank):
             raise OSError("this rank's disk is on fire")
     coordinate.observers.append(fail)
 try:
-    save_sharded(dest, prefix + str(rank))
+    save_sharded(dest, prefix + str(rank), step=1 if os.environ.get("STEP_RANK") == str(rank) else None)
 except Exception as exc:
     result = " ".join(["ERR", type(exc).__name__, str(exc).replace(chr(10), " ")])
 else:

@@ -227,6 +227,14 @@ def test_torchrun_ranks_coordinate_through_torch_distributed(tmp_path):
     )
     assert dest.read_bytes() == before
     assert leftovers(dest) == []
+    # A rank whose call names another save than rank 0's (issue 32): every rank raises.
+    results = sr.torchrun(str(dest), str(tmp_path / "u-rank"), tmp_path, world=2, env={"STEP_RANK": "1"})
+    assert all(
+        r.startswith("ERR ShardedSaveError")
+        and "rank 1: rank 0 is at save #1, this rank at step 1: the ranks are out of step" in r
+        for r in results.values()
+    ), results
+    assert dest.read_bytes() == before
 
 
 def test_a_rank_whose_rank_0_never_comes_fails_after_the_timeout(tmp_path):
