@@ -153,10 +153,18 @@ def test_the_job_comes_from_the_argument_our_variable_or_the_launcher(monkeypatc
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
     assert job_identity() == "rendezvous:10.0.0.1/29500"
+    monkeypatch.setenv("MASTER_ADDR", "localhost")  # one machine's: jobs on two may both use it
+    assert job_identity() == f"rendezvous:{socket.gethostname()}/localhost/29500"
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's default --rdzv-id names no job
-    assert job_identity() == "rendezvous:10.0.0.1/29500"
+    assert job_identity() == f"rendezvous:{socket.gethostname()}/localhost/29500"
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r-42")
     assert job_identity() == "torchrun:r-42"
+    monkeypatch.setenv("RUN_NAME", "r1")  # Flyte's: checked after torchrun's and Slurm's
+    monkeypatch.setenv("ACTION_NAME", "a0")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    assert job_identity() == "flyte:r1/a0"
+    monkeypatch.setenv("SLURM_JOB_ID", "991")
+    assert job_identity() == "slurm:991"
     monkeypatch.setenv("FLYTE_CHECKPOINT_JOB", " nightly ")
     assert job_identity() == "nightly"
     assert job_identity("given") == "given"
@@ -171,3 +179,29 @@ def test_a_bad_job_or_step_is_a_configuration_error(tmp_path, folder):
     for step in (-1, True, 1.5):
         with pytest.raises(ConfigurationError, match="give save_sharded a whole number of 0 or more"):
             save_sharded(dest, folder, rank=0, world_size=1, step=step)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"not json", b"[1, 2]", b'{"token": 5, "save": "x", "expires": "soon", "process": "p", "state": 1}'],
+    ids=["not-json", "not-an-object", "wrong-types"],
+)
+def test_a_damaged_session_marker_does_not_stop_saves(tmp_path, caplog, monkeypatch, damage):
+    """A session marker that is not ours (damaged, or written by something else) counts as no
+    session (with a warning naming it), or as one of no job whose lease ran out (its fields
+    have the wrong types): the next save replaces it."""
+    monkeypatch.setenv(LEASE_ENV, "0.5s")
+    dest = str(tmp_path / "ckpt")
+    marker = Path(coordination_prefix(dest)) / "open"
+    marker.parent.mkdir(parents=True)
+    marker.write_bytes(damage)
+    folders = sr.make_folders(tmp_path, 2)
+    with caplog.at_level(logging.WARNING, logger="flyte_checkpoint"):
+        assert sr.save_threads(dest, folders) == []
+    assert sr.restore(dest, tmp_path) == sr.union(folders)
+    if damage.startswith(b"{"):
+        assert (
+            f"taking over the sharded save session at {dest} (a job with no name, save #None" in caplog.text
+        )
+    else:
+        assert f"ignoring {marker}: it is not a marker of a sharded save" in caplog.text

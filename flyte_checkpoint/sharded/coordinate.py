@@ -80,11 +80,21 @@ class Markers:
 
     def get(self, name: str) -> Doc | None:
         """The marker, or None when it is absent or could not be read now (a transient error,
-        such as the marker being replaced while it was read): the callers poll again."""
+        such as the marker being replaced while it was read): the callers poll again. A marker
+        that is not a JSON object (damaged, or not ours) counts as absent, with a warning: it is
+        replaced by the next one written there."""
         try:
-            return json.loads(self.store.read_bytes(self.prefix + name))
+            data = self.store.read_bytes(self.prefix + name)
         except (NotFoundError, TransientError):
             return None
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            logger().warning("ignoring %s: it is not a marker of a sharded save", redact(self.prefix + name))
+            return None
+        return doc
 
     def names(self, start: str) -> list[str]:
         """The names of the markers that begin with ``start`` (one listing)."""
@@ -117,9 +127,20 @@ class _Waiter:
 def describe(session: Doc) -> str:
     """A session as a message shows it: its job, save, world size and leader."""
     return (
-        f"{describe_job(session.get('job'))}, {describe_save(session.get('save') or {})} of"
-        f" {session.get('world')} ranks, led by rank 0 on {describe_process(session.get('process') or {})}"
+        f"{describe_job(session.get('job'))}, {describe_save(_save(session))} of {session.get('world')}"
+        f" ranks, led by rank 0 on {describe_process(session.get('process'))}"
     )
+
+
+def _number(value: Any) -> float:
+    """A number a marker holds (0 for anything else)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _save(doc: Doc) -> dict[str, Any]:
+    """Which save a session is (empty when the marker does not say)."""
+    save = doc.get("save")
+    return save if isinstance(save, dict) else {}
 
 
 def _key(doc: Doc | None) -> tuple[Any, ...] | None:
@@ -270,18 +291,19 @@ class StoreCoordinator:
                 return
             if self.caller.job is not None and doc.get("job") == self.caller.job:
                 return  # left by an earlier run of this job's rank 0 (a job has one): it is gone
-            if gone(doc.get("process") or {}):
+            if gone(doc.get("process")):
                 return
             if self.markers.get(f"{doc.get('token')}.result") is not None:
                 return  # it ended, and its leader died before saying so in the session
             if watched is None:
-                left = float(doc.get("expires") or 0) - time.time()
-                if 0 < left <= 2 * self.lease:
+                lease = _number(doc.get("lease")) or self.lease  # its leader's, renewed every third
+                left = _number(doc.get("expires")) - time.time()
+                if 0 < left <= 2 * lease:
                     self._refuse(doc)
                 # Its lease ran out by this clock (or runs longer than a lease can: the leader's
                 # clock is ahead): taken over only after a whole lease more without a renewal
                 # (clocks differ, and a busy leader may renew late).
-                watched, deadline = _key(doc), time.monotonic() + self.lease
+                watched, deadline = _key(doc), time.monotonic() + max(lease, self.lease)
             elif _key(doc) != watched:
                 self._refuse(doc)
             elif time.monotonic() >= deadline:
@@ -289,7 +311,7 @@ class StoreCoordinator:
                     "taking over the sharded save session at %s (%s): it was not renewed for %gs",
                     redact(self.uri),
                     describe(doc),
-                    self.lease,
+                    max(lease, self.lease),
                 )
                 return
             time.sleep(min(self.lease / 10, _POLL_MAX))
@@ -339,8 +361,8 @@ class StoreCoordinator:
                 elif rank in found:
                     first = found[rank]
                     problems.append(
-                        f"two processes reported as rank {rank}, on {describe_process(first['process'])}"
-                        f" and on {describe_process(doc.get('process') or {})}: two jobs are saving to"
+                        f"two processes reported as rank {rank}, on {describe_process(first.get('process'))}"
+                        f" and on {describe_process(doc.get('process'))}: two jobs are saving to"
                         f" {redact(self.uri)} at once, or a rank was started twice. Give each job its own"
                         " URI, or name each job (job= or FLYTE_CHECKPOINT_JOB)"
                     )
@@ -412,14 +434,14 @@ class StoreCoordinator:
         rank 0 is past this call's save (a session that appeared or changed during the call)."""
         if doc.get("job") != self.caller.job:
             return False  # another job's: its rank 0 or ours will say (refused-)
-        theirs, mine = doc.get("save") or {}, self.caller.save
+        theirs, mine = _save(doc), self.caller.save
         if doc.get("state") == "finished":
             # Maybe this save, ended without this rank; maybe an earlier run's, whose counts
             # started from 1 too: rank 0's next save, or the timeout, tells.
             return False
         if theirs == mine:
             return True
-        if watch.live(doc) and (theirs.get("by") != mine.get("by") or theirs.get("n", 0) > mine.get("n", 0)):
+        if watch.live(doc) and (theirs.get("by") != mine.get("by") or _number(theirs.get("n")) > mine["n"]):
             raise ShardedSaveError(
                 f"rank {self.rank}: {out_of_step(theirs, mine)}. Nothing was committed by this call"
                 f" (sharded save to {redact(self.uri)})"
@@ -449,6 +471,11 @@ class StoreCoordinator:
             outcome = self.markers.get(f"{token}.result")
             if outcome is not None:
                 step(self.rank, "outcome")
+                if not isinstance(outcome.get("ok"), bool) or not isinstance(outcome.get("error", ""), str):
+                    raise ShardedSaveError(
+                        f"rank {self.rank}: the outcome of the sharded save to {redact(self.uri)} is"
+                        " damaged: whether rank 0 committed or not, the object is whole: save again"
+                    )
                 return outcome, None
             doc = self.markers.get("open")
             if doc is not None and doc.get("token") == token:
@@ -475,8 +502,9 @@ class StoreCoordinator:
     def _accepted(self, outcome: Doc, report: Doc) -> Doc:
         """``outcome``, unless it committed without this call's ``report`` (raises)."""
         if outcome.get("ok"):
-            accepted = (outcome.get("accepted") or {}).get(str(self.rank))
-            if accepted is None:  # this rank is outside rank 0's world, and came after its decision
+            named = outcome.get("accepted")
+            accepted = named.get(str(self.rank)) if isinstance(named, dict) else None
+            if not isinstance(accepted, dict):  # outside rank 0's world, and came after its decision
                 raise ShardedSaveError(
                     f"rank {self.rank}: rank 0 committed the sharded save to {redact(self.uri)} without"
                     f" this rank ({report.get('error') or 'it was not among the ranks awaited'}). This"
@@ -486,7 +514,7 @@ class StoreCoordinator:
                 raise ShardedSaveError(
                     f"rank {self.rank}: rank 0 committed the sharded save to {redact(self.uri)} with"
                     f" another process's part for rank {self.rank} (on"
-                    f" {describe_process(accepted.get('process') or {})}): two processes ran as rank"
+                    f" {describe_process(accepted.get('process'))}): two processes ran as rank"
                     f" {self.rank}, from two jobs saving to one URI or a rank started twice. This"
                     " call's files are not in the checkpoint: give each job its own URI, or name each"
                     " job (job= or FLYTE_CHECKPOINT_JOB)"

@@ -6,7 +6,7 @@ earlier save, once joined any session they had not seen).
 
 - **The job**: ``job=``, else ``$FLYTE_CHECKPOINT_JOB``, else the first the launcher set of
   :data:`JOB_SOURCES` (torchrun's run id, Slurm's job id, Flyte's run and action, the
-  rendezvous address), else none: jobs without a name cannot be told apart (README).
+  rendezvous address and port), else none: jobs without a name cannot be told apart (README).
 - **The save**: ``step=``, else the count of this process's ``save_sharded`` calls for that
   destination, rank and job (the n-th call of every rank is one save, as collectives match).
 - **The process**: host, pid, PID namespace and start time, so that a session whose leader
@@ -35,9 +35,11 @@ JOB_SOURCES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("TORCHELASTIC_RUN_ID",), "torchrun"),
     (("SLURM_JOB_ID",), "slurm"),
     (("RUN_NAME", "ACTION_NAME"), "flyte"),
-    (("FLYTE_INTERNAL_EXECUTION_ID",), "flyte"),
     (("MASTER_ADDR", "MASTER_PORT"), "rendezvous"),
 )
+#: Rendezvous addresses that name no host: jobs on two machines may both use one, so this
+#: machine's name is added (one machine's port serves one job at a time).
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
 
 Save = dict[str, Any]
 Process = dict[str, Any]
@@ -63,6 +65,8 @@ def job_identity(job: str | None = None) -> str | None:
         values = [os.environ.get(name, "").strip() for name in names]
         # torchrun's --rdzv-id defaults to "none": every job would share that name.
         if all(values) and values != ["none"]:
+            if label == "rendezvous" and values[0] in LOOPBACK:
+                values.insert(0, socket.gethostname())
             return f"{label}:{'/'.join(values)}"
     return None
 
@@ -94,7 +98,7 @@ def forget_saves(dest: str | None = None, jobs: Collection[str | None] | None = 
 
 def describe_save(save: Save) -> str:
     """``save #3`` (the third call) or ``step 1200`` (``step=1200``)."""
-    return f"step {save['n']}" if save.get("by") == "step" else f"save #{save.get('n')}"
+    return f"step {save.get('n')}" if save.get("by") == "step" else f"save #{save.get('n')}"
 
 
 def describe_job(job: str | None) -> str:
@@ -111,14 +115,19 @@ def this_process() -> Process:
     }
 
 
-def describe_process(process: Process) -> str:
+def describe_process(process: Any) -> str:
+    if not isinstance(process, dict):
+        return "an unknown host"
     return f"host {process.get('host')} (pid {process.get('pid')})"
 
 
-def gone(process: Process) -> bool:
-    """Whether ``process`` provably no longer runs: it ran on this host in this PID namespace
-    and its pid is free, a zombie, or another process's (a different start time)."""
-    if not process or process.get("host") != socket.gethostname() or process.get("pidns") != _pid_namespace():
+def gone(process: Any) -> bool:
+    """Whether ``process`` (a session's leader) provably no longer runs: it ran on this host in
+    this PID namespace and its pid is free, a zombie, or another process's (a different start
+    time)."""
+    if not isinstance(process, dict):
+        return False
+    if process.get("host") != socket.gethostname() or process.get("pidns") != _pid_namespace():
         return False  # elsewhere: only its lease tells
     pid = process.get("pid")
     if not isinstance(pid, int) or pid <= 0:
