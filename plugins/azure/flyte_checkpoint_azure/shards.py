@@ -1,8 +1,8 @@
 """Sharded saves on Azure: blocks staged by every rank, one block list (``flyte_checkpoint.sharded``).
 
 Each rank stages its segment as blocks of the destination blob (Put Block), with ids tagged by
-a digest of the save's token, the rank and its call's joiner nonce, so ranks (and two processes
-reporting as one rank) never collide and every id has the length of an ordinary writer's
+a digest of the save's token and its call's joiner nonce, then the rank, so ranks (and two
+processes reporting as one rank) never collide and every id has the length of an ordinary writer's
 (Azure wants one length for a blob's blocks). Rank 0 stages the tail and commits the ranks'
 block ids in rank order, then the tail's, in one Put Block List: the blob
 appears whole, or stays as it was. Azure has no minimum block size, so segments need no
@@ -23,10 +23,16 @@ from .writer import DOUBLE_EVERY, MAX_BLOCKS, AzureWriter
 if TYPE_CHECKING:
     from .store import AzureStore
 
+#: Characters of a block id's tag that tell the save and the joiner apart (the rest of the 16
+#: is the rank, or ``tail``).
+_SAVE_CHARS = 10
+
 
 def _tag(token: str, who: str, joiner: str = "") -> str:
-    """A 16-character block-id tag of the save's token, the rank (or ``tail``) and the joiner."""
-    return hashlib.sha256(f"{token}/{who}/{joiner}".encode()).hexdigest()[:16]
+    """A 16-character block-id tag: a digest of the save's token and the joiner, then the rank
+    (or ``tail``)."""
+    save = hashlib.sha256(f"{token}/{joiner}".encode()).hexdigest()[:_SAVE_CHARS]
+    return f"{save}{who:0>{16 - _SAVE_CHARS}}"
 
 
 class AzureSegment(AzureWriter):
