@@ -205,3 +205,22 @@ def test_a_damaged_session_marker_does_not_stop_saves(tmp_path, caplog, monkeypa
         )
     else:
         assert f"ignoring {marker}: it is not a marker of a sharded save" in caplog.text
+
+
+def test_a_store_whose_segments_take_no_joiner_still_saves(tmp_path, monkeypatch):
+    """A backend written before ``segment`` took ``joiner`` (CONTRIBUTING's capability) gets the
+    call it knows."""
+    from flyte_checkpoint.sharded import writes
+
+    calls: list[tuple[int, int]] = []
+
+    def segment(self: writes.GatherWrites, session: dict, rank: int, world: int) -> Any:
+        calls.append((rank, world))
+        return writes._ObjectSegment(self.store, f"{self.prefix}{session['token']}.piece-{rank:05d}")
+
+    monkeypatch.setattr(writes.GatherWrites, "segment", segment)
+    dest = f"memory://old-backend/{tmp_path.name}/ckpt"
+    folders = sr.make_folders(tmp_path, 2)
+    assert sr.save_threads(dest, folders) == []
+    assert sorted(calls) == [(0, 2), (1, 2)]
+    assert sr.restore(dest, tmp_path) == sr.union(folders)

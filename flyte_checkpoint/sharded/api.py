@@ -13,6 +13,7 @@ from ..uri import normalize, redact
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint
+    from .writes import Segment
 
 TIMEOUT_ENV = "FLYTE_CHECKPOINT_SHARD_TIMEOUT"
 DEFAULT_TIMEOUT = 600.0
@@ -140,7 +141,7 @@ def save_sharded(
             if mismatch is not None:
                 return {"ok": False, "error": mismatch}
             step(rank, "packing")
-            segment = writes.segment(session, rank, world, caller.joiner)
+            segment = _segment(writes, session, rank, world, caller.joiner)
             leave_out = leave_out_for(dest) if is_local(dest) else None  # a destination in the folder
             report = pack_segment(src, segment, segment.padding_needed, leave_out)  # type: ignore[arg-type]
             step(rank, "segment")
@@ -198,6 +199,20 @@ def save_sharded(
             else error
         )
     logger().info("rank %d of %d: sharded save to %s committed", rank, world, redact(dest))
+
+
+def _segment(writes: Any, session: dict[str, Any], rank: int, world: int, joiner: str) -> Segment:
+    """``writes.segment(...)``; a store written before segments took ``joiner`` gets the call it
+    knows (two processes reporting as one rank may then write one segment: its README says)."""
+    import inspect
+
+    try:
+        takes_joiner = "joiner" in inspect.signature(writes.segment).parameters
+    except (TypeError, ValueError):  # no signature to read: assume the current one
+        takes_joiner = True
+    if takes_joiner:
+        return writes.segment(session, rank, world, joiner=joiner)
+    return writes.segment(session, rank, world)
 
 
 def _guard(own):
