@@ -423,6 +423,17 @@ def save_threads(dest: str, folders: list[Path], **kw: Any) -> list[BaseExceptio
     return errors
 
 
+def session_opened(dest: str, folder: Path, *, world: int = 2, env: dict[str, str] = SHORT_LEASE) -> Actor:
+    """Rank 0 (``WORLD_SIZE=world``) started and held once its session is open (``AT packing@1``)."""
+    r0 = Actor(dest, 0, [{"folder": folder, "world": world}], pause=("packing@1",), env=env)
+    try:
+        r0.at("packing@1")
+    except BaseException:
+        actors_end(r0)
+        raise
+    return r0
+
+
 def check_world_mismatch(
     dest: str, tmp: Path, read: Callable[[], dict[str, bytes]], worlds: tuple[int, ...]
 ) -> None:
@@ -432,11 +443,8 @@ def check_world_mismatch(
     before = make_folders(tmp, 2, tag="before")
     assert save_threads(dest, before) == []
     folders = make_folders(tmp, 3, tag="mixed")
-    ranks = [
-        Actor(dest, 0, [{"folder": folders[0], "world": worlds[0]}], pause=("packing@1",), env=SHORT_LEASE)
-    ]
+    ranks = [session_opened(dest, folders[0], world=worlds[0])]
     try:
-        ranks[0].at("packing@1")
         for rank in (1, 2):
             ranks.append(
                 Actor(
@@ -499,10 +507,9 @@ def check_two_jobs(dest: str, tmp: Path, read: Callable[[], dict[str, bytes]]) -
     rank 1 joins A's save, which commits A's union alone."""
     a, b = make_folders(tmp, 2, tag="jobA"), make_folders(tmp, 2, tag="jobB")
     env_a, env_b = {**SHORT_LEASE, "FLYTE_CHECKPOINT_JOB": "A"}, {**SHORT_LEASE, "FLYTE_CHECKPOINT_JOB": "B"}
-    a0 = Actor(dest, 0, [{"folder": a[0], "world": 2}], pause=("packing@1",), env=env_a)
+    a0 = session_opened(dest, a[0], env=env_a)
     started = [a0]
     try:
-        a0.at("packing@1")
         b0 = Actor(dest, 0, [{"folder": b[0], "world": 2}], pause=("packing@1",), env=env_b)
         started.append(b0)
         refused = b0.next()
@@ -566,10 +573,9 @@ def check_outside_rank_after_the_commit(dest: str, tmp: Path, read: Callable[[],
     ranks 0 and 1 (WORLD_SIZE=2) but reports after rank 0 committed: it must raise (its files
     are not in the object), where it returned normally before."""
     folders = make_folders(tmp, 3, tag="outside")
-    r0 = Actor(dest, 0, [{"folder": folders[0], "world": 2}], pause=("packing@1",), env=SHORT_LEASE)
+    r0 = session_opened(dest, folders[0])
     started = [r0]
     try:
-        r0.at("packing@1")
         r2 = Actor(dest, 2, [{"folder": folders[2], "world": 3}], pause=("session@1",), env=SHORT_LEASE)
         started.append(r2)
         r2.at("session@1")  # it took rank 0's session

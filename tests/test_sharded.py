@@ -345,25 +345,21 @@ def test_ranks_that_disagree_on_the_world_size_all_raise(tmp_path, worlds):
     sr.check_world_mismatch(str(dest), tmp_path, lambda: restore(dest, tmp_path), worlds)
 
 
-def test_a_late_rank_never_joins_the_next_save(tmp_path):
-    dest = tmp_path / "ckpt"
-    sr.check_late_rank(str(dest), tmp_path, lambda: restore(dest, tmp_path))
+ISSUE_32 = {
+    "a-late-rank-never-joins-the-next-save": sr.check_late_rank,
+    "a-second-job-is-refused-and-never-mixed-in": sr.check_two_jobs,
+    "a-rank-outside-the-world-reporting-after-the-commit-raises": sr.check_outside_rank_after_the_commit,
+    "two-processes-as-one-rank-never-both-return": sr.check_two_processes_as_one_rank,
+}
 
 
-def test_a_second_job_on_the_same_uri_is_refused_and_never_mixed_in(tmp_path):
+@pytest.mark.parametrize("check", ISSUE_32.values(), ids=ISSUE_32.keys())
+def test_ranks_join_only_the_save_of_their_own_call(tmp_path, check):
+    """Issue 32's sharded scenarios, with rank processes held at the steps each needs (see
+    tests/shardranks.py)."""
     dest = tmp_path / "ckpt"
-    sr.check_two_jobs(str(dest), tmp_path, lambda: restore(dest, tmp_path))
+    check(str(dest), tmp_path, lambda: restore(dest, tmp_path))
 
 
 def test_empty_files_at_the_edges_of_segments_stay_with_their_rank(tmp_path):
     sr.check_empty_files_at_the_edges(str(tmp_path / "ckpt"), tmp_path)
-
-
-def test_a_rank_outside_the_world_that_reports_after_the_commit_raises(tmp_path):
-    dest = tmp_path / "ckpt"
-    sr.check_outside_rank_after_the_commit(str(dest), tmp_path, lambda: restore(dest, tmp_path))
-
-
-def test_two_processes_reporting_as_one_rank_never_both_return(tmp_path):
-    dest = tmp_path / "ckpt"
-    sr.check_two_processes_as_one_rank(str(dest), tmp_path, lambda: restore(dest, tmp_path))

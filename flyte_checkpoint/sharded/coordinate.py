@@ -44,6 +44,11 @@ from ..uri import redact
 from .identity import Caller, describe_job, describe_process, describe_save, gone, out_of_step
 
 Doc = dict[str, Any]
+#: What a coordinator is given: rank 0's opening of a save (its session), a rank's own part
+#: (its report), and rank 0's decision on every rank's report and the problems seen (the outcome).
+Begin = Callable[[], Doc]
+Own = Callable[[Doc], Doc]
+Decide = Callable[[list[Doc], list[str]], Doc]
 #: Called with (rank, step) as a save passes each step: "session", "packing", "segment"
 #: (written, not yet durable), "reported" (not rank 0), "committing" and "outcome". Tests
 #: stop a rank there (synchronised on its own progress).
@@ -239,12 +244,7 @@ class StoreCoordinator:
 
     # -- rank 0 -------------------------------------------------------------------------------
 
-    def lead(
-        self,
-        begin: Callable[[], Doc],
-        own: Callable[[Doc], Doc],
-        decide: Callable[[list[Doc], list[str]], Doc],
-    ) -> Doc:
+    def lead(self, begin: Begin, own: Own, decide: Decide) -> Doc:
         self._claim()
         session = begin()
         session.update(self.caller.stamp(), state="packing", lease=self.lease)
@@ -388,7 +388,7 @@ class StoreCoordinator:
 
     # -- the other ranks ----------------------------------------------------------------------
 
-    def follow(self, own: Callable[[Doc], Doc]) -> Doc:
+    def follow(self, own: Own) -> Doc:
         watch = _Watch()
         session = self._find(watch)
         while True:
@@ -543,12 +543,7 @@ class TorchCoordinator:
                 " committed by this save: the previous checkpoint is unchanged"
             ) from exc
 
-    def lead(
-        self,
-        begin: Callable[[], Doc],
-        own: Callable[[Doc], Doc],
-        decide: Callable[[list[Doc], list[str]], Doc],
-    ) -> Doc:
+    def lead(self, begin: Begin, own: Own, decide: Decide) -> Doc:
         import torch.distributed as dist
 
         session = begin()
@@ -567,7 +562,7 @@ class TorchCoordinator:
         step(0, "outcome")
         return outcome
 
-    def follow(self, own: Callable[[Doc], Doc]) -> Doc:
+    def follow(self, own: Own) -> Doc:
         import torch.distributed as dist
 
         box: list[Any] = [None]

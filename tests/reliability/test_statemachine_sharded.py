@@ -63,6 +63,14 @@ HANG = 120.0
 LEADER_STEPS = ("session", "packing", "segment", "committing", "outcome")
 FOLLOWER_STEPS = ("session", "packing", "segment", "reported")
 TALLY: Counter[str] = Counter()
+#: CI runs the same sequences every time; a long run (FCP_SHARD_STATE_EXAMPLES set), new ones.
+BUDGET = settings(
+    derandomize=LONG_RUN is None,
+    suppress_health_check=list(HealthCheck),
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+)
 
 
 class Died(BaseException):
@@ -377,16 +385,7 @@ def test_sharded_saves_of_many_actors_never_mix(name, tmp_path, monkeypatch):
                     (tmp_path / "store" / run).mkdir(parents=True)
                     self.dest = str(tmp_path / "store" / run / "ckpt")
 
-        run_state_machine_as_test(
-            Machine,
-            settings=settings(
-                max_examples=EXAMPLES,
-                stateful_step_count=STEPS,
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-                derandomize=LONG_RUN is None,  # CI: the same sequences every run; longer runs: new ones
-            ),
-        )
+        run_state_machine_as_test(Machine, settings=BUDGET)
     finally:
         coordinate.observers.remove(_observer)
     print(f"\nsharded state machine on {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(TALLY.items())))
