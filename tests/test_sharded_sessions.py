@@ -224,3 +224,40 @@ def test_a_store_whose_segments_take_no_joiner_still_saves(tmp_path, monkeypatch
     assert sr.save_threads(dest, folders) == []
     assert sorted(calls) == [(0, 2), (1, 2)]
     assert sr.restore(dest, tmp_path) == sr.union(folders)
+
+
+def test_a_rank_that_never_finds_its_save_names_the_session_it_saw(tmp_path, folder):
+    """Rank 1 of job 'mine' waits for its rank 0; the session there is another job's (which
+    its rank 0 would refuse): the timeout's message says what this rank saw."""
+    dest = str(tmp_path / "ckpt")
+    other_session(dest, expires_in=60)
+    with pytest.raises(ShardedSaveError) as caught:
+        save_sharded(dest, folder, rank=1, world_size=2, job="mine", timeout=1)
+    assert str(caught.value) == (
+        f"rank 1: rank 0 did not open the sharded save to {dest} within 1s (the session there is job"
+        " 'other', save #7 of 8 ranks, led by rank 0 on host elsewhere (pid 4242), collecting; this rank"
+        " is job 'mine' at save #1): check that every rank calls save_sharded, or raise the timeout"
+        " (FLYTE_CHECKPOINT_SHARD_TIMEOUT)"
+    )
+
+
+def test_a_damaged_outcome_is_an_error_that_says_to_save_again(tmp_path, folder):
+    dest = str(tmp_path / "ckpt")
+    markers = other_session(dest, expires_in=60, job="mine")
+    markers.put("open", {**(markers.get("open") or {}), "save": {"by": "call", "n": 1}, "world": 2})
+    markers.put("theirs.result", {"ok": "perhaps"})
+    with pytest.raises(ShardedSaveError) as caught:
+        save_sharded(dest, folder, rank=1, world_size=2, job="mine", timeout=60)
+    assert str(caught.value) == (
+        f"rank 1: the outcome of the sharded save to {dest} is damaged: whether rank 0 committed or"
+        " not, the object is whole: save again"
+    )
+
+
+@pytest.mark.parametrize("value", ["soon", "0s"])
+def test_a_bad_lease_is_a_configuration_error_naming_the_variable(tmp_path, folder, monkeypatch, value):
+    from flyte_checkpoint.errors import ConfigurationError
+
+    monkeypatch.setenv(LEASE_ENV, value)
+    with pytest.raises(ConfigurationError, match="FLYTE_CHECKPOINT_SHARD_LEASE"):
+        save_alone(str(tmp_path / "ckpt"), folder)
