@@ -261,3 +261,56 @@ def test_a_bad_lease_is_a_configuration_error_naming_the_variable(tmp_path, fold
     monkeypatch.setenv(LEASE_ENV, value)
     with pytest.raises(ConfigurationError, match="FLYTE_CHECKPOINT_SHARD_LEASE"):
         save_alone(str(tmp_path / "ckpt"), folder)
+
+
+def test_another_job_that_begins_as_a_save_ends_is_never_swept(tmp_path, monkeypatch):
+    """Job B starts while job A's rank 0 sweeps the markers of earlier saves after its commit.
+    A's session is still open then, so B's rank 0 refuses; before, A swept after it had said
+    "finished" (and marked it ended for this process's other ranks 0), B began, and A's sweep
+    removed B's rank 1's report: B failed, its rank 1 hearing no outcome (and a report written
+    as the sweep ran raised a bare NotFoundError: found by the state machine's long run)."""
+    import threading
+
+    dest = str(tmp_path / "ckpt")
+    a, b = sr.make_folders(tmp_path, 1, tag="a"), sr.make_folders(tmp_path, 2, tag="b")
+    b_went_on = threading.Event()
+    b_errors: list[BaseException] = []
+    real_sweep = Markers.sweep
+
+    def on_step(rank: int, step: str) -> None:
+        if threading.current_thread().name == "b-rank1" and step == "reported":
+            b_went_on.set()
+
+    def run_b() -> None:
+        threads = []
+        for r in range(2):
+
+            def rank(r: int = r) -> None:
+                try:
+                    save_sharded(dest, b[r], rank=r, world_size=2, job="B", timeout=2)
+                except BaseException as exc:
+                    b_errors.append(exc)
+
+            threads.append(threading.Thread(target=rank, name=f"b-rank{r}"))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        b_went_on.set()
+
+    b_thread = threading.Thread(target=run_b)
+
+    def sweep(self: Markers, keep: str) -> None:
+        if not b_thread.is_alive() and not b_went_on.is_set():
+            b_thread.start()  # job B begins as job A's rank 0 sweeps
+            assert b_went_on.wait(60), "job B neither reported nor ended"
+        real_sweep(self, keep)
+
+    monkeypatch.setattr(coordinate.Markers, "sweep", sweep)
+    monkeypatch.setattr(coordinate, "observers", [on_step])
+    save_sharded(dest, a[0], rank=0, world_size=1, job="A", timeout=60)
+    b_thread.join(60)
+    assert len(b_errors) == 2 and all("another sharded save is in progress" in str(e) for e in b_errors), (
+        b_errors
+    )
+    assert sr.restore(dest, tmp_path) == sr.union(a)

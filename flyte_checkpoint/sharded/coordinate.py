@@ -252,32 +252,35 @@ class StoreCoordinator:
         self.used.add(token)
         lease = _Lease(self.markers, session, self.lease)
         try:
-            lease.start()
-            step(0, "session")
-            mine = own(session)
-            mine.update(self.caller.stamp())
-            lease.update(state="collecting")
-            reports, problems = self._collect(token, mine)
-            if not problems and all(r["ok"] for r in reports):
-                other = lease.still_ours()
-                if other is not None:
-                    problems.append(
-                        f"another sharded save took over {redact(self.uri)} while this one ran"
-                        f" ({describe(other)}): two jobs must not save to one URI at once"
-                    )
-            outcome = decide(reports, problems)
+            try:
+                lease.start()
+                step(0, "session")
+                mine = own(session)
+                mine.update(self.caller.stamp())
+                lease.update(state="collecting")
+                reports, problems = self._collect(token, mine)
+                if not problems and all(r["ok"] for r in reports):
+                    other = lease.still_ours()
+                    if other is not None:
+                        problems.append(
+                            f"another sharded save took over {redact(self.uri)} while this one ran"
+                            f" ({describe(other)}): two jobs must not save to one URI at once"
+                        )
+                outcome = decide(reports, problems)
+                if outcome["ok"]:
+                    outcome["accepted"] = {
+                        str(r["rank"]): {"joiner": r["joiner"], "process": r["process"]} for r in reports
+                    }
+                    # While the session is held: once it says "finished", another job's rank 0
+                    # may begin, and its markers must not be swept with those of earlier saves.
+                    self.markers.sweep(token)
+                self.markers.put(f"{token}.result", outcome)
+            finally:
+                lease.stop()
+            if lease.still_ours() is None:  # never hide another job's session from its ranks
+                lease.update(state="finished", ok=outcome["ok"])
         finally:
-            lease.stop()
-            _ended.add(token)
-        if outcome["ok"]:
-            outcome["accepted"] = {
-                str(r["rank"]): {"joiner": r["joiner"], "process": r["process"]} for r in reports
-            }
-        self.markers.put(f"{token}.result", outcome)
-        if lease.still_ours() is None:  # never hide another job's session from its ranks
-            lease.update(state="finished", ok=outcome["ok"])
-        if outcome["ok"]:
-            self.markers.sweep(token)
+            _ended.add(token)  # also when this thread is stopped (a test's "killed" rank)
         step(0, "outcome")
         return outcome
 
@@ -397,7 +400,13 @@ class StoreCoordinator:
             step(self.rank, "session")
             report = own(session)
             report.update(self.caller.stamp())
-            self.markers.put(f"{token}.done-{self.rank}.{self.caller.joiner}", report)
+            try:
+                self.markers.put(f"{token}.done-{self.rank}.{self.caller.joiner}", report)
+            except Exception as exc:
+                raise ShardedSaveError(
+                    f"rank {self.rank}: could not report to rank 0 of the sharded save to"
+                    f" {redact(self.uri)} ({type(exc).__name__}: {exc}): save again"
+                ) from exc
             step(self.rank, "reported")
             outcome, newer = self._await(session)
             if newer is None:
