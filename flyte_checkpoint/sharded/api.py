@@ -203,7 +203,7 @@ def save_sharded(
 
 def _segment(writes: Any, session: dict[str, Any], rank: int, world: int, joiner: str) -> Segment:
     """``writes.segment(...)``; a store written before segments took ``joiner`` gets the call it
-    knows (two processes reporting as one rank may then write one segment: its README says)."""
+    knows (two processes reporting as one rank may then write one segment: docs/sharded.md)."""
     import inspect
 
     try:

@@ -6,7 +6,7 @@ earlier save, once joined any session they had not seen).
 
 - **The job**: ``job=``, else ``$FLYTE_CHECKPOINT_JOB``, else the first the launcher set of
   :data:`JOB_SOURCES` (torchrun's run id, Slurm's job id, Flyte's run and action, the
-  rendezvous address and port), else none: jobs without a name cannot be told apart (README).
+  rendezvous address and port), else none: jobs without a name cannot be told apart (docs/sharded.md).
 - **The save**: ``step=``, else the count of this process's ``save_sharded`` calls for that
   destination, rank and job (the n-th call of every rank is one save, as collectives match).
 - **The process**: host, pid, PID namespace and start time, so that a session whose leader

@@ -230,10 +230,8 @@ class LocalShardedWrites:
         # Everything but this save's files and the session marker: pieces and joins of saves
         # whose ranks were killed, and temporary files of marker writes they left (not those
         # being written now: this save's, and the session's renewal).
-        from ..storage.stores.local import _TMP_MARK
-
         token = session["token"]
-        keep = (f"{token}.", "open", f"{_TMP_MARK}{token}.", f"{_TMP_MARK}open.")
+        keep = (f"{token}.", "open", f"{TMP}{token}.", f"{TMP}open.")
         for name in _listdir(self.folder):
             if not name.startswith(keep):
                 _unlink(self.folder + name)
