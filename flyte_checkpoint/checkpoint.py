@@ -211,8 +211,10 @@ class Checkpoint(BaseCheckpoint):
         import asyncio
 
         from .cancellation import Scope
+        from .preemption import notice
 
         names = _member_names(members)
+        notice()  # the main thread's loads keep our SIGTERM handler in front (an event loop's)
         scope = Scope(f"load of {redact(self._src)}")
         try:
             return await asyncio.to_thread(self._load, scope, names)
@@ -321,8 +323,10 @@ class Checkpoint(BaseCheckpoint):
         if self._src is None:
             return None
         from .cancellation import Scope
+        from .preemption import deferring
 
-        return self._load_file(name, dest, Scope(f"load of {redact(self._src)}"))
+        scope = Scope(f"load of {redact(self._src)}")
+        return deferring(lambda: self._load_file(name, dest, scope))
 
     async def load_file(self, name: str, dest: str | os.PathLike[str] | None = None) -> Path | None:
         """:meth:`load_file_sync` in a worker thread."""
@@ -331,7 +335,9 @@ class Checkpoint(BaseCheckpoint):
         import asyncio
 
         from .cancellation import Scope
+        from .preemption import notice
 
+        notice()
         scope = Scope(f"load of {redact(self._src)}")
         try:
             return await asyncio.to_thread(self._load_file, name, dest, scope)
@@ -423,9 +429,11 @@ class Checkpoint(BaseCheckpoint):
         import asyncio
 
         from .cancellation import Scope
+        from .preemption import notice
         from .saveorder import take
 
         self._raise_unseen()
+        notice()  # the main thread's saves keep our SIGTERM handler in front (an event loop's)
         turn = take(self._dest)  # in the caller, so the order is that of the calls
         scope = Scope(f"save to {redact(self._dest)}")
         try:
@@ -522,6 +530,9 @@ class Checkpoint(BaseCheckpoint):
         """:meth:`save_background`, its snapshot taken in a worker thread (the event loop goes on)."""
         import asyncio
 
+        from .preemption import notice
+
+        notice()  # save_background's own check runs in the worker thread, where it cannot
         return await asyncio.to_thread(self.save_background, data)
 
     def wait(self, timeout: float | None = None) -> None:

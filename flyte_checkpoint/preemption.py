@@ -191,9 +191,7 @@ def deferring(fn: Callable[[], T]) -> T:
     """
     if threading.get_ident() != _main_ident():
         return fn()
-    if _state.installed_pid == os.getpid() and signal.getsignal(signal.SIGTERM) is not _handle:
-        with _lock:
-            _keep_in_front()
+    notice()
     _depth.value += 1
     try:
         return fn()
@@ -201,6 +199,23 @@ def deferring(fn: Callable[[], T]) -> T:
         _depth.value -= 1
         if _depth.value == 0 and _state.deferred is not None:
             _run_deferred()
+
+
+def notice() -> None:
+    """In the main thread, put ours in front again of a handler set after it that does not
+    call it (see :mod:`flyte_checkpoint.handlerchain`); elsewhere, nothing.
+
+    Every save and load the main thread makes calls this (:func:`deferring` does, and the
+    async ones when they are called, before their worker thread runs): an asyncio program
+    saves only with ``await``, and its loop's ``add_signal_handler`` is the handler set after.
+    """
+    if (
+        _state.installed_pid == os.getpid()
+        and threading.get_ident() == _main_ident()
+        and signal.getsignal(signal.SIGTERM) is not _handle
+    ):
+        with _lock:
+            _keep_in_front()
 
 
 def _main_ident() -> int | None:
@@ -214,7 +229,7 @@ def _run_deferred() -> None:
     _state.deferred = None
     signum, frame, since = deferred
     logger().warning(
-        "SIGTERM came %.2f s ago, during a save of the main thread, which has now ended",
+        "SIGTERM came %.2f s ago, during a save or load of the main thread, which has now ended",
         time.monotonic() - since,
     )
     _handle_now(signum, frame, since)
@@ -656,6 +671,7 @@ __all__ = [
     "forget",
     "grace_seconds",
     "install",
+    "notice",
     "on_terminate",
     "preempt",
     "register",

@@ -13,6 +13,7 @@ with a recording handler as "the handler found first", so the test process never
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import os
@@ -122,6 +123,57 @@ def test_a_save_of_the_main_thread_puts_ours_in_front_again(previous_handler, re
     signal.raise_signal(signal.SIGTERM)
     # The newest handler, which replaced the older one and calls none: as without ours.
     assert calls == ["save", "later 1"] and previous_handler == []
+
+
+def _calls_in_the_main_thread(cp: fc.Checkpoint, tmp_path: Path) -> dict[str, Any]:
+    """Each save or load of the API other than save_sync, load_sync and save_background, as the
+    main thread makes it: the async ones through an event loop in this thread."""
+    return {
+        "await save": lambda: asyncio.run(cp.save(b"regular")),
+        "await load": lambda: asyncio.run(cp.load()),
+        "await load(members)": lambda: asyncio.run(cp.load(members=["a.bin"])),
+        "await load_file": lambda: asyncio.run(cp.load_file("a.bin", tmp_path / "out1.bin")),
+        "load_file_sync": lambda: cp.load_file_sync("a.bin", tmp_path / "out2.bin"),
+        "await save_background_async": lambda: asyncio.run(cp.save_background_async(b"regular")).result(),
+    }
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "await save",
+        "await load",
+        "await load(members)",
+        "await load_file",
+        "load_file_sync",
+        "await save_background_async",
+    ],
+)
+def test_every_save_or_load_of_the_main_thread_puts_ours_in_front_again(
+    call,
+    previous_handler,  # noqa: F811
+    records,
+    tmp_path,
+):
+    """Proves: a handler set after ours (an asyncio loop's, in async code) was noticed by
+    ``save_sync``, ``load_sync`` and ``save_background`` only: a program that saved and loaded
+    with ``await cp.save()``/``await cp.load()`` (or ``load_file``) kept the later handler,
+    and SIGTERM silently ran no final save. Every save and load made by the main thread now
+    puts ours in front (the async ones when they are called, before their worker runs)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.bin").write_bytes(b"a" * 1000)
+    fc.Checkpoint(str(tmp_path / "prev")).save_sync(str(tmp_path / "src"))
+    cp = fc.Checkpoint(str(tmp_path / "ckpt"), str(tmp_path / "prev"))
+    calls: list[str] = []
+    cp.on_terminate(lambda: calls.append("save") or b"final")
+    signal.signal(signal.SIGTERM, later_handler(calls))
+    _calls_in_the_main_thread(cp, tmp_path)[call]()
+    assert signal.getsignal(signal.SIGTERM) is preemption._handle
+    assert len(records.warnings("SIGTERM's handler was replaced")) == 1
+    cp.wait()
+    signal.raise_signal(signal.SIGTERM)
+    assert calls == ["save", "later"] and previous_handler == []
+    assert (tmp_path / "ckpt").read_bytes() == b"final"
 
 
 _FOUND: list[Any] = []
