@@ -317,8 +317,9 @@ class Checkpoint(BaseCheckpoint):
             UnsafeArchiveError: ``name`` is not a relative path inside the tree, or the index
                 names one that is not.
             CorruptCheckpointError: the index or the file's data does not match.
-            WorkspaceError: a folder is at the path to write, or a file is where one of its
-                folders must be (nothing is written); or the disk cannot hold the file.
+            WorkspaceError: a folder (or a device, a FIFO, a socket) is at the path to write,
+                or a file is where one of its folders must be (nothing is written); or the disk
+                cannot hold the file.
         """
         if self._src is None:
             return None

@@ -124,9 +124,10 @@ def make_way(target: Path, what: str) -> None:
     """Make the folders ``target`` goes in (none of its missing parents is an error).
 
     Raises:
-        WorkspaceError: a folder is at ``target``, or a file (or a link to one, or to
-            nothing) is where one of its folders must be; the message names it and says what
-            to do (``what`` names the restore).
+        WorkspaceError: a folder, a device, a FIFO or a socket is at ``target`` (a file
+            replaces it by a rename: ``/dev/null`` would become a regular file), or a file (or
+            a link to one, or to nothing) is where one of its folders must be; the message
+            names it and says what to do (``what`` names the restore).
     """
     from .errors import WorkspaceError
 
@@ -135,6 +136,12 @@ def make_way(target: Path, what: str) -> None:
             f"cannot restore {what} to {target}: a folder is there. Pass the path of a file, or"
             " of a folder that holds no folder of the file's name, as dest; or move that folder"
         )
+    node = _special_node(target)
+    if node:
+        raise WorkspaceError(
+            f"cannot restore {what} to {target}: a {node} is there, which the file would replace."
+            " Pass the path of a file, or of a folder, as dest"
+        )
     for parent in reversed(target.parents):
         if os.path.lexists(parent) and not parent.is_dir():
             raise WorkspaceError(
@@ -142,6 +149,21 @@ def make_way(target: Path, what: str) -> None:
                 " nowhere), not a folder. Pass another dest, or move that file"
             )
     target.parent.mkdir(parents=True, exist_ok=True)
+
+
+def _special_node(path: Path) -> str:
+    """What ``path`` itself is when it is neither a file, a folder nor a link ('' otherwise)."""
+    import stat
+
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    return "socket" if stat.S_ISSOCK(mode) else ""
 
 
 def current_umask() -> int:

@@ -113,3 +113,30 @@ def test_a_folder_or_a_file_in_the_way_is_an_error_that_says_what_to_do(source: 
         restore(source, tmp_path, blocker / "x" / "y.pt")
     assert blocker.read_bytes() == b"in the way"
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_a_fifo_or_a_socket_at_dest_is_in_the_way_and_left_as_it_is(source: str, tmp_path: Path, kind: str):
+    """Proves: a ``dest`` that is a FIFO or a socket (a device such as ``/dev/null`` alike) is
+    in the way, a WorkspaceError naming it; it was replaced by a regular file holding the bytes
+    (``load_file_sync(name, '/dev/null')`` run as root left ``/dev/null`` a regular file, which
+    broke every program on the machine that wrote to it). Nothing is written, the node stays."""
+    import socket
+    import stat
+
+    node = tmp_path / kind
+    if kind == "fifo":
+        os.mkfifo(node)
+    else:
+        bound = socket.socket(socket.AF_UNIX)
+        bound.bind(str(node))
+        bound.close()
+    with pytest.raises(WorkspaceError) as err:
+        restore(source, tmp_path, node)
+    text = str(err.value)
+    assert f"cannot restore 'sub/model.pt' from {source}"[:40] in text
+    assert f"to {node}: a {'FIFO' if kind == 'fifo' else 'socket'} is there" in text
+    assert "Pass the path of a file" in text
+    mode = os.lstat(node).st_mode
+    assert (stat.S_ISFIFO if kind == "fifo" else stat.S_ISSOCK)(mode)
+    assert leftovers(tmp_path) == []
