@@ -487,7 +487,8 @@ class Checkpoint(BaseCheckpoint):
 
         Raises:
             the error of an earlier background save that failed unseen (nothing is started);
-            NotFoundError, UnsupportedDataError, SourceChangedError, OSError: from the snapshot.
+            NotFoundError, UnsupportedDataError, SourceChangedError, OSError: from the snapshot
+                (a full disk where the copy goes: WorkspaceError).
         """
         from .preemption import deferring
 
@@ -514,7 +515,7 @@ class Checkpoint(BaseCheckpoint):
                     from .storage.stores.local import leave_out_for
 
                     leave_out = leave_out_for(self._dest)
-                staged = stage(src, is_dir, self._local_root, leave_out)
+                staged = stage(src, is_dir, self._local_root, leave_out, what)
                 data = staged.path
             action = self._prepare(data)
             handle = SaveHandle(what, scope)

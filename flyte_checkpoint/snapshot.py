@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import heldfolders
-from .errors import UnsupportedDataError
+from .errors import CheckpointError, UnsupportedDataError, WorkspaceError
 from .paths import LeaveOut
 from .sources import check_unchanged
 from .workfiles import LOCK, STAGING, is_staging, is_working_file
@@ -71,18 +71,24 @@ class Staged:
 
 
 def stage(
-    src: Path, is_dir: bool, local_root: Callable[[], str], leave_out: LeaveOut | None = None
+    src: Path,
+    is_dir: bool,
+    local_root: Callable[[], str],
+    leave_out: LeaveOut | None = None,
+    what: str = "background save",
 ) -> Staged:
     """Copy ``src`` into a new staging folder and return it.
 
     ``local_root()`` makes (if needed) and returns the checkpoint's local root. ``leave_out``
     (a local save's :class:`~flyte_checkpoint.paths.LeaveOut`) names entries of
-    one folder to skip.
+    one folder to skip. ``what`` names the save in messages (``save to URI``, redacted).
 
     Raises:
         SourceChangedError: a file changed while it was copied.
         UnsupportedDataError: the folder holds something other than files, folders and links.
-        OSError: the copy failed (no space, no permission...).
+        WorkspaceError: the disk (or the quota) of the staging folder is full; it names
+            ``what``, ``src`` and the folder, and says what to do.
+        OSError: the copy failed otherwise (no permission...).
     """
     held = _make_folder(src, local_root)
     try:
@@ -96,6 +102,18 @@ def stage(
         else:
             copier.file(str(src), target, follow=True)
         return Staged(held, target, copier.reflinked, copier.copied)
+    except OSError as exc:
+        where = os.path.dirname(held.path or "")
+        held.release()
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(exc, CheckpointError):
+            raise WorkspaceError(
+                exc.errno,
+                f"no space left in {where} to stage a copy of {src} for the {what}: nothing was"
+                " saved and the previous checkpoint is unchanged. Free space there (the copy goes"
+                " beside the data, or under the temp folder when that is on the same file system),"
+                " or save it with save_sync(), which reads the data in place",
+            ) from exc
+        raise
     except BaseException:
         held.release()
         raise
@@ -242,14 +260,7 @@ def _copy(src_fd: int, dest_fd: int, size: int) -> None:
                     break
                 done += n
     if done < size:
-        try:
-            _copy_plain(src_fd, dest_fd, done)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise OSError(
-                    exc.errno, f"no space left to stage a copy for a background save: {exc}"
-                ) from exc
-            raise
+        _copy_plain(src_fd, dest_fd, done)  # a full disk: stage() says so
 
 
 def _copy_plain(src_fd: int, dest_fd: int, offset: int) -> None:

@@ -706,3 +706,45 @@ def test_interpreter_exit_waits_for_the_upload_in_flight(tmp_path):
     )
     assert done.returncode == 0 and done.stdout == "returning\n", done.stderr[-3000:]
     assert folder_at(dest, tmp_path) == {"step.txt": b"7", "weights.bin": b"\7" * 200_000}
+
+
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_a_full_disk_while_staging_is_a_workspace_error_naming_the_uri_and_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+):
+    """Proves: a staging copy that fills its disk (the source on a 1 MiB tmpfs, the temp folder
+    elsewhere, so the copy goes beside the source) raised a bare ``OSError`` naming neither the
+    checkpoint nor what to do. It is a WorkspaceError (a CheckpointError, an OSError with errno
+    ENOSPC) naming the URI, the data and the folder, saying what to do; nothing is stored, no
+    staging copy is left, and the next save runs."""
+    import errno
+
+    from conftest import require
+    from flyte_checkpoint.errors import CheckpointError, WorkspaceError
+    from tests.test_load_rules import _mount_tmpfs
+
+    small = tmp_path / "small"
+    require(_mount_tmpfs(small, "1m"), "mounting a 1 MiB tmpfs needs root (CAP_SYS_ADMIN)")
+    try:
+        (small / "run").mkdir()
+        (small / "run" / "big.bin").write_bytes(os.urandom(600_000))
+        data = small / "run" if kind == "folder" else small / "run" / "big.bin"
+        elsewhere = tmp_path / "temp"
+        elsewhere.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
+        dest = tmp_path / "store" / "ckpt"
+        with fc.Checkpoint(str(dest)) as cp:
+            with pytest.raises(WorkspaceError) as info:
+                cp.save_background(data)
+            error = info.value
+            assert isinstance(error, CheckpointError) and error.errno == errno.ENOSPC
+            text = str(error)
+            assert f"no space left in {small / 'run'}" in text or f"no space left in {small}" in text
+            assert str(dest) in text and str(data) in text and "save_sync" in text
+            assert not dest.exists() and sorted(small.rglob(PREFIX + "*")) == []
+            cp.save_background(b"next").result(HANG)
+        assert dest.read_bytes() == b"next"
+    finally:
+        import subprocess
+
+        subprocess.run(["umount", str(small)], check=True)
