@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from .context import CHECKPOINT_NAME, default_root
-from .errors import ConfigurationError, RunInUseError
+from .errors import ConfigurationError, RunInUseError, StoreError
 from .logs import logger
 from .uri import is_local, join, local_path, normalize, redact
 
@@ -243,11 +243,39 @@ class Run:
             )
 
 
+#: The lock file is opened, never followed or waited on: a FIFO there must not block the call.
+_OPEN_LOCK = (
+    os.O_RDONLY
+    | os.O_CREAT
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
 def _lock_file(path, run: Run) -> IO[bytes]:
+    """The run's lock file, open and locked.
+
+    Raises:
+        RunInUseError: another process (or call) holds it.
+        StoreError: something other than a file is at ``path`` (a folder, a link, a FIFO...).
+    """
     import fcntl
+    import stat
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "ab")  # noqa: SIM115 - held open for the whole run: the lock is on it
+    try:
+        fd = os.open(path, _OPEN_LOCK, 0o644)
+    except OSError as exc:
+        kind = "a link" if os.path.islink(path) else "a folder" if os.path.isdir(path) else ""
+        if not kind:
+            raise
+        raise _not_a_lock(path, kind, run) from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_a_lock(path, "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket", run)
+    handle = os.fdopen(fd, "rb")  # held open for the whole run: the lock is on it
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -260,6 +288,13 @@ def _lock_file(path, run: Run) -> IO[bytes]:
         handle.close()
         raise
     return handle
+
+
+def _not_a_lock(path, kind: str, run: Run) -> StoreError:
+    return StoreError(
+        f"{path} is {kind}, not the run's lock file (an empty file) of run {run.name!r} of"
+        f" {run.action}: nothing was run. If no process runs it, remove it; the next call makes the file"
+    )
 
 
 def attempts(run: Run, retries: int) -> Iterator[tuple[int, str, str | None]]:

@@ -337,3 +337,58 @@ def test_an_attempt_that_saves_nothing_does_not_reset_the_progress_in_memory():
     source = seen[2][2]
     assert source is not None and source.startswith("memory://runs-nothing-saved/run-")
     assert source.endswith("/train/0/_flytecheckpoints")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link to nowhere"])
+def test_something_other_than_a_file_at_the_lock_path_is_an_error_naming_it(tmp_path, kind):
+    """Proves: a FIFO, a folder or a link leading nowhere where a named run's lock file goes
+    (left by hand, by another tool, or planted) is a StoreError (a CheckpointError and an
+    OSError) naming the path, what is there and what to do, and the task's function does not
+    run. A FIFO made the call hang for ever in ``open`` (waiting for a reader); a folder and a
+    link raised a bare IsADirectoryError or FileNotFoundError. Once it is removed, the run
+    goes on."""
+    import threading
+
+    from flyte_checkpoint.errors import CheckpointError, StoreError
+    from tests.reliability.gates import HANG
+
+    lock = tmp_path / "r" / ".train.lock"
+    lock.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "folder":
+        lock.mkdir()
+    else:
+        lock.symlink_to(tmp_path / "nowhere" / "x")
+    calls: list[int] = []
+
+    @fc.task(retries=0, checkpoint_root=str(tmp_path), run_name="r")
+    def train(n: int) -> int:
+        calls.append(n)
+        return n
+
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            train(1)
+        except BaseException as exc:  # kept for the test's thread
+            raised.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(HANG)
+    if caller.is_alive():  # a writer waiting for the FIFO's reader: give it one, then fail
+        os.close(os.open(lock, os.O_RDONLY | os.O_NONBLOCK))
+        caller.join(HANG)
+        pytest.fail(f"the call hung with a {kind} at the run's lock path")
+    [error] = raised
+    assert isinstance(error, StoreError) and isinstance(error, CheckpointError), repr(error)
+    what = {"fifo": "a FIFO", "folder": "a folder", "link to nowhere": "a link"}[kind]
+    assert f"{lock} is {what}, not the run's lock file" in str(error)
+    assert "remove it" in str(error) and calls == []
+    if kind == "folder":
+        lock.rmdir()
+    else:
+        lock.unlink()
+    assert train(2) == 2 and calls == [2]
