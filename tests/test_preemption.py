@@ -617,6 +617,48 @@ def test_a_sigterm_during_a_save_of_the_main_thread_is_handled_when_that_save_en
     assert outcome.status == "done" and Path(dest).read_bytes() == b"final"
 
 
+@pytest.mark.parametrize("call", ["load_sync", "load_file_sync"])
+def test_a_sigterm_during_a_load_of_the_main_thread_is_handled_when_that_load_ends(
+    call, previous_handler, tmp_path
+):
+    """The same for a load the main thread makes (it holds the source's store and its scope):
+    the handler notes the signal, the load goes on to its end, and the final saves run when it
+    returns. ``load_file_sync`` ran the final saves inside its read, while ``load_sync``
+    deferred them."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "model.pt").write_bytes(b"weights" * 1000)
+    prev = str(tmp_path / "prev")
+    fc.Checkpoint(prev).save_sync(tree)
+    order: list[str] = []
+
+    def sigterm_at_first_read(op: str, *args: object) -> None:
+        if (
+            not order
+            and op in ("read", "open_read", "read_range")
+            and threading.current_thread() is threading.main_thread()
+        ):
+            order.append("SIGTERM")
+            signal.raise_signal(signal.SIGTERM)
+            order.append("the load goes on")
+
+    with spying("file", sigterm_at_first_read) as spy:
+        cp = fc.Checkpoint(str(tmp_path / "ckpt"), spy.uri_for(prev))
+        cp.on_terminate(lambda: (order.append("final save"), b"final")[1])
+        if call == "load_sync":
+            cp.load_sync()
+        else:
+            cp.load_file_sync("model.pt", tmp_path / "out.pt")
+        order.append(f"{call} returned, previous handler called {len(previous_handler)} time(s)")
+    assert order == [
+        "SIGTERM",
+        "the load goes on",
+        "final save",
+        f"{call} returned, previous handler called 1 time(s)",
+    ]
+    assert (tmp_path / "ckpt").read_bytes() == b"final"
+
+
 def test_an_interrupt_anywhere_in_the_deferral_leaves_no_save_counted(tmp_path):
     """A KeyboardInterrupt landing at any call or return of the deferral's own code (a profile
     hook raises it there, as tests/reliability/test_interrupts.py does) must not leave the main
