@@ -365,7 +365,11 @@ class Checkpoint(BaseCheckpoint):
                 return None
             make_way(target, f"{rel!r} from {redact(src)}")
             one = Selection((rel,), folders=False)
-            restore_into(store, src, size, one, lambda _: str(target), beside=str(target.parent))
+            counter = _Counter(self._progress or _no_progress, None)  # as a load of the member
+            restore_into(
+                store, src, size, one, lambda _: str(target), beside=str(target.parent), on_read=counter
+            )
+            counter.finish()
             return target
 
         with using(scope):

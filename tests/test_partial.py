@@ -274,6 +274,26 @@ def test_load_file_is_the_one_file_case(saved, tmp_path):
         cp.load_file_sync("model")
 
 
+def test_load_file_reports_progress_as_a_load_of_that_member_does(saved, tmp_path):
+    """Proves: ``progress`` is called while ``load_file_sync`` reads (from ``(0, None)`` to the
+    bytes of the object read, reported as the total at the end), with the figures a
+    ``load(members=[name])`` of that file reports. It was never called: a long restore of one
+    large file showed nothing."""
+    _src, obj = saved
+    reports: dict[str, list[tuple[int, int | None]]] = {"members": [], "load_file": []}
+    with fc.Checkpoint(
+        str(tmp_path / "a"), str(obj), progress=lambda d, t: reports["members"].append((d, t))
+    ) as cp:
+        cp.load_sync(members=["optim.pt"])
+    with fc.Checkpoint(
+        str(tmp_path / "b"), str(obj), progress=lambda d, t: reports["load_file"].append((d, t))
+    ) as cp:
+        assert cp.load_file_sync("optim.pt", tmp_path / "optim.pt") == tmp_path / "optim.pt"
+    done, total = reports["load_file"][-1]
+    assert reports["load_file"][0] == (0, None) and done == total and done > 0
+    assert reports["load_file"] == reports["members"]
+
+
 # -- reading only what it needs -----------------------------------------------------------
 
 
