@@ -25,16 +25,66 @@ class PathTooLongError(StoreError):
     """A local path is longer than the system allows (on Linux 4,096 bytes, or 255 for one name)."""
 
     @classmethod
-    def for_path(cls, path: str, advice: str) -> PathTooLongError:
-        """The error naming ``path`` (shortened when very long) and saying what to do."""
-        size = len(os.fsencode(path))
-        longest = max((len(os.fsencode(p)) for p in path.split("/")), default=0)
+    def for_path(cls, path: str, advice: str, *, failed: str | None = None) -> PathTooLongError:
+        """The error naming ``path`` (shortened when very long) and saying what to do.
+        ``failed`` is the path the system refused, when it was not ``path`` itself (a
+        temporary file beside it, made by this library): named when ``path`` fits."""
         shown = path if len(path) <= 240 else f"{path[:120]}...{path[-100:]}"
-        if longest > _NAME_MAX:
-            why = f"one of its names has {longest} bytes, more than the {_NAME_MAX} a name may have"
-        else:
-            why = f"it has {size} bytes, and a path may have at most {_PATH_MAX - 1}"
-        return cls(f"the path {shown} is too long for this system ({why}): {advice}")
+        why = _over_limit(path)
+        if why is None and failed is not None and failed != path:
+            beside = _shown(os.path.basename(failed))
+            why = f"the path of a working file beside it, {beside!r}: {cls.why(failed)}"
+        return cls(f"the path {shown} is too long for this system ({why or cls.why(path)}): {advice}")
+
+    @staticmethod
+    def why(path: str) -> str:
+        """Why the system refuses ``path`` as too long: which of its names is over the limit of
+        a name on its file system (NAME_MAX), else the whole path's length against PATH_MAX."""
+        found = _over_limit(path)
+        if found is not None:
+            return found
+        name_max, path_max = _limits(path)
+        return (
+            f"its file system refused it as too long, though none of its names has more than"
+            f" {name_max} bytes and it has {len(os.fsencode(path))}, under the {path_max - 1} a path"
+            " may have"
+        )
+
+
+def _shown(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else f"{text[: width - 20]}...{text[-17:]}"
+
+
+def _over_limit(path: str) -> str | None:
+    """Which limit ``path`` is over: one of its names over NAME_MAX, else the whole over
+    PATH_MAX (those of its file system); None when it is under both."""
+    name_max, path_max = _limits(path)
+    longest = max(path.split(os.sep), key=lambda p: len(os.fsencode(p)), default="")
+    size = len(os.fsencode(longest))
+    if size > name_max:
+        return (
+            f"its name {_shown(longest)!r} has {size} bytes, more than the {name_max} a name may"
+            " have on its file system"
+        )
+    size = len(os.fsencode(path))
+    if size >= path_max:
+        return f"it has {size} bytes, and a path may have at most {path_max - 1}"
+    return None
+
+
+def _limits(path: str) -> tuple[int, int]:
+    """The longest name and path (NAME_MAX, PATH_MAX with its NUL) of the file system that
+    holds ``path`` (the nearest folder above it that exists), else Linux's."""
+    folder = os.path.dirname(os.path.abspath(path))
+    while hasattr(os, "pathconf") and folder:
+        try:
+            return os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
+        except (OSError, ValueError):
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+    return _NAME_MAX, _PATH_MAX
 
 
 class WorkspaceError(StoreError):

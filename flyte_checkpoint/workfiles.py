@@ -23,6 +23,8 @@ name                            what it is                         where, made b
 =============================== ================================== =========================
 
 ``TOKEN`` is 12 hexadecimal digits, ``XXXXXXXX`` the 8 characters of ``tempfile.mkdtemp``.
+``NAME`` is the user's file name, made shorter where the working file's name would be longer
+than the user's name could be (:func:`fitted`): a working file fits wherever its user's name fits.
 Staging folders and local roots also hold :data:`LOCK`, the file their owner keeps locked
 while it lives (:mod:`flyte_checkpoint.heldfolders`); it is never anywhere else.
 
@@ -39,6 +41,8 @@ is any function's and cannot be told from a user's file by its name alone.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 
 #: Background saves' staging folders (:mod:`flyte_checkpoint.snapshot`).
@@ -74,6 +78,55 @@ _WORKING = re.compile(
 )
 
 
+#: The length in bytes a working file's name may reach whatever the user's name: every file
+#: system in use takes names of 143 bytes (eCryptfs) or more (255 on most).
+_FLOOR = 128
+#: What stands for the rest of a name that was cut: ``~`` and 16 hexadecimal digits of its hash.
+_CUT = 17
+
+
+def fitted(before: str, name: str, after: str = "", *, room: int = 0) -> str:
+    """``before + name + after``, the name of a working file made from a user's file ``name``,
+    with ``name`` cut where that would not fit: the result, with ``room`` more bytes added
+    after it (a token), is no longer than ``name`` or 128 bytes, whichever is longer. So it fits
+    in any folder that holds ``name`` (one of 255 bytes included, ``.fcp-tmp-`` and all).
+
+    A cut name keeps its head and ends with ``~`` and 16 hexadecimal digits of a hash of the
+    whole name: the same ``name`` always gives the same result, two names almost never the
+    same one, and :func:`is_working_file` recognises it as it recognises the uncut one.
+    """
+    whole = before + name + after
+    size = len(os.fsencode(name))
+    limit = max(size, _FLOOR) - room
+    if len(os.fsencode(whole)) <= limit:
+        return whole
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    keep = limit - len(os.fsencode(before + after)) - _CUT
+    head = ""
+    for char in name:  # whole characters, so a cut name is still valid UTF-8 where name was
+        keep -= len(os.fsencode(char))
+        if keep < 0:
+            break
+        head += char
+    return f"{before}{head}~{digest}{after}"
+
+
+def temp_prefix(name: str) -> str:
+    """``.fcp-tmp-NAME.``: how a local store writer's temporary files for ``name`` begin (then
+    ``TOKEN``)."""
+    return fitted(TMP, name, ".", room=12)
+
+
+def shard_folder(name: str) -> str:
+    """``.fcp-tmp-NAME.shard``: the name of a local sharded save's folder beside ``name``."""
+    return fitted(TMP, name, SHARD)
+
+
+def download_temp(name: str, token: str) -> str:
+    """``.NAME.fcp-tmp-TOKEN``: the name of a download's temporary file beside ``name``."""
+    return fitted(".", name, TMP, room=len(token)) + token
+
+
 def is_working_file(name: str) -> bool:
     """Whether ``name`` (one entry's name, not a path) is one of this library's working files
     (see the module's table): what a folder save leaves out."""
@@ -90,4 +143,16 @@ def is_root(name: str) -> bool:
     return name.startswith(ROOT) and re.fullmatch(_TOKEN, name[len(ROOT) :]) is not None
 
 
-__all__ = ["LOCK", "ROOT", "STAGING", "TMP", "is_root", "is_staging", "is_working_file"]
+__all__ = [
+    "LOCK",
+    "ROOT",
+    "STAGING",
+    "TMP",
+    "download_temp",
+    "fitted",
+    "is_root",
+    "is_staging",
+    "is_working_file",
+    "shard_folder",
+    "temp_prefix",
+]

@@ -1082,10 +1082,11 @@ def file_system_error(exc: OSError, source: str, where: str, what: str) -> Store
             f" may write ({reason}); raise the file size limit (ulimit -f) or restore on another disk"
         )
     if exc.errno == errno.ENAMETOOLONG:
+        failed = exc.filename if isinstance(exc.filename, str) else where
         return PathTooLongError(
             f"cannot restore {source} into {where}: {what} has a path too long for its file system"
-            f" ({reason}; on Linux a name may have 255 bytes, a path 4,095): save it with shorter"
-            " names, or restore into a shorter folder"
+            f" ({reason}: {PathTooLongError.why(failed)}): save it with shorter names, or restore"
+            " into a shorter folder"
         )
     return StoreError(f"cannot restore {source} into {where} ({what}): {reason}")
 

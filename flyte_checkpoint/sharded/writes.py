@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Protocol
 from ..logs import logger
 from ..storage.blobstore import COPY_CHUNK, BlobStore
 from ..uri import is_local, local_path, redact
-from ..workfiles import SHARD, TMP
+from ..workfiles import TMP, shard_folder
 
 Session = dict[str, Any]
 
@@ -27,7 +27,7 @@ def coordination_prefix(uri: str) -> str:
     the object (locally one that folder saves leave out, as they do writers' temporary files)."""
     if is_local(uri):
         target = local_path(uri)
-        return f"{target.parent}/{TMP}{target.name}{SHARD}/"
+        return f"{target.parent}/{shard_folder(target.name)}/"
     return uri + ".fcp-shard/"
 
 

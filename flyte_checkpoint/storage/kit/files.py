@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import BinaryIO
 
-from ...workfiles import TMP
+from ...workfiles import TMP, download_temp
 from ..blobstore import COPY_CHUNK
 
 #: The mark of a download's temporary file (the local store's temporary files carry it too).
@@ -30,7 +30,7 @@ def download_to_file(
         whatever ``stream.read``/``readinto`` raises, and OSError from the local file system.
     """
     target = Path(path)
-    tmp = target.with_name(f".{target.name}{TMP_MARK}{secrets.token_hex(6)}")
+    tmp = target.with_name(download_temp(target.name, secrets.token_hex(6)))
     buf = bytearray(COPY_CHUNK)
     view = memoryview(buf)
     total = 0

@@ -17,7 +17,7 @@ from typing import BinaryIO
 from ...errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
 from ...paths import LeaveOut, current_umask
 from ...uri import local_path
-from ...workfiles import TMP, is_working_file
+from ...workfiles import TMP, is_working_file, temp_prefix
 from ..blobstore import (
     BlobStore,
     BlobWriter,
@@ -82,7 +82,10 @@ def _file_info(path: str) -> ObjectInfo | None:
 
 def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
     if exc.errno == errno.ENAMETOOLONG:
-        return PathTooLongError.for_path(str(path), f"choose a shorter path to {action} the checkpoint")
+        failed = exc.filename if isinstance(exc.filename, str) else None  # a temporary file's?
+        return PathTooLongError.for_path(
+            str(path), f"choose a shorter path to {action} the checkpoint", failed=failed
+        )
     if isinstance(exc, FileNotFoundError):
         return NotFoundError(f"no checkpoint object at {path}")
     if isinstance(exc, PermissionError):
@@ -95,7 +98,9 @@ def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
 
 
 def _temp_prefix(target: Path) -> str:
-    return f"{_TMP_MARK}{target.name}."
+    """How the temporary files of writers of ``target`` begin (a token follows): short enough
+    that they fit wherever ``target`` does."""
+    return temp_prefix(target.name)
 
 
 def leave_out_for(uri: str) -> LeaveOut | None:
