@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 import traceback
 import warnings
@@ -42,7 +41,7 @@ from . import __version__
 from .errors import CheckpointError, ContainerNotFoundError, NotFoundError
 from .progress import ProgressBar, format_bytes, progress_bar
 from .uri import redact, redact_text
-from .workfiles import PULL
+from .workfiles import PULL, STAGED
 
 PROG = "flyte-checkpoint"
 
@@ -323,12 +322,15 @@ def show_inspect(r: dict[str, Any]) -> None:
 
 def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
     from .format.restore import restore_object
+    from .heldfolders import holding
 
     size = store.stat(uri)
     _no_checkpoint(uri, size)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=PULL, dir=dest.parent)
-    try:
+    # held while the pull runs; a pull killed meanwhile leaves it to the next one made here
+    with holding(str(dest.parent), PULL) as held:
+        staging = os.path.join(held, STAGED)  # a folder of its own: no member meets the lock file
+        os.mkdir(staging, 0o700)
         done = 0
 
         def counted(n: int) -> None:
@@ -349,14 +351,8 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
         if dest.exists():  # an empty folder: keep it, fill it
             for name in os.listdir(staging):
                 os.rename(os.path.join(staging, name), dest / name)
-            os.rmdir(staging)
         else:
             os.rename(staging, dest)
-    except BaseException:
-        import shutil
-
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return is_tar, size
 
 

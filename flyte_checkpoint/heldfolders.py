@@ -33,9 +33,9 @@ import shutil
 import socket
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from .workfiles import LOCK, is_root
+from .workfiles import LOCK, is_root, named, new_name
 
 try:
     import fcntl
@@ -159,6 +159,25 @@ def _take_new(path: str) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def holding(parent: str, prefix: str) -> Iterator[str]:
+    """A new folder ``parent/PREFIXXXXXXXXX`` (:func:`~flyte_checkpoint.workfiles.new_name`)
+    held while the block runs and removed after it, however it ends; once it is made, the
+    folders of the same prefix in ``parent`` whose makers are gone are swept (a process killed
+    while it staged a restore or a pull there leaves one).
+
+    Raises:
+        OSError: the folder could not be made (see :meth:`HeldFolder.make`).
+    """
+    folder = HeldFolder()
+    path = folder.make(parent, lambda: new_name(prefix))
+    try:
+        sweep(parent, named(prefix))
+        yield path
+    finally:
+        folder.release()
+
+
 def sweep(parent: str, match: Callable[[str], bool]) -> int:
     """Remove the folders in ``parent`` whose names ``match`` and whose makers are gone (see
     the module's docstring); the number removed. Best effort: never raises."""
@@ -227,4 +246,4 @@ def _remove(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)  # and whatever came meanwhile
 
 
-__all__ = ["HeldFolder", "host", "sweep", "sweep_roots"]
+__all__ = ["HeldFolder", "holding", "host", "sweep", "sweep_roots"]

@@ -22,11 +22,15 @@ name                            what it is                         where, made b
                                 workspace, restores, staging       (``checkpoint``)
 =============================== ================================== =========================
 
-``TOKEN`` is 12 hexadecimal digits, ``XXXXXXXX`` the 8 characters of ``tempfile.mkdtemp``.
-``NAME`` is the user's file name, made shorter where the working file's name would be longer
-than the user's name could be (:func:`fitted`): a working file fits wherever its user's name fits.
-Staging folders and local roots also hold :data:`LOCK`, the file their owner keeps locked
-while it lives (:mod:`flyte_checkpoint.heldfolders`); it is never anywhere else.
+``TOKEN`` is 12 hexadecimal digits, ``XXXXXXXX`` 8 characters as ``tempfile.mkdtemp``'s
+(:func:`new_name`). ``NAME`` is the user's file name, made shorter where the working file's
+name would be longer than the user's name could be (:func:`fitted`): a working file fits
+wherever its user's name fits.
+The staging folders (background saves', partial restores', pulls') and local roots also hold
+:data:`LOCK`, the file their owner keeps locked while it lives
+(:mod:`flyte_checkpoint.heldfolders`), and are swept once their owner is gone by the next
+operation of their kind made in the same place; it is never anywhere else. A partial
+restore or a pull stages in a folder of its own inside (:data:`STAGED`), never beside the lock.
 
 :func:`is_working_file` recognises these names exactly (not a user's ``.fcp-notes``), and a
 folder save leaves out every entry it recognises, at any depth (``pack_directory``, the
@@ -44,6 +48,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
+from collections.abc import Callable
 
 #: Background saves' staging folders (:mod:`flyte_checkpoint.snapshot`).
 STAGING = ".fcp-staging-"
@@ -52,16 +58,20 @@ STAGING = ".fcp-staging-"
 TMP = ".fcp-tmp-"
 #: The suffix of a local sharded save's folder after ``.fcp-tmp-NAME``.
 SHARD = ".shard"
-#: ``tempfile.mkdtemp`` prefixes: a partial restore, its hard links set aside, a CLI pull.
+#: Prefixes of names of 8 characters as ``tempfile.mkdtemp`` makes them (:func:`new_name`): a
+#: partial restore's staging, its hard links set aside, a CLI pull's staging.
 RESTORE = ".fcp-restore-"
 LINKS = ".fcp-links-"
 PULL = ".fcp-pull-"
+#: The folder a partial restore or a pull stages in, inside its held folder.
+STAGED = "tree"
 #: A ``Checkpoint``'s local root in the temp folder.
 ROOT = "flyte-checkpoint-ws-"
 #: The lock file in a staging folder or a local root (see :mod:`flyte_checkpoint.heldfolders`).
 LOCK = ".fcp-lock"
 
 _TOKEN = "[0-9a-f]{12}"
+_MKDTEMP_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 _MKDTEMP = "[a-z0-9_]{8}"
 _WORKING = re.compile(
     "|".join(
@@ -127,6 +137,18 @@ def download_temp(name: str, token: str) -> str:
     return fitted(".", name, TMP, room=len(token)) + token
 
 
+def new_name(prefix: str) -> str:
+    """A new name ``prefix`` + ``XXXXXXXX`` (8 random characters, as ``tempfile.mkdtemp``'s)."""
+    return prefix + "".join(secrets.choice(_MKDTEMP_CHARS) for _ in range(8))
+
+
+def named(prefix: str) -> Callable[[str], bool]:
+    """Whether a name is ``prefix`` + ``XXXXXXXX`` (:func:`new_name`'s): what a sweep of the
+    folders made with that prefix removes once their makers are gone."""
+    pattern = re.compile(re.escape(prefix) + _MKDTEMP)
+    return lambda name: pattern.fullmatch(name) is not None
+
+
 def is_working_file(name: str) -> bool:
     """Whether ``name`` (one entry's name, not a path) is one of this library's working files
     (see the module's table): what a folder save leaves out."""
@@ -153,6 +175,8 @@ __all__ = [
     "is_root",
     "is_staging",
     "is_working_file",
+    "named",
+    "new_name",
     "shard_folder",
     "temp_prefix",
 ]

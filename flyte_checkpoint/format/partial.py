@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, NotFoundError, UnsafeArchiveError
 from ..limits import DiskBudget, LoadLimits
-from ..workfiles import LINKS, RESTORE
+from ..workfiles import LINKS, RESTORE, STAGED
 from . import digests
 from .archive import ExactReader, read_members
 
@@ -174,12 +174,16 @@ def restore_into(
 ) -> Restored:
     """:func:`restore_members` into a staging folder made in ``beside``, then each file moved
     to ``place(name)`` (its folders made), replacing what is there: nothing is placed unless
-    the whole restore succeeded. ``beside`` must be on the file system of the places."""
-    import shutil
-    import tempfile
+    the whole restore succeeded. ``beside`` must be on the file system of the places.
 
-    staging = tempfile.mkdtemp(prefix=RESTORE, dir=beside)
-    try:
+    The staging folder (``.fcp-restore-*``) is held while this runs and removed after it; a
+    process killed meanwhile leaves it, and the next partial restore staged in ``beside``
+    removes it (:func:`~flyte_checkpoint.heldfolders.holding`)."""
+    from ..heldfolders import holding
+
+    with holding(beside, RESTORE) as held:
+        staging = os.path.join(held, STAGED)  # a folder of its own: no member meets the lock file
+        os.mkdir(staging, 0o700)
         restored = restore_members(store, uri, size, selection, staging, on_read=on_read)
         placed = {}
         for rel, path in restored.files.items():
@@ -187,8 +191,6 @@ def restore_into(
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.replace(path, target)
             placed[rel] = target
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return Restored(restored.indexed, placed)
 
 
