@@ -308,6 +308,47 @@ def test_the_mirror_uploads_in_the_background_by_default_and_waits_at_fit_end(ba
         assert (restored / "last.ckpt").read_bytes() == (tmp_path / "ckpts" / "last.ckpt").read_bytes()
 
 
+def test_the_mirror_does_not_count_working_files_as_changes(tmp_path):
+    """Proves (leftovers, item 3): working files of this library that come and go inside the
+    mirrored folder (another actor's staging copy of a file there, a writer's or download's
+    temporary file, a sharded save's folder, partial restores' and pulls' staging, at the top
+    and deeper) are no change: the mirror saves only when a file of the folder changes, and
+    what it saves holds none of them."""
+    need("lightning", "lightning")
+    from types import SimpleNamespace
+
+    from flyte_checkpoint.integrations.lightning import CheckpointMirror
+    from tests.test_staging import every_working_file
+
+    folder = tmp_path / "ckpts"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "last.ckpt").write_bytes(b"epoch 1")
+    trainer = SimpleNamespace(is_global_zero=True)
+    mirror = CheckpointMirror(fc.Checkpoint(str(tmp_path / "obj")), dirpath=folder, background=False)
+    mirror.on_train_start(trainer, None)
+    assert mirror.mirror(trainer) is False
+    holds: list = []
+    try:
+        made = every_working_file(folder, holds) + every_working_file(folder / "sub", holds)
+        assert mirror.mirror(trainer) is False, "another actor's working files were taken for a change"
+        for path in made:  # they change as their saves run
+            target = Path(path) / "piece" if Path(path).is_dir() else Path(path)
+            target.write_bytes(b"grown" * 1000)
+        assert mirror.mirror(trainer) is False
+        assert mirror.saves == 0
+        (folder / "last.ckpt").write_bytes(b"epoch 2")
+        assert mirror.mirror(trainer) is True and mirror.saves == 1
+        assert mirror.mirror(trainer) is False
+    finally:
+        for held in holds:
+            held.release()
+    with fc.Checkpoint(str(tmp_path / "reader"), str(tmp_path / "obj")) as cp:
+        restored = cp.load_sync()
+        assert restored is not None
+        assert sorted(str(p.relative_to(restored)) for p in restored.rglob("*")) == ["last.ckpt", "sub"]
+        assert (restored / "last.ckpt").read_bytes() == b"epoch 2"
+
+
 def test_mirror_needs_a_checkpoint_and_one_folder(lit, tmp_path):
     import lightning.pytorch as pl
     import torch

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..checkpoint import BaseCheckpoint
 from ..paths import latest_checkpoint
+from ..workfiles import is_working_file
 
 try:
     import lightning.pytorch as pl
@@ -220,12 +221,17 @@ def _model_checkpoint_folder(trainer: Any) -> Path:
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    """relative name -> (size, mtime in ns) of every file and link under ``folder``."""
+    """relative name -> (size, mtime in ns) of every file and link under ``folder``, but this
+    library's working files (another actor's staging copy or temporary file, which come and
+    go, are no change: a save leaves them out)."""
     out: dict[str, tuple[int, int]] = {}
     if not folder.is_dir():
         return out
-    for dirpath, _dirs, files in os.walk(folder):
+    for dirpath, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not is_working_file(d)]
         for name in files:
+            if is_working_file(name):
+                continue
             try:
                 st = os.lstat(os.path.join(dirpath, name))
             except FileNotFoundError:  # removed while we looked (save_top_k)
