@@ -432,6 +432,58 @@ def test_a_change_of_level_during_a_save_leaves_it_incremental(tmp_path, monkeyp
     assert copied and copied[0].bytes_copied > 200_000, [(w.bytes_written, w.bytes_copied) for w in copied]
 
 
+class Retiring(LocalStore):
+    """``retiring:///abs`` is the local file ``/abs``; a class of its own, so that the test
+    knows its instances are this test's."""
+
+    def open_write(self, uri: str) -> BlobWriter:
+        return super().open_write(urlsplit(uri).path)
+
+    def stat(self, uri: str) -> int | None:
+        return super().stat(urlsplit(uri).path)
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.DEBUG])
+def test_a_store_retired_by_configure_store_is_freed_with_its_wrapper(tmp_path, caplog, level):
+    """Proves (leftovers, item 4): a store that ``configure_store`` replaced, once its users
+    let go of it, is freed with the wrapper that logged its calls (at DEBUG): neither the
+    wrappers' table (whose wrappers held their keys) nor the registry's list of retired stores
+    keeps it. A store still held when it is retired lives on, keeps its wrapper while that is
+    held, and gets a wrapper again after."""
+    import gc
+    import weakref
+
+    caplog.set_level(level, logger="flyte_checkpoint")
+    register_store("retiring", "retiring", Retiring)
+    try:
+        uri = f"retiring://{tmp_path}/ckpt"
+        seen = []
+        for _ in range(3):
+            store = store_for(uri)
+            assert isinstance(store, LoggedStore) == (level == logging.DEBUG)
+            assert store_for(uri) is store  # one wrapper per store while it is in use
+            fc.Checkpoint(uri).save_sync(b"state")  # used: a save through it
+            seen.append((weakref.ref(unwrapped(store)), weakref.ref(store)))
+            del store
+            fc.configure_store("retiring")  # no settings: the backend's stores are dropped
+        gc.collect()
+        alive = [(inner(), outer()) for inner, outer in seen if inner() is not None or outer() is not None]
+        assert alive == [], "retired stores (or their wrappers) were kept"
+        kept = store_for(uri)  # held through a reconfiguration, as a save in flight would hold it
+        fc.configure_store("retiring")
+        gc.collect()
+        assert store_for(uri) is not kept
+        assert store_for(uri) is store_for(uri)
+        if level == logging.DEBUG:
+            raw, ref = unwrapped(kept), weakref.ref(kept)
+            del kept
+            gc.collect()
+            assert ref() is None  # its wrapper went when no one held it; the store is held here
+            assert isinstance(raw, Retiring)
+    finally:
+        unregister_store("retiring")
+
+
 class PathReadingStore(LocalStore):
     """``pathread:///abs`` is the local file ``/abs``; its upload_file reads the file by its path
     (not through open_source), and the file grows meanwhile, as a file still being written would."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -168,7 +169,9 @@ class Registry:
         self._backends: list[Backend] | None = None
         self._profiles = Profiles()
         self._stores: dict[tuple[str, str], BlobStore] = {}  # (backend, matched prefix or "")
-        self._retired: list[BlobStore] = []  # replaced by a new configuration; closed by close()
+        # Replaced by a new configuration, and closed by close() if still alive: held weakly,
+        # so that a store no one uses any more is freed (a save in flight holds its own).
+        self._retired: list[weakref.ref[BlobStore]] = []
 
     # -- plugins ---------------------------------------------------------------
 
@@ -299,13 +302,16 @@ class Registry:
                 config.resolve(origin=origin(target), **merged)  # raises ConfigurationError
             self._profiles.set(spec.name, prefix, settings)
             # Stores built with the old settings are not closed here: they may be in use.
-            self._retired += [store for key, store in self._stores.items() if key[0] == spec.name]
+            self._retired = [ref for ref in self._retired if ref() is not None] + [
+                weakref.ref(store) for key, store in self._stores.items() if key[0] == spec.name
+            ]
             self._stores = {key: store for key, store in self._stores.items() if key[0] != spec.name}
 
     def close(self) -> None:
         """Close every store built so far (they are rebuilt on next use)."""
         with self._lock.get():
-            stores = [*self._stores.values(), *self._retired]
+            retired = [store for ref in self._retired if (store := ref()) is not None]
+            stores = [*self._stores.values(), *retired]
             self._stores, self._retired = {}, []
         for store in stores:
             store.close()

@@ -44,7 +44,9 @@ log = logging.getLogger("flyte_checkpoint.store")
 T = TypeVar("T")
 
 
-_wrapped: weakref.WeakKeyDictionary[BlobStore, LoggedStore] = weakref.WeakKeyDictionary()
+#: store -> its wrapper, both held weakly: a wrapper holds its store, so a wrapper held here
+#: would keep its key alive, and a store the registry let go of (``configure_store``) with it.
+_wrapped: weakref.WeakKeyDictionary[BlobStore, weakref.ref[LoggedStore]] = weakref.WeakKeyDictionary()
 _wrapped_lock = lock()  # a forked child finds it free, whoever held it
 
 
@@ -63,16 +65,19 @@ def enabled() -> bool:
 def wrap(store: BlobStore) -> BlobStore:
     """``store`` in a :class:`LoggedStore` when :func:`enabled`, else ``store`` itself.
 
-    One store always gets the same wrapper, so ``store_for(a) is store_for(b)`` still holds
-    for two URIs of one backend.
+    One store gets the same wrapper while that wrapper is in use, so ``store_for(a) is
+    store_for(b)`` still holds for two URIs of one backend. Nothing here keeps a store or its
+    wrapper alive: once neither the registry nor a caller holds them, both are freed.
     """
     if isinstance(store, LoggedStore) or not enabled():
         return store
     with _wrapped_lock.get():
         try:
-            logged = _wrapped.get(store)
+            ref = _wrapped.get(store)
+            logged = None if ref is None else ref()
             if logged is None:
-                logged = _wrapped[store] = LoggedStore(store)
+                logged = LoggedStore(store)
+                _wrapped[store] = weakref.ref(logged)
         except TypeError:  # a store that cannot be weakly referenced or hashed: a fresh wrapper
             logged = LoggedStore(store)
         return logged
