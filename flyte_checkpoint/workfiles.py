@@ -146,7 +146,7 @@ def named(prefix: str) -> Callable[[str], bool]:
     """Whether a name is ``prefix`` + ``XXXXXXXX`` (:func:`new_name`'s): what a sweep of the
     folders made with that prefix removes once their makers are gone."""
     pattern = re.compile(re.escape(prefix) + _MKDTEMP)
-    return lambda name: pattern.fullmatch(name) is not None
+    return lambda name: name.startswith(prefix) and pattern.fullmatch(name) is not None
 
 
 def is_working_file(name: str) -> bool:

@@ -154,6 +154,45 @@ def test_a_killed_load_files_staging_is_removed_by_the_next_load_file_there(
     assert sorted(p.name for p in out.iterdir()) == sorted(["weights.bin", *(p.name for p in kept)])
 
 
+def test_the_next_attempts_first_load_file_there_sweeps_and_later_ones_do_not_list_again(
+    folder_checkpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Proves: a process lists a place for abandoned staging folders once (its first partial
+    restore there), not at each restore (a data folder may hold 100,000 files); a process
+    killed after that leaves its folder to the next process's first restore there (the next
+    attempt's, in an out-of-memory loop), which removes it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    dest = str(out / "weights.bin")
+    sweeps: list[str] = []
+    real = heldfolders.sweep
+
+    def counted(parent: str, match) -> int:  # type: ignore[no-untyped-def]
+        sweeps.append(parent)
+        return real(parent, match)
+
+    monkeypatch.setattr(heldfolders, "sweep", counted)
+    with fc.Checkpoint(str(tmp_path / "next"), folder_checkpoint) as cp:
+        for _ in range(3):
+            assert cp.load_file_sync("weights.bin", dest) == Path(dest)
+    assert sweeps == [str(out)]
+    killed, theirs, _ = start(LOAD_FILE_SCRIPT, out, folder_checkpoint, dest)
+    kill(killed)
+    assert theirs.is_dir()
+    next_attempt = subprocess.run(
+        [sys.executable, "-c", LOAD_FILE_SCRIPT, folder_checkpoint, dest],
+        stdin=subprocess.DEVNULL,  # its held point passes at once
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=HANG,
+    )
+    assert next_attempt.returncode == 0, next_attempt.stderr
+    assert not theirs.exists(), "the next attempt's first load_file left the killed one's folder"
+    assert os.listdir(out) == ["weights.bin"]
+
+
 @pytest.mark.parametrize("member", [False, True], ids=["pull", "pull-member"])
 def test_a_killed_pulls_staging_is_removed_by_the_next_pull_there(
     member: bool, folder_checkpoint: str, tmp_path: Path
