@@ -21,11 +21,13 @@ from flyte_checkpoint.sharded import load_sharded, save_sharded
 from flyte_checkpoint.storage.kit.files import download_to_file
 from tests.reliability.gates import HANG
 
-#: Names of exactly 255 bytes (Linux's NAME_MAX): ASCII, two-byte UTF-8 and four-byte UTF-8.
+#: Names of exactly 255 bytes (Linux's NAME_MAX): ASCII, two- and four-byte UTF-8, and bytes
+#: that are not UTF-8.
 NAMES = {
     "ascii": "a" * 255,
     "utf8-2": "\u00e9" * 127 + "a",
     "utf8-4": "\U0001f600" * 63 + "abc",
+    "not-utf8": os.fsdecode(b"\xff\xfe" * 127 + b"z"),  # POSIX names are bytes
 }
 
 
