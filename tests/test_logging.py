@@ -443,7 +443,7 @@ class Retiring(LocalStore):
         return super().stat(urlsplit(uri).path)
 
 
-@pytest.mark.parametrize("level", [logging.WARNING, logging.DEBUG])
+@pytest.mark.parametrize("level", [logging.WARNING, logging.DEBUG], ids=["WARNING", "DEBUG"])
 def test_a_store_retired_by_configure_store_is_freed_with_its_wrapper(tmp_path, caplog, level):
     """Proves (leftovers, item 4): a store that ``configure_store`` replaced, once its users
     let go of it, is freed with the wrapper that logged its calls (at DEBUG): neither the

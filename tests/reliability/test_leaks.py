@@ -24,6 +24,7 @@ on ``close()``, on leaving ``with``, when collected, and at interpreter exit.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import resource
 import subprocess
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -204,6 +206,30 @@ print(kept.path.parent, cycle.path.parent, sep="\n", flush=True)
 if sys.argv[2] == "raise":
     raise SystemExit("exiting through an unhandled exception")
 """
+
+
+@pytest.mark.parametrize("level", [logging.WARNING, logging.DEBUG], ids=["WARNING", "DEBUG"])
+def test_a_store_replaced_by_configure_store_is_freed(backend: Backend, level: int, caplog, tmp_path: Path):
+    """Proves (leftovers, item 4): on every backend, a store that ``configure_store`` replaced
+    is freed (with its ``LoggedStore`` at DEBUG) once the saves and loads that used it are
+    done: nothing of this library keeps it, its client or its pools alive."""
+    from flyte_checkpoint.storage.storelog import unwrapped
+
+    caplog.set_level(level, logger="flyte_checkpoint")
+    uri = backend.fresh("ckpt")
+    store = store_for(uri)
+    with fc.Checkpoint(uri) as cp:
+        cp.save_sync(b"x" * 300_000)
+    with fc.Checkpoint(str(tmp_path / "next"), uri) as cp:
+        assert cp.load_sync() is not None
+    refs = [weakref.ref(unwrapped(store)), weakref.ref(store)]
+    name = get_registry().backend_for(uri).name
+    del store, cp
+    fc.configure_store(name)  # no settings: the backend's stores are dropped
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None], "a replaced store was kept"
+    with fc.Checkpoint(str(tmp_path / "again"), uri) as cp:  # a new store serves the backend
+        assert cp.load_sync() is not None
 
 
 @pytest.mark.parametrize("how", ["normal", "raise"])
