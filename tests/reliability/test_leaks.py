@@ -18,7 +18,8 @@ is not fixed, but a leak of one per cycle would pass that bound long before the 
 Memory may grow by a small bound only. 1,000 cycles on the file backend, ``CLOUD_CYCLES``
 (default 200) on each cloud backend to keep CI time low; ``FCP_LEAK_CYCLES`` and
 ``FCP_LEAK_CLOUD_CYCLES`` raise them. A child-process test checks that workspaces are removed
-on ``close()``, on leaving ``with``, when collected, and at interpreter exit.
+on ``close()``, on leaving ``with``, when collected, and at interpreter exit; another that a
+store ``configure_store`` replaced is freed (with its logging wrapper) once no one uses it.
 """
 
 from __future__ import annotations
