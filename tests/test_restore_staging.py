@@ -22,6 +22,7 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint import heldfolders, workfiles
 from flyte_checkpoint.cli import main
+from tests.childlines import Child
 from tests.reliability.gates import HANG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,32 +68,29 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def start(script: str, beside: Path, *args: str) -> tuple[subprocess.Popen[str], Path, Path]:
+def start(script: str, beside: Path, *args: str) -> tuple[Child, Path, Path]:
     """A child running ``script`` with ``args``; the child, its staging folder in ``beside``,
     and the folder it restored into (in the staging folder), as the child reports it."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", script, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert child.stdout is not None
-    line = child.stdout.readline().strip()  # HANG guard: the child is killed below if it hangs
+    child = Child([sys.executable, "-c", script, *args], {**os.environ, "PYTHONPATH": str(ROOT)}, ROOT)
+    line = child.next()
     if not line:
-        child.kill()
-        child.wait()
-        pytest.fail("the child printed nothing: it did not reach its staging folder")
+        _, out = child.end()
+        pytest.fail(f"the child did not reach its staging folder: {out}")
     restored = Path(line)
     staging = next((p for p in [restored, *restored.parents] if p.parent == beside), None)
     assert staging is not None, f"the child restored into {restored}, not in {beside}"
     return child, staging, restored
 
 
-def kill(child: subprocess.Popen[str]) -> None:
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait(HANG)
+def kill(child: Child) -> None:
+    child.end(signal.SIGKILL)
+
+
+def let_go(child: Child) -> None:
+    """Let a held child go on, and see it end well."""
+    child.say()
+    code, out = child.end()
+    assert code == 0, out
 
 
 @pytest.fixture
@@ -146,10 +144,7 @@ def test_a_killed_load_files_staging_is_removed_by_the_next_load_file_there(
             assert folder.is_dir(), folder
         assert Path(dest).read_bytes() == b"w" * 200_000
     finally:
-        assert live.stdin is not None
-        live.stdin.write("\n")
-        live.stdin.flush()
-        assert live.wait(HANG) == 0
+        let_go(live)
     assert not alive.exists(), "a load_file that ended left its staging folder"
     assert sorted(p.name for p in out.iterdir()) == sorted(["weights.bin", *(p.name for p in kept)])
 
@@ -224,10 +219,7 @@ def test_a_killed_pulls_staging_is_removed_by_the_next_pull_there(
         assert (place / "c" / "weights.bin").read_bytes() == b"w" * 200_000
         assert not (place / "c" / workfiles.LOCK).exists()
     finally:
-        assert live.stdin is not None
-        live.stdin.write("\n")
-        live.stdin.flush()
-        assert live.wait(HANG) == 0
+        let_go(live)
     assert not alive.exists(), "a pull that ended left its staging folder"
     assert (place / "b" / "weights.bin").read_bytes() == b"w" * 200_000
     assert sorted(os.listdir(place / "b")) == (["weights.bin"] if member else ["notes.txt", "weights.bin"])
