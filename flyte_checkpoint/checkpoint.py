@@ -356,20 +356,30 @@ class Checkpoint(BaseCheckpoint):
         from .paths import file_destination, make_way
 
         rel = member_name(name)
-        target = file_destination(rel, dest) if dest is not None else self.path / rel
+        try:
+            target = file_destination(rel, dest) if dest is not None else self.path / rel
+        except OSError as exc:  # dest's own name or path over the limit: say which
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            raise PathTooLongError.for_path(os.fspath(dest or ""), "pass a shorter dest") from exc
 
         def fetch() -> Path | None:
             store = store_for(src)
             size = store.stat(src)
             if not size:
                 return None
-            make_way(target, f"{rel!r} from {redact(src)}")
-            one = Selection((rel,), folders=False)
-            counter = _Counter(self._progress or _no_progress, None)  # as a load of the member
-            restore_into(
-                store, src, size, one, lambda _: str(target), beside=str(target.parent), on_read=counter
-            )
-            counter.finish()
+            try:
+                make_way(target, f"{rel!r} from {redact(src)}")
+                one = Selection((rel,), folders=False)
+                counter = _Counter(self._progress or _no_progress, None)  # as a load of the member
+                restore_into(
+                    store, src, size, one, lambda _: str(target), beside=str(target.parent), on_read=counter
+                )
+                counter.finish()
+            except OSError as exc:  # dest's own name or path over the limit: say which
+                if exc.errno != errno.ENAMETOOLONG or isinstance(exc, PathTooLongError):
+                    raise
+                raise PathTooLongError.for_path(str(target), "pass a shorter dest") from exc
             return target
 
         with using(scope):

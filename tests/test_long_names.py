@@ -256,3 +256,22 @@ def test_a_member_name_too_long_on_restore_names_the_limit(tmp_path: Path):
     with fc.Checkpoint(str(tmp_path / "next"), str(src)) as cp, pytest.raises(PathTooLongError) as info:
         cp.load_sync()
     assert "has 300 bytes, more than the 255 a name may have" in str(info.value)
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["dest", "dest-in-new-folder"])
+def test_load_file_to_a_dest_whose_name_is_over_name_max_names_the_limit(inside: bool, tmp_path: Path):
+    """Proves: load_file to a ``dest`` whose own name has 256 bytes (or a new folder of such a
+    name that would hold it) raises PathTooLongError naming that name and the 255 bytes a name
+    may have (it raised a bare OSError), and leaves no working file or file behind."""
+    src = data_folder(tmp_path / "data", "w.bin")
+    fc.Checkpoint(str(tmp_path / "ck")).save_sync(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    dest = out / ("\u00e9" * 128) / "w.bin" if inside else out / ("\u00e9" * 128)
+    reader = fc.Checkpoint(str(tmp_path / "next"), str(tmp_path / "ck"))
+    with reader as cp, pytest.raises(PathTooLongError) as info:
+        cp.load_file_sync("w.bin", dest)
+    message = str(info.value)
+    assert "has 256 bytes, more than the 255 a name may have" in message, message
+    assert "pass a shorter dest" in message
+    assert os.listdir(out) == []
