@@ -645,14 +645,18 @@ class Checkpoint(BaseCheckpoint):
         if is_dir:
 
             def put_tree() -> int:
+                from .format.incremental import save_checked
+
+                store = store_for(dest)  # copied bytes found damaged: warned, and saved again
+                return save_checked(lambda: self._reuse(store), lambda reuse: write_tree(store, reuse))
+
+            def write_tree(store: BlobStore, reuse: Reuse | None) -> int:
                 from .format.archive import pack_directory, tree_size
                 from .format.index import IndexBuilder
                 from .format.pipeline import ParallelGzipWriter
                 from .storage.stores.local import leave_out_for
 
                 counter = _Counter(progress, tree_size(src)) if progress else None
-                store = store_for(dest)
-                reuse = self._reuse(store)
                 with store.open_write(dest) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     index = IndexBuilder()

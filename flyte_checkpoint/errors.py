@@ -137,6 +137,16 @@ class CorruptCheckpointError(CheckpointError, ValueError):
     """The stored object is truncated or damaged (bad gzip checksum, broken tar stream)."""
 
 
+class CopyDamagedError(CorruptCheckpointError):
+    """Bytes a save copied from another object on the server (an incremental save's previous
+    checkpoint) are not what that object's index records: it was damaged after it was saved
+    (bit rot, a bad copy). Nothing was committed. ``damaged`` holds ``(source, start, length)``
+    of each damaged range found (``source`` a :class:`~flyte_checkpoint.storage.blobstore.CopySource`).
+    A folder save catches it, warns, and saves again sending those files instead."""
+
+    damaged: tuple = ()
+
+
 class UnsafeArchiveError(CheckpointError, ValueError):
     """A tarball member would write outside the workspace or is not a plain file, folder or link."""
 
@@ -199,6 +209,7 @@ __all__ = [
     "CheckpointPermissionError",
     "ConfigurationError",
     "ContainerNotFoundError",
+    "CopyDamagedError",
     "CopySourceChangedError",
     "CorruptCheckpointError",
     "InvalidURIError",

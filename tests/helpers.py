@@ -10,9 +10,20 @@ import tarfile
 from pathlib import Path
 
 
+def member_rows(index, version: int | None = None) -> list[tuple]:
+    """The index's members as :func:`~flyte_checkpoint.format.index.pack_payload` takes them for
+    an index of ``version`` (default the one written): with each member's ``ccrc`` from version 4."""
+    from flyte_checkpoint.format import index as ix
+
+    if (version or ix.VERSION) >= ix.CHECKED_FROM:
+        return [m.row() for m in index.members]
+    return [(m.clen, m.ulen, m.crc) for m in index.members]
+
+
 def older_index(raw: bytes, version: int) -> bytes:
     """The indexed folder object ``raw`` as an older library wrote it: its index re-encoded as
-    ``version`` (1 or 2), every file and gap hashed with SHA-256 from the tar stream itself."""
+    ``version``: 1 or 2, every file and gap hashed with SHA-256 from the tar stream itself; 3,
+    BLAKE3 as now, without the CRC-32 of each member's stored bytes."""
     from flyte_checkpoint.format import index as ix
     from flyte_checkpoint.storage.stores.memory import MemoryStore
 
@@ -21,13 +32,16 @@ def older_index(raw: bytes, version: int) -> bytes:
     index = ix.read_index(store, "memory://older-index/obj")
     assert index is not None and index.algorithm == "blake3"
     tar = gzip.decompress(raw[: index.data_end])
-    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    members = member_rows(index, version)
     files = []
     for e in index.files.values():
         start = index.members[e.first].uoff + e.offset
-        digest = hashlib.sha256(tar[start : start + e.size]).hexdigest()
+        digest = e.digest if version >= 3 else hashlib.sha256(tar[start : start + e.size]).hexdigest()
         files.append((e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, digest))
-    gaps = [(end, n, hashlib.sha256(tar[end - n : end]).digest()) for end, (n, _) in index.gaps.items()]
+    gaps = [
+        (end, n, bytes.fromhex(h) if version >= 3 else hashlib.sha256(tar[end - n : end]).digest())
+        for end, (n, h) in index.gaps.items()
+    ]
     payload = ix.pack_payload(members, files, gaps, list(index.shards) if index.shards else None)
     return raw[: index.data_end] + ix.encode_tail(payload, index.data_end, version=version)
 

@@ -20,7 +20,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, BinaryIO
 
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopyLimits, CopySource, ObjectInfo
+from flyte_checkpoint.errors import CopyDamagedError
+from flyte_checkpoint.storage.blobstore import (
+    BlobStore,
+    BlobWriter,
+    CopyCheck,
+    CopyLimits,
+    CopySource,
+    ObjectInfo,
+    copy_damaged,
+)
 from flyte_checkpoint.storage.registry import register_store, store_for, unregister_store
 from flyte_checkpoint.uri import is_local, normalize, scheme_of
 
@@ -154,14 +163,20 @@ class _SpyWriter(BlobWriter):
         self._inner.write(data)
         self._spy._counted(len(data), 0)
 
-    def _copy(self, source: CopySource, start: int, length: int) -> None:
+    def _copy(self, source: CopySource, start: int, length: int, expect: CopyCheck | None) -> None:
         self._spy_before("copy", self.uri)
-        self._inner.copy(replace(source, uri=self._spy._real(source.uri)), start, length)
+        self._inner.copy(replace(source, uri=self._spy._real(source.uri)), start, length, expect)
         self._spy._counted(0, length)
 
     def _commit(self) -> None:
         self._spy_before("commit", self.uri)
-        self._inner.close()
+        try:
+            self._inner.close()
+        except CopyDamagedError as exc:  # the inner writer's sources, as the spy's URIs
+            raise copy_damaged([(self._spy_source(s), a, n) for s, a, n in exc.damaged], self.uri) from None
+
+    def _spy_source(self, source: CopySource) -> CopySource:
+        return replace(source, uri=f"{self._spy.scheme}://{source.uri.split('://', 1)[1]}")
 
     def _abort(self) -> None:
         self._spy_before("abort", self.uri)

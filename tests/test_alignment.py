@@ -25,7 +25,7 @@ from flyte_checkpoint.format import index as ix
 from flyte_checkpoint.format import inflate
 from flyte_checkpoint.format.inspection import inspect_uri
 from flyte_checkpoint.format.pipeline import ParallelGzipWriter
-from flyte_checkpoint.storage.blobstore import CopyLimits, CopySource
+from flyte_checkpoint.storage.blobstore import CopyCheck, CopyLimits, CopySource
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.storage.stores import local
 from flyte_checkpoint.storage.stores.local import LocalStore
@@ -77,9 +77,9 @@ def copies(monkeypatch):
     seen: list[tuple[int, int, int]] = []
     real = local._LocalWriter._copy
 
-    def spy(self, source, start, length):
+    def spy(self, source, start, length, expect):
         seen.append((start, os.lseek(self._file.fileno(), 0, os.SEEK_CUR), length))
-        return real(self, source, start, length)
+        return real(self, source, start, length, expect)
 
     monkeypatch.setattr(local._LocalWriter, "_copy", spy)
     return seen
@@ -140,7 +140,8 @@ class _Sink(io.BytesIO):
         self.size += len(data)
         return len(data)
 
-    def copy(self, source: CopySource, start: int, length: int) -> None:
+    def copy(self, source: CopySource, start: int, length: int, expect: CopyCheck) -> None:
+        assert expect.length == length
         self.calls.append(("copy", start, self.size, length))
         self.size += length
 
@@ -151,10 +152,10 @@ def test_a_run_of_adjacent_copies_is_padded_once_where_it_starts():
     index = ix.IndexBuilder()
     with ParallelGzipWriter(sink, index=index, align=BLOCK) as gz:  # type: ignore[arg-type]
         gz.write(b"header" * 100)
-        gz.copy(source, 2 * BLOCK, 5000, [(5000, 6000, 1)])
-        gz.copy(source, 2 * BLOCK + 5000, 3000, [(3000, 3500, 2)])  # joins the run
-        gz.copy(source, 8 * BLOCK, 100, [(100, 200, 3)])  # another run, from an aligned place
-        gz.copy(source, 9 * BLOCK + 7, 50, [(50, 60, 4)])  # from an unaligned place: no padding
+        gz.copy(source, 2 * BLOCK, 5000, [(5000, 6000, 1, 11)])
+        gz.copy(source, 2 * BLOCK + 5000, 3000, [(3000, 3500, 2, 12)])  # joins the run
+        gz.copy(source, 8 * BLOCK, 100, [(100, 200, 3, 13)])  # another run, from an aligned place
+        gz.copy(source, 9 * BLOCK + 7, 50, [(50, 60, 4, 14)])  # from an unaligned place: no padding
         gz.align()
         gz.write(b"x" * 5000)
     copies = [c for c in sink.calls if c[0] == "copy"]
@@ -171,7 +172,7 @@ def test_without_align_nothing_is_padded():
     index = ix.IndexBuilder()
     with ParallelGzipWriter(sink, index=index) as gz:  # type: ignore[arg-type]
         gz.write(b"header")
-        gz.copy(CopySource("file:///old", MiB, "v"), BLOCK, 100, [(100, 200, 3)])
+        gz.copy(CopySource("file:///old", MiB, "v"), BLOCK, 100, [(100, 200, 3, 13)])
         gz.align()  # a cut, nothing more
         gz.write(b"x" * 5000)
     assert [m.ulen for m in index.members] == [6, 200, 5000]

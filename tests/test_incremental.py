@@ -184,7 +184,7 @@ def test_the_index_lists_the_copied_members_as_they_were(tmp_path):
     assert before is not None and after is not None
     for name in ("frozen.bin", "weights/w0.bin"):
         old, new = before.files[name], after.files[name]
-        rows = lambda idx, e: [(m.clen, m.ulen, m.crc) for m in idx.members[e.first : e.last + 1]]  # noqa: E731
+        rows = lambda idx, e: [m.row() for m in idx.members[e.first : e.last + 1]]  # noqa: E731
         assert rows(before, old) == rows(after, new)
         assert new.digest == old.digest
     assert tree(fc.Checkpoint(str(tmp_path / "n"), obj).load_sync()) == tree(src)
@@ -372,7 +372,7 @@ def test_a_forged_gap_section_is_refused(tmp_path, gaps, extra, match):
     fc.Checkpoint(str(obj)).save_sync(str(src))
     index = ix.read_index(store_for(str(obj)), str(obj))
     assert index is not None and index.gaps, "a folder save records the gaps before large files"
-    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    members = [m.row() for m in index.members]
     files = [
         (e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest) for e in index.files.values()
     ]
@@ -466,7 +466,7 @@ def test_a_long_run_of_copies_reaches_the_store_before_the_save_ends():
     to it in runs of that length as they come, so it copies while the packer goes on; without
     ``copy_run`` (S3, Azure: parts have a minimum) they stay one copy until something else comes."""
     from flyte_checkpoint.format.pipeline import ParallelGzipWriter
-    from flyte_checkpoint.storage.blobstore import CopySource
+    from flyte_checkpoint.storage.blobstore import CopyCheck, CopySource
 
     class Sink(io.BytesIO):
         def __init__(self) -> None:
@@ -474,7 +474,8 @@ def test_a_long_run_of_copies_reaches_the_store_before_the_save_ends():
             self.copies: list[int] = []
             self.first = threading.Event()
 
-        def copy(self, source: CopySource, start: int, length: int) -> None:
+        def copy(self, source: CopySource, start: int, length: int, expect: CopyCheck) -> None:
+            assert expect.length == length and expect.pieces == ((4 * MiB, 7),) * (length // (4 * MiB))
             self.copies.append(length)
             self.first.set()
 
@@ -483,7 +484,166 @@ def test_a_long_run_of_copies_reaches_the_store_before_the_save_ends():
         sink = Sink()
         with ParallelGzipWriter(sink, copy_run=run) as gz:  # type: ignore[arg-type]
             for i in range(5):
-                gz.copy(source, i * 4 * MiB, 4 * MiB, [(4 * MiB, 4 * MiB, 0)])
+                gz.copy(source, i * 4 * MiB, 4 * MiB, [(4 * MiB, 4 * MiB, 0, 7)])
             if run is not None:
                 assert sink.first.wait(60), "no copy reached the store before the writer was closed"
         assert sink.copies == expected, (run, sink.copies)
+
+
+# -- damaged bases (issue 32, item 5) ---------------------------------------------------------
+
+
+def damage(uri: str, name: str | None = None, member: int | None = None) -> tuple[int, int]:
+    """Flip one byte in the middle of the first stored member of file ``name`` of the object at
+    ``uri`` (or of member number ``member``), as bit rot or a bad copy would; returns where that
+    member lies (start, length). The object is rewritten whole: a new version, damaged."""
+    store = store_for(uri)
+    index = ix.read_index(store, uri)
+    assert index is not None
+    m = index.members[index.files[name].first if name is not None else member]  # type: ignore[index]
+    raw = bytearray(store.read_bytes(uri))
+    raw[m.coff + m.clen // 2] ^= 0x10
+    store.write_bytes(uri, bytes(raw))
+    return m.coff, m.clen
+
+
+def test_a_damaged_base_is_not_copied_where_it_is_damaged(spy, tmp_path, caplog):
+    """One byte flipped in the stored members of an unchanged file of the previous object: the
+    next save used to copy them as they were and commit an object every load refused (and the
+    save after it copied the damage again). Now the copies are checked against the CRC-32 of
+    the members' stored bytes in the index: that file is sent from the folder instead, the save
+    warns naming the object and the file, and commits an object that loads; the next save
+    copies everything again."""
+    src = make_tree(tmp_path / "src")
+    dest = f"{spy.root}/ckpt.tgz"
+    save(spy, dest, src)
+    damage(dest, "weights/w1.bin")
+    (src / "config.json").write_bytes(b'{"lr": 0.3}\n')
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+        save(spy, dest, src)
+    assert restored(dest, tmp_path) == tree(src)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"the previous checkpoint {dest} is damaged: the stored bytes of weights/w1.bin are not what"
+        " its index records (bit rot, or a bad copy of the object), so this save sends them from the"
+        " folder instead of copying them"
+    ], warnings
+    total = sum(len(v) for v in tree(src).values() if isinstance(v, bytes))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+        written, copied = save(spy, dest, src)  # the object is whole again: copied, nothing sent
+    assert written < 300 * 1024 and copied > total * 0.9, (written, copied)
+    assert not caplog.records
+    assert restored(dest, tmp_path) == tree(src)
+
+
+def test_a_damaged_previous_attempts_object_is_left_as_it_is_and_not_copied_where_damaged(
+    spy, tmp_path, caplog
+):
+    """An attempt's first save copies from the previous attempt's object: damaged members of two
+    files there are sent from the folder instead (one warning naming both, one more try), the
+    new object loads, and the previous one is not touched."""
+    src = make_tree(tmp_path / "src")
+    prev, dest = f"{spy.root}/attempt-0.tgz", f"{spy.root}/attempt-1.tgz"
+    save(spy, prev, src)
+    damage(prev, "frozen.bin")
+    damage(prev, "weights/w3.bin")
+    damaged = store_for(prev).read_bytes(prev)
+    spy.calls.clear()
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+        written, _ = save(spy, dest, src, prev)
+    assert restored(dest, tmp_path) == tree(src)
+    assert store_for(prev).read_bytes(prev) == damaged
+    assert spy.count("commit") == 2 and spy.count("abort") == 1, spy.calls  # one try refused, one more
+    (message,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        f"the previous checkpoint {prev} is damaged: the stored bytes of frozen.bin, weights/w3.bin are"
+        in message
+    )
+    assert written > 7 * MiB, "the two damaged files were sent"
+
+
+class _LongCopiesStore(MemoryStore):
+    copy_limits = CopyLimits(min_part=64 * 1024)
+
+
+def test_damaged_headers_between_copied_files_are_written_not_copied(tmp_path, caplog):
+    """Where the store needs long copies, the tar headers between two copied files are copied
+    too: a damaged header member is written instead, and the warning says what it held."""
+    src = make_tree(tmp_path / "src")
+    fc.register_store("longcopy2-store", ("longcopy2",), _LongCopiesStore, "memory, minimum piece (tests)")
+    try:
+        dest = f"longcopy2://t/{uuid.uuid4().hex}"
+        fc.Checkpoint(dest).save_sync(str(src))
+        index = ix.read_index(store_for(dest), dest)
+        assert index is not None
+        header = index.files["weights/w1.bin"].first - 1  # the member of its tar header
+        assert index.members[header].ulen >= 512
+        damage(dest, member=header)
+        with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+            fc.Checkpoint(dest).save_sync(str(src))
+        assert restored(dest, tmp_path) == tree(src)
+        (message,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert "the stored bytes of tar headers between its files are not what its index records" in message
+    finally:
+        fc.unregister_store("longcopy2-store")
+
+
+def test_an_object_whose_index_records_no_stored_crc_is_not_copied_from(spy, tmp_path, caplog):
+    """An object saved before index version 4 records no CRC-32 of its members' stored bytes, so
+    a copy of them could not be checked: the next save sends everything, says so, and the save
+    after it copies again."""
+    src = make_tree(tmp_path / "src")
+    dest = f"{spy.root}/ckpt.tgz"
+    save(spy, dest, src)
+    store = store_for(dest)
+    store.write_bytes(dest, older_index(store.read_bytes(dest), 3))
+    total = sum(len(v) for v in tree(src).values() if isinstance(v, bytes))
+    with caplog.at_level("INFO", logger="flyte_checkpoint"):
+        written, copied = save(spy, dest, src)
+    assert copied == 0 and written > total // 2
+    assert "records no checksum of its stored members (an older index)" in caplog.text
+    assert restored(dest, tmp_path) == tree(src)
+    written, copied = save(spy, dest, src)
+    assert copied > total * 0.9 and written < 300 * 1024, (written, copied)
+
+
+def test_a_save_finding_damage_twice_copies_nothing_the_third_time():
+    """The tries are bounded: a base found damaged again after its damaged ranges were avoided
+    (replaced meanwhile by another damaged object) gets a last try that copies nothing."""
+    from flyte_checkpoint.errors import CopyDamagedError
+    from flyte_checkpoint.format.incremental import REDOS, save_checked
+    from flyte_checkpoint.storage.blobstore import CopySource, copy_damaged
+
+    source = CopySource("memory://t/base", 10**6, "1")
+    planned, given = [], []
+
+    class Base:
+        def __init__(self) -> None:
+            self.source = source
+            self.avoided: list = []
+
+        def avoid(self, damaged):
+            self.avoided.extend(damaged)
+            return [0]
+
+        def held_by(self, members):
+            return ["f.bin"]
+
+    def plan():
+        planned.append(Base())
+        return planned[-1]
+
+    def write(reuse) -> int:
+        given.append(reuse)
+        if reuse is not None:
+            raise copy_damaged([(source, 100 * len(given), 10)], "memory://t/dest")
+        return 7
+
+    assert save_checked(plan, write) == 7  # type: ignore[arg-type]
+    assert len(given) == REDOS + 1 and given[-1] is None and len(planned) == REDOS
+    assert planned[1].avoided[0] == (source, 100, 10)
+    with pytest.raises(
+        CopyDamagedError, match=r"bytes 5\.\.8 of memory://t/base are not what its index records"
+    ):
+        raise copy_damaged([(source, 5, 3)], "memory://t/dest")

@@ -210,7 +210,7 @@ def forge(obj: Path, edit) -> None:
     index = ix.read_index(store_for(str(obj)), str(obj))
     assert index is not None
     doc = {
-        "members": [[m.clen, m.ulen, m.crc] for m in index.members],
+        "members": [list(m.row()) for m in index.members],
         "files": [
             [e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest]
             for e in index.files.values()
@@ -238,7 +238,7 @@ def _set(field: int, value):
         (_set(2, 10**6), CorruptCheckpointError, "outside the object's members"),
         (_set(3, 10**9), CorruptCheckpointError, "outside its members"),
         (_set(4, 10**12), CorruptCheckpointError, "outside its members"),
-        (lambda d: d["members"].append([100, 1, 0]), CorruptCheckpointError, "do not end where the index"),
+        (lambda d: d["members"].append([100, 1, 0, 0]), CorruptCheckpointError, "do not end where the index"),
         (lambda d: d["members"][0].__setitem__(0, 2**32 - 1), CorruptCheckpointError, "impossible length"),
         (lambda d: d["members"][0].__setitem__(1, 10**9), CorruptCheckpointError, "impossible length"),
         (lambda d: d.__setitem__("file_count", 2_000_000), CorruptCheckpointError, "more than"),
@@ -292,7 +292,7 @@ def test_a_trailer_pointing_outside_or_a_damaged_index_is_refused(saved):
 
 def test_the_index_splits_across_members_when_larger_than_one_extra_field():
     builder = ix.IndexBuilder()
-    builder.add_member(20, 10**6, 0)
+    builder.add_member(20, 10**6, 0, 0)
     for i in range(20000):
         builder.add_file(
             f"f{i:05}-{os.urandom(8).hex()}", i * 10, 10, 0, 0o644, hashlib.sha256(os.urandom(4)).hexdigest()
@@ -431,8 +431,8 @@ def test_an_index_that_does_not_describe_the_members_before_it_fails_a_full_load
     index = ix.read_index(store_for(str(obj)), str(obj))
     assert index is not None
     # one member fewer, the first one's length made to keep the sum: valid index, wrong object
-    members = [(m.clen, m.ulen, m.crc) for m in index.members]
-    merged = [(members[0][0] + members[1][0], members[0][1] + members[1][1], 0), *members[2:]]
+    members = [m.row() for m in index.members]
+    merged = [(members[0][0] + members[1][0], members[0][1] + members[1][1], 0, 0), *members[2:]]
     payload = ix.pack_payload(merged, [])
     obj.write_bytes(good[:data_end] + ix.encode_tail(payload, data_end))
     with pytest.raises(CorruptCheckpointError, match="gzip members where the object has"):
@@ -488,23 +488,41 @@ def test_an_index_of_a_later_version_is_refused_saying_to_upgrade(tmp_path):
     files = [
         (e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest) for e in index.files.values()
     ]
-    payload = ix.pack_payload([(m.clen, m.ulen, m.crc) for m in index.members], files)
-    obj.write_bytes(good[:data_end] + ix.encode_tail(payload, data_end, version=4))
-    message = r"index of .*obj.tgz is damaged \(index version 4, this library reads versions 1 to 3: upgrade"
+    payload = ix.pack_payload([m.row() for m in index.members], files)
+    obj.write_bytes(good[:data_end] + ix.encode_tail(payload, data_end, version=5))
+    message = r"index of .*obj.tgz is damaged \(index version 5, this library reads versions 1 to 4: upgrade"
     with pytest.raises(CorruptCheckpointError, match=message):
         ix.read_index(store_for(str(obj)), str(obj))
     with pytest.raises(CorruptCheckpointError, match=message):
         fc.Checkpoint(str(tmp_path / "n"), str(obj)).load_sync()
 
 
-def test_new_objects_record_blake3_in_an_index_of_version_3(tmp_path):
+def test_new_objects_record_blake3_and_each_members_stored_crc_in_an_index_of_version_4(tmp_path):
+    """Version 4: BLAKE3 content hashes, and each member's record with the CRC-32 of its bytes
+    as stored (what a server computes of a copy of them: issue 32, item 5)."""
     obj, good, _ = _small_indexed(tmp_path)
     tail = good[-ix.TRAILER_SIZE :]
-    assert struct.unpack_from("<H", tail, 20)[0] == 3  # the trailer's version, after the magic
+    assert struct.unpack_from("<H", tail, 20)[0] == 4  # the trailer's version, after the magic
     index = ix.read_index(store_for(str(obj)), str(obj))
-    assert index is not None and index.algorithm == "blake3"
+    assert index is not None and index.algorithm == "blake3" and index.checked
     for name in ("a.txt", "b.bin"):
         assert index.files[name].digest == blake3((tmp_path / "src" / name).read_bytes()).hexdigest()
+    assert [m.ccrc for m in index.members] == [
+        zlib.crc32(good[m.coff : m.coff + m.clen]) for m in index.members
+    ]
+
+
+def test_an_index_of_version_3_still_loads_and_records_no_stored_crc(tmp_path):
+    obj, good, _ = _small_indexed(tmp_path)
+    obj.write_bytes(older_index(good, 3))
+    index = ix.read_index(store_for(str(obj)), str(obj))
+    assert index is not None and index.algorithm == "blake3" and not index.checked
+    assert {m.ccrc for m in index.members} == {None}
+    cp, cp_part = fc.Checkpoint(str(tmp_path / "n"), str(obj)), fc.Checkpoint(str(tmp_path / "p"), str(obj))
+    restored = cp.load_sync()
+    assert restored is not None and tree(restored) == tree(tmp_path / "src")
+    part = cp_part.load_sync(members=["b.bin"])
+    assert part is not None and (part / "b.bin").read_bytes() == (tmp_path / "src" / "b.bin").read_bytes()
 
 
 def test_file_data_is_hashed_off_the_thread_that_reads_the_files(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from flyte_checkpoint.format import index as ix
 from flyte_checkpoint.format import inflate
 from flyte_checkpoint.storage.registry import store_for
 
-from .helpers import older_index, tree
+from .helpers import member_rows, older_index, tree
 from .reliability.backends import backend_pool  # noqa: F401
 from .spystore import spying
 from .test_index import _set, forge
@@ -173,7 +173,7 @@ def test_objects_of_older_index_versions_are_verified_with_sha256(src, tmp_path,
         [e.name, e.first, e.last, e.offset, e.size, e.mtime, e.mode, e.digest] for e in index.files.values()
     ]
     files[row][7] = hashlib.sha256(b"something else").hexdigest()
-    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    members = member_rows(index, version)
     gaps = [(end, n, bytes.fromhex(h)) for end, (n, h) in index.gaps.items()]
     payload = ix.pack_payload(members, files, gaps)
     obj.write_bytes(raw[: index.data_end] + ix.encode_tail(payload, index.data_end, version=version))
@@ -504,8 +504,9 @@ def test_a_streamed_load_checks_every_files_hash_against_the_index(src, tmp_path
 
     new_data = gz.compress(b"f" * ix.ALIGN_MIN, mtime=0)
     assert zlib.crc32(b"f" * ix.ALIGN_MIN) != first.crc
-    members = [(m.clen, m.ulen, m.crc) for m in index.members]
-    members[e.first : e.last + 1] = [(len(new_data), ix.ALIGN_MIN, zlib.crc32(b"f" * ix.ALIGN_MIN))]
+    members = member_rows(index, version)
+    swapped = (len(new_data), ix.ALIGN_MIN, zlib.crc32(b"f" * ix.ALIGN_MIN), zlib.crc32(new_data))
+    members[e.first : e.last + 1] = [swapped[: len(members[0])]]
     assert e.first == e.last, "the test swaps a file held in one member"
     files = [
         (x.name, x.first, x.last, x.offset, x.size, x.mtime, x.mode, x.digest) for x in index.files.values()
@@ -605,7 +606,7 @@ def test_a_streamed_load_refuses_an_index_listing_a_file_the_tar_does_not_hold(
     files = [
         (x.name, x.first, x.last, x.offset, x.size, x.mtime, x.mode, x.digest) for x in index.files.values()
     ] + [ghost]
-    members = [(m.clen, m.ulen, m.crc) for m in index.members]
+    members = member_rows(index)
     gaps = [(end, n, bytes.fromhex(h)) for end, (n, h) in index.gaps.items()]
     obj.write_bytes(
         raw[: index.data_end] + ix.encode_tail(ix.pack_payload(members, files, gaps), index.data_end)

@@ -297,7 +297,7 @@ def test_an_index_whose_rank_counts_exceed_its_members_is_damaged(tmp_path):
     from flyte_checkpoint.format import index as ix
 
     builder = ix.IndexBuilder()
-    builder.add_member(20, 0, 0)
+    builder.add_member(20, 0, 0, 0)
     builder.shards = [1, 1]  # two members claimed, one listed
     obj = tmp_path / "obj"
     obj.write_bytes(bytes(20) + builder.encode())

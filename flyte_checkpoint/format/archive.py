@@ -484,8 +484,10 @@ class _Packer:
         return real == self.root_real or real.startswith(self._inside_prefix)
 
 
-def _rows(members: list) -> list[tuple[int, int, int]]:
-    return [(m.clen, m.ulen, m.crc) for m in members]
+def _rows(members: list) -> list[tuple[int, int, int, int]]:
+    """The members' rows as :meth:`~.pipeline.ParallelGzipWriter.copy` takes them (a base that
+    :class:`~.incremental.Reuse` copies from records every ``ccrc``)."""
+    return [m.row() for m in members]
 
 
 def _sorted_entries(path: str) -> list[os.DirEntry[str]]:

@@ -6,13 +6,21 @@ the server (:meth:`~flyte_checkpoint.storage.blobstore.BlobWriter.copy`) instead
 compressing and sending it, and the new index lists the copied members with the same
 lengths and CRCs. :func:`find_base` picks the object to copy from; :class:`Reuse` answers the
 packer's questions about it. A store without the capability gets ``None``: everything is sent.
+
+Every copy is checked against the CRC-32 of the members' stored bytes that the base's index
+records (version 4): the store's writer raises :class:`~flyte_checkpoint.errors.CopyDamagedError`
+at the commit where the base's bytes are not those (bit rot, a bad copy of the object), and
+:func:`save_checked` then warns, naming the base and the files, and saves again sending those
+files instead of copying them. A base whose index records no such CRC (older versions) is not
+copied from.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,6 +77,8 @@ class Reuse:
         #: Files copied and bytes copied, by this save (for logs and tests).
         self.files_copied = 0
         self.bytes_copied = 0
+        #: Members found damaged by an earlier try of this save: never copied.
+        self._damaged: set[int] = set()
 
     def _members_of(self, e: FileEntry) -> tuple[int, int] | None:
         """The members that hold the entry's data from their first byte and its tar padding,
@@ -87,6 +97,37 @@ class Reuse:
         if sum(m.clen for m in members[e.first : last + 1]) < self.min_copy:
             return None
         return e.first, last
+
+    def avoid(self, damaged: Iterable[tuple[CopySource, int, int]]) -> list[int]:
+        """Copy none of the members that overlap these ranges (``(source, start, length)``, as
+        :class:`~flyte_checkpoint.errors.CopyDamagedError` names them) of this base (ranges
+        of another object, or of another version of it, say nothing of it); returns the
+        members' numbers."""
+        members = self.index.members
+        starts = [m.coff for m in members]
+        found: set[int] = set()
+        for source, start, length in damaged:
+            if source != self.source or length <= 0:
+                continue
+            first = max(bisect.bisect_right(starts, start) - 1, 0)
+            last = bisect.bisect_right(starts, start + length - 1) - 1
+            found.update(range(first, last + 1))
+        if found:
+            self._damaged |= found
+            for size, spans in list(self._by_size.items()):
+                kept = {d: span for d, span in spans.items() if found.isdisjoint(range(span[0], span[1] + 1))}
+                if kept:
+                    self._by_size[size] = kept
+                else:
+                    del self._by_size[size]
+        return sorted(found)
+
+    def held_by(self, members: Iterable[int]) -> list[str]:
+        """The names of the files whose data lies in these members, in the index's order."""
+        wanted = set(members)
+        return [
+            e.name for e in self.index.files.values() if not wanted.isdisjoint(range(e.first, e.last + 1))
+        ]
 
     def wants(self, size: int) -> bool:
         """Whether a file of ``size`` bytes may be a copy (a copyable file has that size)."""
@@ -112,7 +153,7 @@ class Reuse:
         while start > 0 and total < len(pending):
             start -= 1
             total += self.index.members[start].ulen
-        if total != len(pending):
+        if total != len(pending) or not self._damaged.isdisjoint(range(start, first)):
             return None
         span = self._span(start, first - 1)
         end = self.index.members[first].uoff
@@ -182,6 +223,13 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
                 digests.LABEL[index.algorithm],
             )
             continue
+        if not index.checked:  # a copy of its members could not be checked (issue 32, item 5)
+            log.info(
+                "%s records no checksum of its stored members (an older index), against which a"
+                " copy of them is checked: this save sends every file; the next one copies",
+                redact(uri),
+            )
+            continue
         if store.copy_source(uri) != source:  # replaced while its index was read: not that index
             from ..storage.blobstore import copy_source_changed
 
@@ -190,4 +238,45 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
     return None
 
 
-__all__ = ["Copy", "Reuse", "find_base"]
+#: Tries of a folder save after its first found copied bytes damaged: one more avoiding what
+#: was found (damage found by then was all found: each writer checks every copy before it
+#: raises), then one that copies nothing, should the base have been replaced meanwhile by
+#: another damaged object.
+REDOS = 2
+
+
+def save_checked(plan: Callable[[], Reuse | None], write: Callable[[Reuse | None], int]) -> int:
+    """``write(plan())``: a folder save, copying from the base ``plan`` finds (None: none).
+
+    Where its copies turn out damaged (:class:`~flyte_checkpoint.errors.CopyDamagedError`:
+    nothing was committed), warns naming the base and the files whose members are damaged,
+    and saves again with ``plan()``'s base told to copy none of those (then, if that finds
+    damage too, copying nothing). Returns what the ``write`` that committed returns.
+    """
+    from ..errors import CopyDamagedError
+
+    damaged: list[tuple[CopySource, int, int]] = []
+    for attempt in range(REDOS + 1):
+        reuse = plan() if attempt < REDOS else None
+        if reuse is not None:
+            reuse.avoid(damaged)
+        try:
+            return write(reuse)
+        except CopyDamagedError as exc:
+            if reuse is None or attempt == REDOS:  # pragma: no cover - nothing was copied
+                raise
+            damaged.extend(exc.damaged)
+            names = reuse.held_by(reuse.avoid(exc.damaged))
+            what = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            log.warning(
+                "the previous checkpoint %s is damaged: the stored bytes of %s are not what its"
+                " index records (bit rot, or a bad copy of the object), so this save sends %s from"
+                " the folder instead of copying %s",
+                redact(reuse.source.uri),
+                what or "tar headers between its files",
+                *(("them", "them") if attempt + 1 < REDOS else ("every file", "any")),
+            )
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+__all__ = ["Copy", "Reuse", "find_base", "save_checked"]

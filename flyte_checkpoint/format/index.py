@@ -27,11 +27,14 @@ if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore
     from .compression import Tail
 
-#: The version written: 3, files and gaps hashed with BLAKE3 (:mod:`.digests`), the payload
-#: deflated (raw deflate, level 1). Versions 2 (SHA-256, deflated) and 1 (SHA-256, the payload
-#: as it is) are still read.
-VERSION = 3
-_READS = (1, 2, 3)
+#: The version written: 4, each member's record with the CRC-32 of its stored (compressed) bytes,
+#: files and gaps hashed with BLAKE3 (:mod:`.digests`), the payload deflated (raw deflate, level
+#: 1). Versions 3 (no stored bytes' CRC), 2 (SHA-256, deflated) and 1 (SHA-256, the payload as it
+#: is) are still read.
+VERSION = 4
+_READS = (1, 2, 3, 4)
+#: The first version whose members record the CRC-32 of their stored bytes (``ccrc``).
+CHECKED_FROM = 4
 #: Files at least this large start (and end) at a gzip member boundary; smaller ones share.
 ALIGN_MIN = 64 * 1024
 _MAGIC = b"FCIX"
@@ -43,7 +46,8 @@ _TRAILER_BODY = struct.Struct("<4sHQQQ32sI")
 # The index payload (fixed-width, not compressed, so that its length is a function of the
 # tree's names and layout only): member and file counts, each member, then each file.
 _COUNTS = struct.Struct("<II")
-_MEMBER = struct.Struct("<III")  # clen, ulen, crc32
+_MEMBER = struct.Struct("<III")  # clen, ulen, crc32 (versions 1 to 3)
+_MEMBER_CHECKED = struct.Struct("<IIII")  # clen, ulen, crc32, ccrc (the stored bytes' CRC-32; version 4)
 _FILE = struct.Struct("<IIIQqI32sI")  # first, last, offset, size, mtime, mode, digest, name length
 # Optional, after the files: a gap count, then each gap (the tar bytes before a large file).
 _GAP_COUNT = struct.Struct("<I")
@@ -97,13 +101,20 @@ def is_padding(member: bytes | memoryview) -> bool:
 
 @dataclass(frozen=True)
 class Member:
-    """One gzip member: where it lies compressed and uncompressed, and its CRC-32."""
+    """One gzip member: where it lies compressed and uncompressed, the CRC-32 of its data
+    (``crc``, as its gzip trailer says) and of its stored bytes (``ccrc``: what a server that
+    copies it computes; None in an index older than version 4)."""
 
     coff: int
     clen: int
     uoff: int
     ulen: int
     crc: int
+    ccrc: int | None = None
+
+    def row(self) -> tuple[int, int, int, int | None]:
+        """``(clen, ulen, crc, ccrc)``, as :meth:`IndexBuilder.add_member` takes them."""
+        return self.clen, self.ulen, self.crc, self.ccrc
 
 
 class FileEntry(NamedTuple):
@@ -141,6 +152,12 @@ class Index:
     #: load's tail with them rather than parsing the same index twice.
     raw: bytes = field(default=b"", repr=False, compare=False)
 
+    @property
+    def checked(self) -> bool:
+        """Whether every member records the CRC-32 of its stored bytes (version 4 on), so that a
+        copy of them can be checked against it."""
+        return all(m.ccrc is not None for m in self.members)
+
 
 class IndexBuilder:
     """Collects the members a :class:`~.pipeline.ParallelGzipWriter` writes and the files
@@ -155,9 +172,11 @@ class IndexBuilder:
         #: Members per rank of a sharded save (:mod:`flyte_checkpoint.sharded`), recorded in the index.
         self.shards: list[int] | None = None
 
-    def add_member(self, clen: int, ulen: int, crc: int) -> None:
-        """Called by the gzip writer thread, in order, for each member written."""
-        self.members.append(Member(self._coff, clen, self._uoff, ulen, crc))
+    def add_member(self, clen: int, ulen: int, crc: int, ccrc: int | None) -> None:
+        """Called by the gzip writer thread, in order, for each member written: its lengths,
+        the CRC-32 of its data and of its stored bytes (:data:`CHECKED_FROM`; None only for an
+        index written as an older version)."""
+        self.members.append(Member(self._coff, clen, self._uoff, ulen, crc, ccrc))
         self._coff += clen
         self._uoff += ulen
 
@@ -192,23 +211,31 @@ class IndexBuilder:
             first = bisect.bisect_right(starts, offset) - 1
             last = bisect.bisect_right(starts, offset + max(size, 1) - 1) - 1
             files.append((name, first, last, offset - starts[first], size, mtime, mode, digest))
-        payload = pack_payload(
-            [(m.clen, m.ulen, m.crc) for m in self.members], files, self._gaps, self.shards
-        )
+        payload = pack_payload([m.row() for m in self.members], files, self._gaps, self.shards)
         return encode_tail(payload, self._coff)
 
 
 def pack_payload(
-    members: list[tuple[int, int, int]],
+    members: list[tuple],
     files: list[tuple],
     gaps: list[tuple[int, int, bytes]] = (),  # type: ignore[assignment]
     shards: list[int] | None = None,
 ) -> bytes:
-    """The index payload of ``members`` (clen, ulen, crc32), ``files`` (the fields of
-    :class:`FileEntry`, in order) and ``gaps`` (end, length, digest; the section is
-    left out when there are none): fixed-width fields, names as UTF-8 (docs/FORMAT.md)."""
+    """The index payload of ``members`` (clen, ulen, crc32, ccrc: version 4; or clen, ulen,
+    crc32: the layout of versions 1 to 3, for :func:`encode_tail` with such a version),
+    ``files`` (the fields of :class:`FileEntry`, in order) and ``gaps`` (end, length, digest;
+    the section is left out when there are none): fixed-width fields, names as UTF-8
+    (docs/FORMAT.md).
+
+    Raises:
+        ValueError: the members' rows are not all of one layout, or a ccrc is missing.
+    """
     out = [_COUNTS.pack(len(members), len(files))]
-    out += [_MEMBER.pack(*m) for m in members]
+    widths = {len(m) for m in members}
+    if len(widths) > 1 or any(len(m) == 4 and m[3] is None for m in members):
+        raise ValueError("every member row must have a ccrc (version 4), or none may (versions 1 to 3)")
+    layout = _MEMBER_CHECKED if widths == {4} else _MEMBER
+    out += [layout.pack(*m) for m in members]
     for name, first, last, offset, size, mtime, mode, digest in files:
         raw = name.encode("utf-8", "surrogateescape")
         out += [_FILE.pack(first, last, offset, size, mtime, mode, bytes.fromhex(digest), len(raw)), raw]
@@ -425,17 +452,19 @@ def _parse(payload: bytes, data_end: int, uri: str, version: int) -> Index:
     at = _COUNTS.size
     if n_files > limits.max_members:
         raise _Bad(f"it lists more than {limits.max_members:,} files")
-    if at + n_members * _MEMBER.size + n_files * _FILE.size > len(payload):
-        raise _Bad("it is shorter than its counts say")
     members: list[Member] = []
     coff = uoff = 0
-    for clen, ulen, crc in _MEMBER.iter_unpack(payload[at : at + n_members * _MEMBER.size]):
+    layout = _MEMBER_CHECKED if version >= CHECKED_FROM else _MEMBER
+    if at + n_members * layout.size + n_files * _FILE.size > len(payload):
+        raise _Bad("it is shorter than its counts say")
+    for row in layout.iter_unpack(payload[at : at + n_members * layout.size]):
+        clen, ulen = row[0], row[1]
         if not 18 <= clen <= MAX_MEMBER + 65536 or ulen > MAX_MEMBER:
             raise _Bad("a member has an impossible length")
-        members.append(Member(coff, clen, uoff, ulen, crc))
+        members.append(Member(coff, clen, uoff, ulen, row[2], row[3] if len(row) == 4 else None))
         coff += clen
         uoff += ulen
-    at += n_members * _MEMBER.size
+    at += n_members * layout.size
     if coff != data_end:
         raise _Bad("its members do not end where the index begins")
     files: dict[str, FileEntry] = {}

@@ -23,6 +23,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..interrupts import finish
+from ..storage.blobstore import CopyCheck
+from ..storage.kit.checksums import crc32
 from .compression import DEFAULT_LEVEL, compress_member, stored_member
 
 if TYPE_CHECKING:
@@ -81,9 +83,19 @@ class _CopyItem:
     """Members of another object, copied by the store (``sink.copy``) rather than written."""
 
     def __init__(
-        self, source: CopySource, start: int, length: int, members: list[tuple[int, int, int]]
+        self, source: CopySource, start: int, length: int, members: list[tuple[int, int, int, int]]
     ) -> None:
         self.source, self.start, self.length, self.members = source, start, length, members
+
+
+def _member(block: bytes | memoryview, level: int) -> tuple[list[bytes | memoryview], int]:
+    """:func:`compress_block` and the CRC-32 of the member's bytes (its ``ccrc`` in the index:
+    what a store that copies it later checks the copy against), in the compressing thread."""
+    pieces = compress_block(block, level)
+    value, algorithm = 0, crc32()
+    for piece in pieces:
+        value = algorithm.compute(piece, value)
+    return pieces, value
 
 
 _STOP = _Stop()
@@ -106,15 +118,20 @@ class _GzipState:
     before closing it can be collected, which stops the threads (see :func:`_abandon`).
     """
 
-    def __init__(self, sink: BinaryIO, depth: int, on_member: Callable[[int, int, int], None] | None) -> None:
+    def __init__(
+        self, sink: BinaryIO, depth: int, on_member: Callable[[int, int, int, int], None] | None
+    ) -> None:
         self.sink = sink
-        self.on_member = on_member  # (compressed length, uncompressed length, CRC-32) of each member
-        self.pending: queue.Queue[Future[list[bytes | memoryview]] | _CopyItem | _Align | _Stop] = (
-            queue.Queue(maxsize=depth)
-        )
+        # (compressed length, uncompressed length, CRC-32 of the data, CRC-32 of the member's
+        # bytes) of each member
+        self.on_member = on_member
+        self.pending: queue.Queue[
+            Future[tuple[list[bytes | memoryview], int]] | _CopyItem | _Align | _Stop
+        ] = queue.Queue(maxsize=depth)
         self.align = 0  # place aligned members at multiples of this (0: nowhere)
         self.coff = 0  # bytes of the object so far, written or copied (a copy not yet given included)
-        self.copying: list = []  # [source, start, length] of a copy not yet given to the sink
+        # [source, start, length, [(clen, ccrc) of its members]] of a copy not yet given to the sink
+        self.copying: list = []
         self.copy_run: int | None = None  # hand a copy this long to the sink without waiting for more
         self.closing = threading.Event()  # nothing more will be queued: write the rest, then stop
         self.aborted = threading.Event()  # drop what is queued, and stop
@@ -124,9 +141,9 @@ class _GzipState:
 def _flush_copy(state: _GzipState) -> None:
     """Give the sink the copy being gathered (adjacent copies of one object become one)."""
     if state.copying:
-        source, start, length = state.copying
+        source, start, length, pieces = state.copying
         state.copying = []
-        state.sink.copy(source, start, length)  # type: ignore[attr-defined]
+        state.sink.copy(source, start, length, CopyCheck(tuple(pieces)))  # type: ignore[attr-defined]
 
 
 def _pad(state: _GzipState) -> None:
@@ -139,24 +156,26 @@ def _pad(state: _GzipState) -> None:
         state.sink.write(member)
         state.coff += len(member)
         if state.on_member is not None:
-            state.on_member(len(member), 0, 0)
+            state.on_member(len(member), 0, 0, crc32().compute(member))
 
 
 def _take_copy(state: _GzipState, item: _CopyItem) -> None:
     run = state.copying
+    pieces = [(clen, ccrc) for clen, _, _, ccrc in item.members]
     if run and run[0] == item.source and run[1] + run[2] == item.start:
         run[2] += item.length
+        run[3].extend(pieces)
     else:
         _flush_copy(state)
         if state.align and item.start % state.align == 0:
             _pad(state)  # from an aligned place to an aligned place: the store may share blocks
-        state.copying = [item.source, item.start, item.length]
+        state.copying = [item.source, item.start, item.length, pieces]
     state.coff += item.length
     if state.copy_run is not None and state.copying[2] >= state.copy_run:
         _flush_copy(state)
     if state.on_member is not None:
-        for clen, ulen, crc in item.members:
-            state.on_member(clen, ulen, crc)
+        for row in item.members:
+            state.on_member(*row)
 
 
 def _drain(state: _GzipState) -> None:
@@ -192,14 +211,14 @@ def _drain_items(state: _GzipState) -> None:
             if isinstance(item, _Align):
                 _pad(state)
                 continue
-            pieces = item.result()
+            pieces, ccrc = item.result()
             _flush_copy(state)
             for piece in pieces:
                 state.sink.write(piece)
                 state.coff += len(piece)
             if state.on_member is not None:
                 crc, isize = struct.unpack("<II", bytes(pieces[-1][-8:]))
-                state.on_member(sum(len(p) for p in pieces), isize, crc)
+                state.on_member(sum(len(p) for p in pieces), isize, crc, ccrc)
         except BaseException as exc:
             state.error = exc
 
@@ -321,28 +340,30 @@ class ParallelGzipWriter:
         source: CopySource,
         start: int,
         length: int,
-        members: list[tuple[int, int, int]],
+        members: list[tuple[int, int, int, int]],
         *,
         replace: bool = False,
     ) -> None:
         """Put next the gzip members ``members`` (compressed length, uncompressed length,
-        CRC-32 each), which are bytes ``start .. start + length`` of ``source``, copied by the
-        sink. With ``replace``, they stand for what :meth:`pending` returned, which is dropped
-        (the caller checked that they hold exactly it); otherwise it is cut into members first."""
+        CRC-32 of the data and of the member's bytes, each), which are bytes ``start .. start +
+        length`` of ``source``, copied by the sink, which checks them against those CRCs of
+        their bytes (``expect``: :class:`~flyte_checkpoint.storage.blobstore.CopyCheck`). With
+        ``replace``, they stand for what :meth:`pending` returned, which is dropped (the caller
+        checked that they hold exactly it); otherwise it is cut into members first."""
         if replace:
             self._buf = bytearray()
         self.cut()
-        self.bytes_in += sum(ulen for _, ulen, _ in members) if not replace else 0
+        self.bytes_in += sum(row[1] for row in members) if not replace else 0
         self._put(_CopyItem(source, start, length, members))
 
     def _submit(self, block: bytes | memoryview) -> None:
         self._sent_since_cut = True
         if self._on_block is not None:
             self._on_block(len(block))
-        fut = self._pool.submit(compress_block, block, self._level)
+        fut = self._pool.submit(_member, block, self._level)
         self._put(fut)
 
-    def _put(self, item: Future[list[bytes | memoryview]] | _CopyItem | _Align) -> None:
+    def _put(self, item: Future[tuple[list[bytes | memoryview], int]] | _CopyItem | _Align) -> None:
         state = self._state
         while True:
             if state.error is not None:

@@ -52,10 +52,10 @@ def pack_segment(
         pack_directory(folder, gz, index=index, end=False, names=names, leave_out=leave_out)  # type: ignore[arg-type]
     for member in padding(pad() if pad is not None else 0):
         sink.write(member)
-        index.add_member(len(member), 0, 0)
+        index.add_member(len(member), 0, 0, zlib.crc32(member))
     return {
         "ok": True,
-        "members": [[m.clen, m.ulen, m.crc] for m in index.members],
+        "members": [list(m.row()) for m in index.members],
         "files": [[*f[:5], f[5] if isinstance(f[5], str) else f[5]()] for f in index._files],
         "names": [[name.rstrip("/"), flag == ts.DIRTYPE] for name, flag in names],
     }
@@ -84,13 +84,13 @@ def tail(reports: list[Report]) -> bytes:
     builder = IndexBuilder()
     base = 0
     for report in reports:
-        for clen, ulen, crc in report["members"]:
-            builder.add_member(clen, ulen, crc)
+        for clen, ulen, crc, ccrc in report["members"]:
+            builder.add_member(clen, ulen, crc, ccrc)
         for name, offset, size, mtime, mode, digest in report["files"]:
             builder.add_file(name, base + offset, size, mtime, mode, digest)
-        base += sum(ulen for _, ulen, _ in report["members"])
+        base += sum(row[1] for row in report["members"])
     end = ts.end_of_archive()
     member = compress_member(end)
-    builder.add_member(len(member), len(end), zlib.crc32(end))
+    builder.add_member(len(member), len(end), zlib.crc32(end), zlib.crc32(member))
     builder.shards = [len(report["members"]) for report in reports]
     return member + builder.encode()

@@ -57,7 +57,17 @@ file system; GCS has none: ``compose`` and ``rewrite`` take whole objects). The 
   little of that;
 - ``bytes_written`` counts the bytes given to ``write`` only, ``bytes_copied`` those given to
   ``copy``; a copy is checked against the source's size (``ValueError``) and a copy of
-  nothing does nothing. ``source`` may be the object being replaced (the same URI).
+  nothing does nothing. ``source`` may be the object being replaced (the same URI);
+- with ``expect`` (a :class:`CopyCheck`: the CRC-32 of each consecutive piece of the range, as
+  the caller knows the source should hold them), nothing is committed unless every copied byte
+  matches it: the writer checks the bytes the server copied, by a checksum the server computed
+  of them (S3's ``UploadPartCopy`` answers with the part's CRC-32 when the upload names that
+  algorithm) or by reading the range of the source (with the same version check), and where
+  they differ (a damaged source: bit rot, a bad copy) the commit raises
+  :class:`~flyte_checkpoint.errors.CopyDamagedError` naming every damaged piece it found
+  (:func:`copy_damaged`), after the last part or block has been sent, and aborts. Bytes a
+  writer reads from the source to send itself (pieces under the server's minimum) are checked
+  the same way.
 """
 
 from __future__ import annotations
@@ -147,6 +157,66 @@ class CopySource:
     version: str
 
 
+@dataclass(frozen=True)
+class CopyCheck:
+    """What the bytes of a copied range must be (:meth:`BlobWriter.copy`'s ``expect``): the
+    length and CRC-32 (zlib's, as S3's ``CRC32``) of each consecutive piece of the range, in
+    order. An incremental save's pieces are the base's gzip members, whose CRC-32 its index
+    records (docs/FORMAT.md)."""
+
+    pieces: tuple[tuple[int, int], ...]
+
+    @property
+    def length(self) -> int:
+        """The bytes the pieces cover."""
+        return sum(n for n, _ in self.pieces)
+
+    def crc32(self) -> int:
+        """The CRC-32 of the whole range (the pieces' values combined)."""
+        from .kit.checksums import crc32
+
+        algorithm, value = crc32(), 0
+        for n, piece in self.pieces:
+            value = algorithm.combine(value, piece, n)
+        return value
+
+    def damaged(
+        self, start: int, read: Callable[[int, int], bytes | bytearray | memoryview]
+    ) -> list[tuple[int, int]]:
+        """The pieces whose bytes are not what they should be, as ``(offset, length)`` in the
+        source, where the range begins at ``start`` of it and ``read(offset, length)`` returns
+        the source's bytes (in pieces of at most :data:`CHECK_CHUNK`; fewer at its end)."""
+        from .kit.checksums import crc32
+
+        algorithm = crc32()
+        bad: list[tuple[int, int]] = []
+        at, end = start, start + self.length
+        pieces = iter(self.pieces)
+        piece_at, (piece_len, expected) = start, next(pieces, (0, 0))
+        value = 0
+        while at < end:
+            data = read(at, min(CHECK_CHUNK, end - at))
+            if not data:  # the source ends early: what is left is not what it should be
+                break
+            view = memoryview(data).cast("B")
+            while view:
+                take = min(len(view), piece_at + piece_len - at)
+                value = algorithm.compute(view[:take], value)
+                view, at = view[take:], at + take
+                if at == piece_at + piece_len:
+                    if value != expected:
+                        bad.append((piece_at, piece_len))
+                    piece_at, (piece_len, expected), value = at, next(pieces, (0, 0)), 0
+        while piece_at < end:  # pieces not reached
+            bad.append((piece_at, piece_len))
+            piece_at, (piece_len, _) = piece_at + piece_len, next(pieces, (0, 0))
+        return bad
+
+
+#: Bytes read at a time where a copied range is checked by reading it (:meth:`CopyCheck.damaged`).
+CHECK_CHUNK = 8 * 1024 * 1024
+
+
 class BlobWriter(abc.ABC):
     """A streaming write of one object.
 
@@ -169,10 +239,13 @@ class BlobWriter(abc.ABC):
         self.uri = uri
         self._state = "open"
         self._lock = threading.Lock()
+        self._damage_lock = threading.Lock()
         self._scope = current()
         self.bytes_written = 0
         #: Bytes given to :meth:`copy` (copied by the server, not sent).
         self.bytes_copied = 0
+        #: Ranges of copy sources whose bytes did not match a copy's ``expect``, found so far.
+        self.damaged: list[tuple[CopySource, int, int]] = []
 
     @property
     def closed(self) -> bool:
@@ -196,28 +269,33 @@ class BlobWriter(abc.ABC):
                 self.bytes_written += n
             return n
 
-    def copy(self, source: CopySource, start: int, length: int) -> None:
+    def copy(self, source: CopySource, start: int, length: int, expect: CopyCheck | None = None) -> None:
         """Append bytes ``start .. start + length`` of ``source`` to the object, copied by the
-        server (a store whose ``copy_limits`` is set; see the module docstring).
+        server (a store whose ``copy_limits`` is set; see the module docstring). With
+        ``expect``, the copied bytes are checked against it before anything is committed.
 
         Raises:
-            ValueError: the range is not inside ``source``, or the writer is closed.
+            ValueError: the range is not inside ``source``, ``expect`` does not cover it, or
+                the writer is closed.
             NotImplementedError: the store cannot copy (its ``copy_limits`` is ``None``).
             CopySourceChangedError: ``source`` is no longer the object it described (here, at
                 a later write or at the commit).
+            CopyDamagedError: at the commit, copied bytes did not match ``expect``.
         """
         if start < 0 or length < 0 or start + length > source.size:
             raise ValueError(
                 f"copy of bytes {start}..{start + length} from {redact(source.uri)}, which has"
                 f" {source.size}: the range must lie inside the object"
             )
+        if expect is not None and expect.length != length:
+            raise ValueError(f"a copy of {length} bytes checked against pieces of {expect.length}")
         with self._lock:
             if self._state != "open":
                 raise ValueError(f"copy to a {self._state} writer for {redact(self.uri)}")
             if self._scope is not None:
                 self._scope.check()
             if length:
-                self._copy(source, start, length)
+                self._copy(source, start, length, expect)
                 self.bytes_copied += length
 
     def flush(self) -> None:
@@ -292,11 +370,29 @@ class BlobWriter(abc.ABC):
     def _abort(self) -> None:
         """Discard the bytes written so far and any server-side state."""
 
-    def _copy(self, source: CopySource, start: int, length: int) -> None:
+    def _copy(self, source: CopySource, start: int, length: int, expect: CopyCheck | None) -> None:
         """Take the next ``length`` bytes of the object from ``source`` at ``start`` (a range
         inside it, not empty), server-side; see the module docstring for the promises. Only
-        stores that declare ``copy_limits`` implement it."""
+        stores that declare ``copy_limits`` implement it. With ``expect``, the bytes copied are
+        checked against it: a damaged piece is recorded with :meth:`_found_damaged`, and
+        ``_commit`` calls :meth:`_raise_damaged` before it makes the object visible."""
         raise NotImplementedError(f"{type(self).__name__} cannot copy ranges on the server")
+
+    def _found_damaged(self, source: CopySource, pieces: Iterable[tuple[int, int]]) -> None:
+        """Record pieces ``(start, length)`` of ``source`` that a copy's check found damaged
+        (from any thread)."""
+        found = [(source, start, length) for start, length in pieces]
+        if found:
+            with self._damage_lock:
+                self.damaged.extend(found)
+
+    def _raise_damaged(self) -> None:
+        """Raise :class:`~flyte_checkpoint.errors.CopyDamagedError` if a copy's check found
+        damage (``_commit`` calls it once every copy's check has ended, before the commit)."""
+        with self._damage_lock:
+            found = list(self.damaged)
+        if found:
+            raise copy_damaged(found, self.uri)
 
 
 class BlobStore(abc.ABC):
@@ -499,6 +595,24 @@ def copy_source_changed(source: CopySource, detail: str = "") -> BaseException:
         f"{f' ({detail})' if detail else ''}; nothing was committed. The save is retried against"
         " the object there now; if this repeats, another writer keeps replacing it"
     )
+
+
+def copy_damaged(damaged: list[tuple[CopySource, int, int]], dest: str) -> BaseException:
+    """The error for copied ranges whose bytes did not match their check (``(source, start,
+    length)`` each): :class:`~flyte_checkpoint.errors.CopyDamagedError`, carrying them."""
+    from ..errors import CopyDamagedError
+
+    sources = sorted({redact(source.uri) for source, _, _ in damaged})
+    shown = ", ".join(f"{start}..{start + length}" for _, start, length in damaged[:5])
+    more = f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+    error = CopyDamagedError(
+        f"bytes {shown}{more} of {', '.join(sources)} are not what its index records (the object"
+        f" was damaged after it was saved: bit rot, or a bad copy of it), so a save to"
+        f" {redact(dest)} that copied them committed nothing. Save again without copying from it"
+        " (a folder save does so by itself and warns)"
+    )
+    error.damaged = tuple(damaged)
+    return error
 
 
 def ensure_store_error(exc: BaseException, uri: str) -> BaseException:

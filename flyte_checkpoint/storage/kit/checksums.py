@@ -180,6 +180,13 @@ def crc(name: str) -> Crc | None:
     return _cache[key]
 
 
+def crc32() -> Crc:
+    """CRC-32 (zlib's polynomial, S3's ``CRC32``), which every process computes (zlib at the least)."""
+    found = crc("CRC32")
+    assert found is not None
+    return found
+
+
 def require_crc(name: str, *, hint: str) -> Crc:
     """The CRC called ``name``, for a setting that asks for it.
 
@@ -279,4 +286,15 @@ def _library_combine(name: str) -> Combine | None:
     return None
 
 
-__all__ = ["Buffer", "Crc", "CrcDigest", "Digest", "Md5Digest", "crc", "digest", "gf2_combine", "require_crc"]
+__all__ = [
+    "Buffer",
+    "Crc",
+    "CrcDigest",
+    "Digest",
+    "Md5Digest",
+    "crc",
+    "crc32",
+    "digest",
+    "gf2_combine",
+    "require_crc",
+]

@@ -12,12 +12,14 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, wait
+from functools import partial
 from typing import Any
 
 from ... import cancellation
 from ...errors import StoreError
 from ...uri import redact
-from ..blobstore import BlobWriter, CopyLimits, CopySource
+from ..blobstore import CHECK_CHUNK, BlobWriter, CopyCheck, CopyLimits, CopySource
+from .checksums import crc32
 from .pools import StorePool
 
 Buffer = bytes | bytearray | memoryview
@@ -80,7 +82,16 @@ class PartWriter(BlobWriter):
       still holds (else :class:`~flyte_checkpoint.errors.CopySourceChangedError`); in a pool
       thread; the result goes to :meth:`_complete` with the others;
     - ``_read_source(source, start, length) -> bytes``: those bytes, by a ranged read that
-      checks the version the same way.
+      checks the version the same way;
+    - ``_copied_crc32(result) -> int | None``: the CRC-32 the server computed of a copied part
+      (from ``_copy_part``'s result), or None where it gave none (the default).
+
+    A copy with ``expect`` (:class:`~flyte_checkpoint.storage.blobstore.CopyCheck`) is checked
+    before the commit: the CRC-32s of its bytes read and sent here and of its copied parts
+    (the server's, else computed by reading the part's range of the source in the job that
+    copied it) are combined in order and compared with ``expect``'s; where they differ, the
+    source is read to find the damaged pieces, and the commit raises ``CopyDamagedError``
+    (before :meth:`_complete`) naming them.
 
     Parts are numbered in the order their bytes come; each is one job on the pool (parts
     numbered from elsewhere for several writers committing one object, issue 19, would be
@@ -126,6 +137,7 @@ class PartWriter(BlobWriter):
         self._error: BaseException | None = None
         self._started = False
         self._cancelled = False
+        self._checks: list[_Checked] = []  # copies given an ``expect``, checked before the commit
 
     # -- hooks ------------------------------------------------------------------------------
 
@@ -156,6 +168,10 @@ class PartWriter(BlobWriter):
         """Bytes of ``source`` (a ranged read that checks ``source.version``)."""
         raise NotImplementedError
 
+    def _copied_crc32(self, result: Any) -> int | None:
+        """The CRC-32 the server computed of the part ``_copy_part`` made (None: it gave none)."""
+        return None
+
     # -- BlobWriter ---------------------------------------------------------------------------
 
     def _write(self, data: Buffer) -> None:
@@ -174,19 +190,22 @@ class PartWriter(BlobWriter):
             self._fill += n
             view = view[n:]
 
-    def _copy(self, source: CopySource, start: int, length: int) -> None:
+    def _copy(self, source: CopySource, start: int, length: int, expect: CopyCheck | None) -> None:
         limits = self.copy_limits
         if limits is None or self.ordered:
             raise NotImplementedError(f"{type(self).__name__} cannot copy ranges on the server")
         self._raise_failed()
+        check = None if expect is None else _Checked(source, start, expect)
+        if check is not None:
+            self._checks.append(check)
         if 0 < self._fill < limits.min_part:
             # The part being filled would be too short to precede a copied one: fill it from the copy.
             take = min(limits.min_part - self._fill, length)
-            self._write(self._read_source(source, start, take))
+            self._write(self._read_checked(source, start, take, check))
             start, length = start + take, length - take
         if length < max(limits.min_part, limits.min_copy, 1):
             if length:
-                self._write(self._read_source(source, start, length))
+                self._write(self._read_checked(source, start, length, check))
             return
         if self._fill:
             self._send_buffer()
@@ -194,10 +213,42 @@ class PartWriter(BlobWriter):
         for i in range(pieces):
             a, b = length * i // pieces, length * (i + 1) // pieces
             cancellation.check()
-            self._submit(self._copy_job(source, start + a, b - a))
+            self._submit(self._copy_job(source, start + a, b - a, check))
 
-    def _copy_job(self, source: CopySource, start: int, length: int) -> Callable[[int], Any]:
-        return lambda number: self._copy_part(number, source, start, length)
+    def _read_checked(self, source: CopySource, start: int, length: int, check: _Checked | None) -> bytes:
+        data = self._read_source(source, start, length)
+        if check is not None:
+            check.add(crc32().compute(data), length)
+        return data
+
+    def _copy_job(
+        self, source: CopySource, start: int, length: int, check: _Checked | None = None
+    ) -> Callable[[int], Any]:
+        if check is None:
+            return lambda number: self._copy_part(number, source, start, length)
+        slot = check.slot(length)
+
+        def job(number: int) -> Any:
+            result = self._copy_part(number, source, start, length)
+            value = self._copied_crc32(result)
+            if value is None:  # the server gave none: read what it copied from, checked the same way
+                value = _crc_of(partial(self._read_source, source), start, length)
+            check.fill(slot, value)
+            return result
+
+        return job
+
+    def _check_copies(self) -> None:
+        """Compare each checked copy with its ``expect`` (every part has ended); find the
+        damaged pieces of those that differ, and raise ``CopyDamagedError`` if any."""
+        for check in self._checks:
+            if check.value() != check.expect.crc32():
+                read = partial(self._read_source, check.source)
+                damaged = check.expect.damaged(check.start, read)
+                # Every piece reads back as it should, yet the server's CRC of what it copied is
+                # not theirs: the copy is trusted no more than the source, and is sent instead.
+                self._found_damaged(check.source, damaged or [(check.start, check.expect.length)])
+        self._raise_damaged()
 
     def _commit(self) -> None:
         if not self._started:
@@ -211,6 +262,7 @@ class PartWriter(BlobWriter):
         elif self._fill:
             self._send_buffer()
         results = self._wait_parts()
+        self._check_copies()
         self._check_cancelled()  # a save cancelled while its last parts were sent never commits
         self._complete(results, tail)
 
@@ -376,6 +428,49 @@ class PartWriter(BlobWriter):
         for future in self._futures:
             future.cancel()
         wait(self._futures)
+
+
+class _Checked:
+    """One copy given an ``expect``: the CRC-32s of its bytes in order, as they become known
+    (read and sent by the writer, or copied by the server as parts)."""
+
+    def __init__(self, source: CopySource, start: int, expect: CopyCheck) -> None:
+        self.source, self.start, self.expect = source, start, expect
+        self._values: list[list[int | None]] = []  # [crc, length] each, in the range's order
+
+    def add(self, value: int, length: int) -> None:
+        self._values.append([value, length])
+
+    def slot(self, length: int) -> list[int | None]:
+        """A place for the CRC of the next ``length`` bytes, filled later (:meth:`fill`)."""
+        self._values.append([None, length])
+        return self._values[-1]
+
+    def fill(self, slot: list[int | None], value: int) -> None:
+        slot[0] = value
+
+    def value(self) -> int | None:
+        """The CRC-32 of the whole range, or None while a part has not reported one."""
+        crc = crc32()
+        whole = 0
+        for value, length in self._values:
+            if value is None:
+                return None
+            assert length is not None
+            whole = crc.combine(whole, value, length)
+        return whole
+
+
+def _crc_of(read: Callable[[int, int], bytes], start: int, length: int) -> int:
+    """The CRC-32 of ``length`` bytes from ``start``, read ``CHECK_CHUNK`` at a time."""
+    algorithm, value, at, end = crc32(), 0, start, start + length
+    while at < end:
+        data = read(at, min(CHECK_CHUNK, end - at))
+        if not data:
+            break
+        value = algorithm.compute(data, value)
+        at += len(data)
+    return value
 
 
 __all__ = ["PartWriter", "part_size_for"]

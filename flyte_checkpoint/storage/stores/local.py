@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
@@ -19,8 +20,10 @@ from ...paths import LeaveOut, current_umask
 from ...uri import local_path
 from ...workfiles import TMP, is_working_file, temp_prefix
 from ..blobstore import (
+    CHECK_CHUNK,
     BlobStore,
     BlobWriter,
+    CopyCheck,
     CopyLimits,
     CopySource,
     ObjectInfo,
@@ -237,9 +240,10 @@ class _LocalWriter(BlobWriter):
             )
             self._flusher.start()
 
-    def _copy(self, source: CopySource, start: int, length: int) -> None:
+    def _copy(self, source: CopySource, start: int, length: int, expect: CopyCheck | None) -> None:
         fd = self._source_fd(source)
         out = self._file.fileno()
+        first = start
         try:
             while length:
                 try:  # in the kernel: a reflink where the file system shares extents, else a copy
@@ -253,6 +257,10 @@ class _LocalWriter(BlobWriter):
                 start, length = start + n, length - n
                 self._unsynced += n
                 self._flush_behind()
+            if expect is not None:
+                # Read back from the descriptor the copy read (its pages are the ones shared or
+                # just copied): a damaged byte of the source was copied as it is.
+                self._found_damaged(source, expect.damaged(first, partial(_read_at, fd)))
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
 
@@ -285,6 +293,7 @@ class _LocalWriter(BlobWriter):
     def _commit(self) -> None:
         self._join_flusher()
         self._close_sources()
+        self._raise_damaged()
         try:
             os.fsync(self._file.fileno())
             self._file.close()
@@ -317,6 +326,24 @@ def _sweep_stale_tmp(folder: Path) -> None:
                         pass
     except OSError:
         pass
+
+
+_read_buffers = threading.local()
+
+
+def _read_at(fd: int, at: int, n: int) -> memoryview:
+    """``n`` bytes of ``fd`` from ``at`` (fewer at its end), in a buffer of the calling thread
+    reused from one read to the next (valid until its next call)."""
+    buf = getattr(_read_buffers, "buf", None)
+    if buf is None or len(buf) < n:
+        buf = _read_buffers.buf = memoryview(bytearray(max(n, CHECK_CHUNK)))
+    if hasattr(os, "preadv"):
+        got = os.preadv(fd, [buf[:n]], at)
+    else:  # pragma: no cover - Windows has no preadv
+        data = os.pread(fd, n, at)
+        got = len(data)
+        buf[:got] = data
+    return buf[:got]
 
 
 def _quiet_datasync(fd: int) -> None:

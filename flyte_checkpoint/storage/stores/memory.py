@@ -13,6 +13,7 @@ from ...uri import redact
 from ..blobstore import (
     BlobStore,
     BlobWriter,
+    CopyCheck,
     CopyLimits,
     CopySource,
     ObjectInfo,
@@ -35,14 +36,18 @@ class _MemoryWriter(BlobWriter):
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         self._buf.write(data)
 
-    def _copy(self, source: CopySource, start: int, length: int) -> None:
+    def _copy(self, source: CopySource, start: int, length: int, expect: CopyCheck | None) -> None:
         with _lock.get():
             data = _objects.get(source.uri)
             if data is None or str(_versions.get(source.uri)) != source.version:
                 raise copy_source_changed(source)
-            self._buf.write(memoryview(data)[start : start + length])
+        view = memoryview(data)
+        self._buf.write(view[start : start + length])
+        if expect is not None:  # the bytes as they are in memory, compared where they lie
+            self._found_damaged(source, expect.damaged(start, lambda at, n: view[at : at + n]))
 
     def _commit(self) -> None:
+        self._raise_damaged()
         with _lock.get():
             _objects[self.uri] = self._buf.getvalue()
             _modified[self.uri] = datetime.now(timezone.utc)

@@ -106,6 +106,11 @@ class S3Writer(PartWriter):
     def _read_source(self, source: CopySource, start: int, length: int) -> bytes:
         return copies.read_source(self._store, source, start, length)
 
+    def _copied_crc32(self, result: tuple[dict[str, Any], int | None, int]) -> int | None:
+        """S3's CRC-32 of a copied part: in its answer when the upload names CRC32 (the default
+        ``checksum``), which checks the copy with nothing more on the wire (see :mod:`.copies`)."""
+        return result[1] if self._crc is not None and self._crc.name == "CRC32" else None
+
     def _complete(self, results: list[Any], tail: memoryview | None) -> None:
         if self._sources:  # every copied part came from the version described (see .copies)
             copies.check_unchanged(self._store, self._sources)
