@@ -6,6 +6,7 @@
     python -m benchmarks.incremental --azure          # also on Azurite (plugins/azure's npm install)
     python -m benchmarks.incremental --scale 0.05 --runs 1   # a quick check
     python -m benchmarks.incremental --content model  # float32 weights: the full save compresses
+    python -m benchmarks.incremental --against main --runs 9   # file store: main's code against this one
 
 Each run saves the tree whole to a fresh object (no index to copy from: everything is sent),
 then changes one file (new bytes, same size) and saves again over that object (the unchanged
@@ -18,6 +19,13 @@ extra row is what a range copy through the client would cost at the least, the p
 downloaded and uploaded again as a temporary object (bytes both ways). The Lightning case
 trains a small model with ``ModelCheckpoint(save_top_k=3)`` and ``CheckpointMirror`` and
 reports the bytes each epoch's save sent against the size of one checkpoint file.
+
+With ``--against REV`` it compares instead the file store's incremental saves of two versions of
+this repository (REV checked out in a temporary worktree, and this checkout) on the same tree:
+each round, each version (the order alternating) makes a full save to its own object with its own
+code, one file is changed, and the version's incremental save over that object is timed in a
+fresh process (wall and CPU time, after ``sync``); medians and their ratio. This is how the cost of
+checking every copied range against the base's index (issue 32, item 5) is measured.
 
 The commit column is the time in the writers' commit step (the file store's fsync and rename,
 a cloud writer's completion request), timed around those methods: it follows the object's
@@ -323,6 +331,84 @@ def draw_chart(args: argparse.Namespace, measured: list[tuple[str, dict]]) -> No
         print(f"chart: {path}", file=sys.stderr)
 
 
+# One incremental save by the code of the checkout ``sys.argv[1]``, in a process of its own:
+# a full save of the tree to a fresh object, one file rewritten, then the timed save over it.
+_VERSION_CHILD = r"""
+import os, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+import flyte_checkpoint as fc
+from flyte_checkpoint.storage.stores import local
+obj, src, changed = sys.argv[2], sys.argv[3], sys.argv[4]
+fc.Checkpoint(obj).save_sync(src)
+size = os.path.getsize(changed)
+with open(changed, "wb") as f:
+    f.write(os.urandom(size))
+getattr(local, "wait_for_freeing", lambda: None)()
+os.sync()
+used = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+cpu, started = used(), time.perf_counter()
+fc.Checkpoint(obj).save_sync(src)
+took = time.perf_counter() - started
+getattr(local, "wait_for_freeing", lambda: None)()
+print(took, used() - cpu)
+os.unlink(obj)
+"""
+
+
+def versions(rev: str, files: int, size: int, runs: int, content: Content, work: Path) -> list[str]:
+    """Markdown lines: the file store's incremental save by ``rev`` and by this checkout, on the
+    same tree, interleaved (see the module docstring)."""
+    import subprocess
+
+    from .versions import _checkout, _env
+
+    src = make_tree(work / "src", files, size, content)
+    roots = {rev: _checkout(rev, work / "against"), "this checkout": ROOT.parent}
+    wall: dict[str, list[float]] = {name: [] for name in roots}
+    cpu: dict[str, list[float]] = {name: [] for name in roots}
+    parts = sorted(src.glob("part-*.bin"))
+    try:
+        for run in range(runs + 1):  # the first round compiles each version's bytecode: not counted
+            order = list(roots) if run % 2 else list(reversed(roots))
+            for name in order:
+                changed = parts[(7 * run + 3) % len(parts)]
+                obj = work / f"obj-{run}-{len(wall[name])}.tgz"
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        "-c",
+                        _VERSION_CHILD,
+                        str(roots[name]),
+                        str(obj),
+                        str(src),
+                        str(changed),
+                    ],
+                    env=_env(),
+                    capture_output=True,
+                    text=True,
+                )
+                if out.returncode:
+                    raise SystemExit(f"{name}: the save failed:\n{out.stderr[-2000:]}")
+                if run:
+                    took, used = (float(x) for x in out.stdout.split())
+                    wall[name].append(took)
+                    cpu[name].append(used)
+                    print(f"{name}: {took:.3f} s ({used:.3f} s CPU)", file=sys.stderr, flush=True)
+    finally:
+        if roots[rev] != ROOT.parent:
+            subprocess.run(["git", "-C", str(ROOT.parent), "worktree", "remove", "--force", str(roots[rev])])
+    med = statistics.median
+    base, new = (med(wall[name]) for name in roots)
+    base_cpu, new_cpu = (med(cpu[name]) for name in roots)
+    return [
+        f"| file store, {files} files of {size / MiB:.2f} MiB, one changed | {rev} | this checkout | ratio |",
+        "|---|---|---|---|",
+        f"| incremental save, median wall s (min) | {base:.3f} ({min(wall[rev]):.3f}) |"
+        f" {new:.3f} ({min(wall['this checkout']):.3f}) | {new / base:.3f}x |",
+        f"| incremental save, median CPU s | {base_cpu:.3f} | {new_cpu:.3f} | {new_cpu / base_cpu:.3f}x |",
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the 16 MiB file size")
@@ -340,8 +426,26 @@ def main(argv: list[str] | None = None) -> None:
         default="random",
         help="random bytes (stored as they are) or float32 weights (compressed by the full save)",
     )
+    p.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="compare the file store's incremental saves of REV (a commit) with this checkout's",
+    )
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="fcp-incr-", dir=args.work))
+    if args.against is not None:
+        size = max(int(16 * MiB * args.scale), 64 * 1024)
+        load = os.getloadavg()
+        try:
+            lines = versions(args.against, args.files, size, args.runs, Content(args.content), work)
+            print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")
+            print("\n".join(lines))
+            load = os.getloadavg()
+            print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     sent_bytes = SentBytes()
     log = logging.getLogger("flyte_checkpoint")
     log.addHandler(sent_bytes)

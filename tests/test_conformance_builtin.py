@@ -10,11 +10,18 @@ from flyte_checkpoint.errors import NotFoundError, StoreError
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.storage.stores.local import LocalStore
 from flyte_checkpoint.storage.stores.memory import MemoryStore
-from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CopySuite, CrashSuite, StoreRecipe
+from flyte_checkpoint.testing import (
+    BlobStoreSuite,
+    CheckpointSuite,
+    CopyCheckSuite,
+    CopySuite,
+    CrashSuite,
+    StoreRecipe,
+)
 from flyte_checkpoint.testing.suite import CAPABILITY_TESTS
 
 
-class TestLocalStore(BlobStoreSuite, CheckpointSuite, CopySuite):
+class TestLocalStore(BlobStoreSuite, CheckpointSuite, CopySuite, CopyCheckSuite):
     @pytest.fixture
     def store(self):
         return LocalStore()
@@ -53,7 +60,7 @@ class TestLocalStoreByFileUri(BlobStoreSuite):
         return str(tmp_path / "store")
 
 
-class TestMemoryStore(BlobStoreSuite, CheckpointSuite, CopySuite):
+class TestMemoryStore(BlobStoreSuite, CheckpointSuite, CopySuite, CopyCheckSuite):
     @pytest.fixture
     def store(self):
         return MemoryStore()

@@ -14,7 +14,7 @@ import pytest
 from flyte_checkpoint.storage.blobstore import BlobWriter, CopyLimits, CopySource, copy_source_changed
 from flyte_checkpoint.storage.kit import PartWriter, StorePool
 from flyte_checkpoint.storage.stores.memory import MemoryStore, _MemoryWriter
-from flyte_checkpoint.testing import CopySuite
+from flyte_checkpoint.testing import CopyCheckSuite, CopySuite
 
 MIN_PART = 256 * 1024
 LIMITS = CopyLimits(min_part=MIN_PART, max_copy=3 * MIN_PART, max_pieces=10_000)
@@ -110,7 +110,7 @@ class _MemoryOnly(BlobWriter):
         pass
 
 
-class TestPartedStore(CopySuite):
+class TestPartedStore(CopySuite, CopyCheckSuite):
     @pytest.fixture
     def store(self) -> Iterator[PartedStore]:
         store = PartedStore()

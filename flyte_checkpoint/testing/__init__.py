@@ -49,6 +49,9 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 - :class:`CopySuite` (stores that declare ``copy_limits``): objects built from written bytes
   and ranges of other objects copied by the server, in order, atomic, never from a source
   replaced meanwhile;
+- :class:`CopyCheckSuite` (stores that declare ``copy_limits``): a copy checked against the
+  CRC-32s the caller expects commits nothing, and names the damaged pieces, where the source's
+  bytes are not those;
 - :class:`IncrementalSuite` (network stores with ``copy_limits``): folder saves through a
   proxy that counts the bytes sent: only changed files go up; a source replaced mid-save and a
   save killed midway commit nothing;
@@ -79,7 +82,7 @@ from .copies import CopySuite
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
 from .faults import FaultSuite
-from .incremental import IncrementalSuite
+from .incremental import CopyCheckSuite, IncrementalSuite
 from .recipe import RECIPE_SETTINGS, StoreRecipe
 from .suite import BlobStoreSuite, CheckpointSuite
 
@@ -88,6 +91,7 @@ __all__ = [
     "BlobStoreSuite",
     "CheckpointSuite",
     "ContainerSuite",
+    "CopyCheckSuite",
     "CopySuite",
     "CrashSuite",
     "Fault",

@@ -1,4 +1,5 @@
-"""The incremental-save suite: folder saves on a network store that copies on the server.
+"""The incremental-save suites: checked copies, and folder saves on a network store that copies
+on the server.
 
 Mix :class:`IncrementalSuite` into a test class of a store that declares ``copy_limits``,
 with the fixtures ``store_recipe`` (as for :class:`~flyte_checkpoint.testing.FaultSuite`) and
@@ -6,6 +7,11 @@ with the fixtures ``store_recipe`` (as for :class:`~flyte_checkpoint.testing.Fau
 by the environment: its credentials). The suite points ``store_root``'s URIs at a
 :class:`~flyte_checkpoint.testing.FaultProxy` (``configure_store(..., endpoint_url=proxy.url)``)
 that counts the bytes sent, and looks at the server with a store built by the recipe on it.
+
+Mix :class:`CopyCheckSuite` (fixtures ``store`` and ``store_root``, as for
+:class:`~flyte_checkpoint.testing.CopySuite`) into the test class of every store that declares
+``copy_limits``: a copy given ``expect`` commits nothing, and raises ``CopyDamagedError`` naming
+exactly the damaged pieces, when the source's bytes are not those (issue 32, item 5).
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ from typing import Any
 
 import pytest
 
-from ..errors import CopySourceChangedError, TransientError
-from ..storage.blobstore import BlobStore
+from ..errors import CopyDamagedError, CopySourceChangedError, TransientError
+from ..storage.blobstore import BlobStore, CopyCheck
+from ..storage.kit.checksums import crc32
+from ..uri import join, redact
 from .faultproxy import HANG_GUARD, FaultProxy
 from .recipe import StoreRecipe
+from .suite import _data, check_empty_root
 
 MiB = 1024 * 1024
 
@@ -159,6 +168,39 @@ class IncrementalSuite:
         assert self.restored(nxt, tmp_path) == tree_of(src)
         assert self.pieces_left(server, dest) == [] and self.pieces_left(server, nxt) == []
 
+    def test_a_damaged_base_is_not_copied_where_it_is_damaged(
+        self, proxied, server, tmp_path, caplog
+    ) -> None:
+        """A byte flipped in the stored members of an unchanged file of the previous object
+        (bit rot, a bad copy): the save does not copy that file's members (its copies are checked
+        against the CRC-32 the index records of their stored bytes), sends it, warns naming the
+        object and the file, and commits an object that loads; the next save copies it again."""
+        import logging
+
+        from ..format.index import read_index
+
+        proxy, prefix = proxied
+        src = self.make_tree(tmp_path / "src")
+        dest = prefix + "ckpt.tgz"
+        self.save(proxy, dest, src)
+        index = read_index(server, dest)
+        assert index is not None
+        member = index.members[index.files["shards/s1.bin"].first]
+        raw = bytearray(server.read_bytes(dest))
+        raw[member.coff + member.clen // 2] ^= 0x10
+        server.write_bytes(dest, bytes(raw))
+        (src / "state.json").write_text('{"step": 2}')
+        with caplog.at_level(logging.WARNING, logger="flyte_checkpoint"):
+            sent = self.save(proxy, dest, src)
+        assert self.restored(dest, tmp_path) == tree_of(src), "promise broken: damaged bytes were copied"
+        warned = f"the previous checkpoint {redact(dest)} is damaged: the stored bytes of shards/s1.bin"
+        assert warned in caplog.text, caplog.text
+        assert sent > self.file_size, f"the damaged file was not sent ({sent} bytes went up)"
+        assert self.pieces_left(server, dest) == [] or not self.abort_removes_pieces
+        again = self.save(proxy, dest, src)
+        assert again < self.overhead, f"promise broken: the save after it sent {again} bytes"
+        assert self.restored(dest, tmp_path) == tree_of(src)
+
     def test_a_source_replaced_mid_save_fails_and_the_retry_copies_from_the_new_one(
         self, proxied, server, tmp_path
     ) -> None:
@@ -244,4 +286,77 @@ class IncrementalSuite:
         assert list(server.list(prefix)) == [dest]
 
 
-__all__ = ["IncrementalSuite", "tree_of"]
+def checks_of(data: bytes, start: int, length: int, piece: int) -> CopyCheck:
+    """The :class:`~flyte_checkpoint.storage.blobstore.CopyCheck` of bytes ``start .. start +
+    length`` of ``data``, in pieces of ``piece`` bytes (the last shorter)."""
+    pieces = []
+    for at in range(start, start + length, piece):
+        chunk = data[at : min(at + piece, start + length)]
+        pieces.append((len(chunk), crc32().compute(chunk)))
+    return CopyCheck(tuple(pieces))
+
+
+class CopyCheckSuite:
+    """Copies given ``expect``: from a source whose bytes are those, the object commits; from
+    one damaged since (a byte flipped), nothing commits and ``CopyDamagedError`` names each
+    damaged piece, whether the server copied it or the writer read and sent it."""
+
+    def _unit(self, store: BlobStore) -> int:
+        limits = store.copy_limits
+        assert limits is not None, "promise broken: CopyCheckSuite is for stores that declare copy_limits"
+        return max(limits.min_part, 1024 * 1024)
+
+    def _objects(self, store: BlobStore, store_root: str, flip: int | None) -> tuple[str, bytes, Any]:
+        """A source object (``flip``: the offset of a byte flipped after its checks were taken),
+        its bytes as checked, and its copy source."""
+        unit = self._unit(store)
+        check_empty_root(store, store_root)
+        data = _data(3 * unit + 4097, seed=32)
+        uri = join(store_root, "checked-source")
+        stored = bytearray(data)
+        if flip is not None:
+            stored[flip] ^= 0x10
+        store.write_bytes(uri, bytes(stored))
+        return uri, data, store.copy_source(uri)
+
+    def _copy(self, store: BlobStore, dest: str, source: Any, data: bytes) -> None:
+        """Written bytes, then a long copy (the server's; on a store with a minimum piece, its
+        first bytes read and sent to fill the part before), then a short one (read and sent)."""
+        unit = self._unit(store)
+        piece = unit // 3 + 17
+        with store.open_write(dest) as w:
+            w.write(b"head" * 100)
+            w.copy(source, 100, 2 * unit + 5, checks_of(data, 100, 2 * unit + 5, piece))
+            w.copy(source, len(data) - 3000, 3000, checks_of(data, len(data) - 3000, 3000, 1000))
+
+    def test_checked_copies_of_an_intact_source_commit(self, store: BlobStore, store_root: str) -> None:
+        _, data, source = self._objects(store, store_root, None)
+        dest = join(store_root, "checked-dest")
+        self._copy(store, dest, source, data)
+        unit = self._unit(store)
+        expected = b"head" * 100 + data[100 : 100 + 2 * unit + 5] + data[-3000:]
+        assert store.read_bytes(dest) == expected, "promise broken: checked copies commit the bytes copied"
+
+    @pytest.mark.parametrize("where", ["copied", "read"])
+    def test_a_checked_copy_of_a_damaged_source_commits_nothing(
+        self, store: BlobStore, store_root: str, where: str
+    ) -> None:
+        """A byte flipped in the long copy's middle (which the server copies on every store), or
+        in the short copy (which a store with a minimum piece reads and sends): the commit raises
+        CopyDamagedError naming that piece of the source only, and the object stays as it was."""
+        unit = self._unit(store)
+        piece = unit // 3 + 17
+        flip = 100 + 4 * piece + 9 if where == "copied" else 3 * unit + 4097 - 1500
+        uri, data, source = self._objects(store, store_root, flip)
+        dest = join(store_root, "checked-dest")
+        store.write_bytes(dest, b"previous")
+        with pytest.raises(CopyDamagedError) as info:
+            self._copy(store, dest, source, data)
+        damaged = (100 + 4 * piece, piece) if where == "copied" else (len(data) - 2000, 1000)
+        found = [(s.uri, start, length) for s, start, length in info.value.damaged]
+        assert found == [(uri, *damaged)], f"promise broken: the damaged piece is named, alone: {found}"
+        assert redact(uri) in str(info.value) and "committed nothing" in str(info.value)
+        assert store.read_bytes(dest) == b"previous", "promise broken: a damaged copy committed"
+
+
+__all__ = ["CopyCheckSuite", "IncrementalSuite", "checks_of", "tree_of"]

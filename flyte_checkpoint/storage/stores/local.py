@@ -10,6 +10,7 @@ import stat
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -208,6 +209,8 @@ class _LocalWriter(BlobWriter):
         self._flusher: threading.Thread | None = None
         self._file: BinaryIO | None = None
         self._sources: dict[str, int] = {}  # copy sources: uri -> descriptor, checked when opened
+        self._checker: ThreadPoolExecutor | None = None  # reads copied ranges back (see _check)
+        self._checks: list[Future[None]] = []
         # The name is kept before the file exists, and the file object is made with the file,
         # so an abort (even of a writer whose constructor was interrupted) removes it.
         self._tmp = target.parent / f"{_temp_prefix(target)}{secrets.token_hex(6)}"
@@ -258,11 +261,36 @@ class _LocalWriter(BlobWriter):
                 self._unsynced += n
                 self._flush_behind()
             if expect is not None:
-                # Read back from the descriptor the copy read (its pages are the ones shared or
-                # just copied): a damaged byte of the source was copied as it is.
-                self._found_damaged(source, expect.damaged(first, partial(_read_at, fd)))
+                self._check(source, fd, first, expect)
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
+
+    def _check(self, source: CopySource, fd: int, start: int, expect: CopyCheck) -> None:
+        """Read the copied range back from the descriptor the copy read (the pages it shared or
+        copied: a damaged byte of the source was copied as it is) and compare it with
+        ``expect``, on a thread of its own: the packer and the next copies go on, and the
+        commit's fsync waits for the disk meanwhile; the commit waits for it before the rename."""
+        if self._checker is None:
+            self._checker = ThreadPoolExecutor(1, thread_name_prefix="fcp-copy-check")
+        read = partial(_read_at, fd)
+        self._checks.append(
+            self._checker.submit(lambda: self._found_damaged(source, expect.damaged(start, read)))
+        )
+
+    def _end_checks(self, cancel: bool) -> None:
+        """Wait for the copies' checks (dropping those not begun, with ``cancel``); raise the
+        first one's error (a read that failed) unless cancelling. The sources stay open until
+        no check reads them."""
+        checks, self._checks = self._checks, []
+        if cancel:
+            for check in checks:
+                check.cancel()
+        if self._checker is not None:
+            self._checker.shutdown(wait=True)
+            self._checker = None
+        if not cancel:
+            for check in checks:
+                check.result()
 
     def _source_fd(self, source: CopySource) -> int:
         """A descriptor of ``source``, opened once and checked against its version: every later
@@ -292,10 +320,13 @@ class _LocalWriter(BlobWriter):
 
     def _commit(self) -> None:
         self._join_flusher()
-        self._close_sources()
-        self._raise_damaged()
         try:
-            os.fsync(self._file.fileno())
+            os.fsync(self._file.fileno())  # while the last copies' checks run
+            try:
+                self._end_checks(cancel=False)
+            finally:
+                self._close_sources()
+            self._raise_damaged()
             self._file.close()
             os.chmod(self._tmp, 0o666 & ~_umask())
             replace_object(self._tmp, self._target)
@@ -306,6 +337,7 @@ class _LocalWriter(BlobWriter):
 
     def _abort(self) -> None:
         self._join_flusher()
+        self._end_checks(cancel=True)
         self._close_sources()
         if self._file is not None:
             self._file.close()

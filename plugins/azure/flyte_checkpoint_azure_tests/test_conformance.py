@@ -12,6 +12,7 @@ from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.testing import (
     BlobStoreSuite,
     CheckpointSuite,
+    CopyCheckSuite,
     CopySuite,
     CrashSuite,
     FaultSuite,
@@ -24,7 +25,7 @@ from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
 pytestmark = pytest.mark.integration
 
 
-class TestAzureConformance(BlobStoreSuite, CheckpointSuite, CopySuite):
+class TestAzureConformance(BlobStoreSuite, CheckpointSuite, CopySuite, CopyCheckSuite):
     """``az://`` URIs; the store is the one the registry builds from the entry point and
     the environment (connection string, 320 KiB blocks, 192 KiB read ranges)."""
 

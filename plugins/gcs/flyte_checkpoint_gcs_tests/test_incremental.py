@@ -92,3 +92,27 @@ def test_a_save_over_an_indexed_object_sends_every_file(proxied, tmp_path, caplo
         assert tree_of(cp.load_sync()) == tree_of(src)
     expected = sorted({first, dest})
     assert list(store_for(prefix).list(prefix)) == expected, "no temporary object is left"
+
+
+def test_a_save_over_a_damaged_object_sends_every_file_and_loads(proxied, tmp_path):
+    """Issue 32, item 5, on GCS: a byte flipped in the members of an unchanged file of the
+    previous object cannot reach the next object, which copies nothing on GCS: the save sends
+    every file (a full save) and the object loads whole."""
+    from flyte_checkpoint.format import index as ix
+
+    proxy, prefix = proxied
+    src = make_tree(tmp_path / "src")
+    dest = f"{prefix}ckpt"
+    save(proxy, dest, src)
+    store = store_for(dest)
+    index = ix.read_index(store, dest)
+    assert index is not None and index.checked
+    member = index.members[index.files["s1.bin"].first]
+    raw = bytearray(store.read_bytes(dest))
+    raw[member.coff + member.clen // 2] ^= 0x10
+    store.write_bytes(dest, bytes(raw))
+    (src / "state.json").write_text('{"step": 2}')
+    total = sum(p.stat().st_size for p in src.iterdir())
+    assert save(proxy, dest, src) >= total
+    with fc.Checkpoint(str(tmp_path / "restore"), dest) as cp:
+        assert tree_of(cp.load_sync()) == tree_of(src)

@@ -12,6 +12,7 @@ from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.testing import (
     BlobStoreSuite,
     CheckpointSuite,
+    CopyCheckSuite,
     CopySuite,
     CrashSuite,
     FaultSuite,
@@ -23,7 +24,7 @@ from .helpers import BUCKET, fault_store
 pytestmark = pytest.mark.integration
 
 
-class TestS3Conformance(BlobStoreSuite, CheckpointSuite, CopySuite):
+class TestS3Conformance(BlobStoreSuite, CheckpointSuite, CopySuite, CopyCheckSuite):
     """Through the registry (the entry point), configured by the environment with small parts."""
 
     large_object_size = 4 * 1024 * 1024 + 123  # 17 parts and ranges of 256 KiB
