@@ -142,7 +142,9 @@ class CopyDamagedError(CorruptCheckpointError):
     checkpoint) are not what that object's index records: it was damaged after it was saved
     (bit rot, a bad copy). Nothing was committed. ``damaged`` holds ``(source, start, length)``
     of each damaged range found (``source`` a :class:`~flyte_checkpoint.storage.blobstore.CopySource`).
-    A folder save catches it, warns, and saves again sending those files instead."""
+    A folder save catches it, warns, and saves again sending those files instead: a task never
+    sees it; a caller of :meth:`~flyte_checkpoint.storage.blobstore.BlobWriter.copy` may. (Not
+    in ``__all__`` until the README's list of errors names it: ``tests/test_errors.py``.)"""
 
     damaged: tuple = ()
 
@@ -209,7 +211,6 @@ __all__ = [
     "CheckpointPermissionError",
     "ConfigurationError",
     "ContainerNotFoundError",
-    "CopyDamagedError",
     "CopySourceChangedError",
     "CorruptCheckpointError",
     "InvalidURIError",

@@ -647,3 +647,65 @@ def test_a_save_finding_damage_twice_copies_nothing_the_third_time():
         CopyDamagedError, match=r"bytes 5\.\.8 of memory://t/base are not what its index records"
     ):
         raise copy_damaged([(source, 5, 3)], "memory://t/dest")
+
+
+def test_a_damaged_sharded_object_is_not_copied_where_it_is_damaged(tmp_path, caplog):
+    """A sharded save's object (its ranks' members carry their stored CRCs in their reports) is
+    a base like any other: a damaged member of one rank's file is sent, not copied, by a folder
+    save of the union over it."""
+    from flyte_checkpoint.sharded import save_sharded
+
+    folders = [tmp_path / f"rank{r}" for r in range(2)]
+    for r, folder in enumerate(folders):
+        (folder / f"part{r}").mkdir(parents=True)
+        (folder / f"part{r}" / "weights.bin").write_bytes(_blob(300 * 1024, seed=r))
+    dest = str(tmp_path / "out" / "ckpt")
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            save_sharded(dest, folders[r], rank=r, world_size=2, timeout=60)
+        except BaseException as exc:  # returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    index = ix.read_index(store_for(dest), dest)
+    assert index is not None and index.shards and index.checked
+    damage(dest, "part1/weights.bin")
+    union = tmp_path / "union"
+    for folder in folders:
+        shutil.copytree(folder, union, dirs_exist_ok=True)
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+        fc.Checkpoint(dest).save_sync(str(union))
+    assert f"the previous checkpoint {dest} is damaged: the stored bytes of part1/weights.bin" in caplog.text
+    assert restored(dest, tmp_path) == tree(union)
+
+
+def test_copies_are_checked_where_no_thread_can_start(tmp_path, monkeypatch, caplog):
+    """At interpreter exit no thread starts: the file store's writer checks each copy itself."""
+    from flyte_checkpoint.storage.stores import local
+
+    class NoThreads:
+        def __init__(self, *args, **kwargs) -> None:
+            pass
+
+        def submit(self, *args, **kwargs):
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+        def shutdown(self, wait: bool = True) -> None:
+            pass
+
+    src = make_tree(tmp_path / "src")
+    dest = str(tmp_path / "ckpt.tgz")
+    fc.Checkpoint(dest).save_sync(str(src))
+    damage(dest, "frozen.bin")
+    monkeypatch.setattr(local, "ThreadPoolExecutor", NoThreads)
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+        fc.Checkpoint(dest).save_sync(str(src))
+    assert "the stored bytes of frozen.bin are not what its index records" in caplog.text
+    assert restored(dest, tmp_path) == tree(src)

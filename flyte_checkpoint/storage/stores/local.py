@@ -270,12 +270,17 @@ class _LocalWriter(BlobWriter):
         copied: a damaged byte of the source was copied as it is) and compare it with
         ``expect``, on a thread of its own: the packer and the next copies go on, and the
         commit's fsync waits for the disk meanwhile; the commit waits for it before the rename."""
-        if self._checker is None:
-            self._checker = ThreadPoolExecutor(1, thread_name_prefix="fcp-copy-check")
         read = partial(_read_at, fd)
-        self._checks.append(
-            self._checker.submit(lambda: self._found_damaged(source, expect.damaged(start, read)))
-        )
+
+        def check() -> None:
+            self._found_damaged(source, expect.damaged(start, read))
+
+        try:
+            if self._checker is None:
+                self._checker = ThreadPoolExecutor(1, thread_name_prefix="fcp-copy-check")
+            self._checks.append(self._checker.submit(check))
+        except RuntimeError:  # no new thread (the interpreter is exiting): here, then
+            check()
 
     def _end_checks(self, cancel: bool) -> None:
         """Wait for the copies' checks (dropping those not begun, with ``cancel``); raise the
@@ -322,10 +327,10 @@ class _LocalWriter(BlobWriter):
         self._join_flusher()
         try:
             os.fsync(self._file.fileno())  # while the last copies' checks run
-            try:
-                self._end_checks(cancel=False)
-            finally:
-                self._close_sources()
+            # Raising (a read failed, an interrupt), the abort ends the checks, then closes the
+            # sources: a descriptor is never closed under a check still reading it.
+            self._end_checks(cancel=False)
+            self._close_sources()
             self._raise_damaged()
             self._file.close()
             os.chmod(self._tmp, 0o666 & ~_umask())
