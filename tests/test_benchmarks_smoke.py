@@ -132,6 +132,18 @@ def test_two_versions_are_compared_on_the_same_data(tmp_path):
     assert "fcp-versions-" not in worktrees.stdout  # the checkout of HEAD was removed
 
 
+def test_incremental_saves_of_two_versions_are_compared_on_the_same_tree():
+    """benchmarks.incremental --against checks a commit out beside this checkout; both make
+    their incremental saves of the same tree; the table gives each one's median and the ratio."""
+    table = run_benchmark(
+        "benchmarks.incremental", "--against", "HEAD", "--scale", "0.005", "--files", "3", "--runs", "1"
+    )
+    for what in ("wall s", "CPU s"):
+        assert re.search(rf"^\| incremental save, median {what}.* \| [0-9.]+x \|$", table, flags=re.M), table
+    worktrees = subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True)
+    assert "fcp-incr-" not in worktrees.stdout  # the checkout of HEAD was removed
+
+
 def test_warming_memory_waits_the_settle_time(monkeypatch):
     """The main suite waits ``--settle`` seconds after warming, before the operation."""
     import benchmarks.__main__ as suite
