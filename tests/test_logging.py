@@ -22,7 +22,7 @@ from flyte_checkpoint.errors import CorruptCheckpointError, SourceChangedError, 
 from flyte_checkpoint.format.inspection import inspect_stream, inspect_uri, iter_members
 from flyte_checkpoint.progress import ProgressBar, format_bytes, format_duration, format_line, progress_bar
 from flyte_checkpoint.retry import RetryPolicy
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopySource
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopyCheck, CopySource
 from flyte_checkpoint.storage.registry import get_registry, register_store, store_for, unregister_store
 from flyte_checkpoint.storage.storelog import LoggedStore, unwrapped
 from flyte_checkpoint.storage.stores.local import LocalStore
@@ -293,8 +293,8 @@ def _not_passed_on() -> list[str]:
         def _write(self, data):
             seen.append(("_write", (bytes(data),), {}))
 
-        def _copy(self, source, start, length):
-            seen.append(("_copy", (source, start, length), {}))
+        def _copy(self, source, start, length, expect):
+            seen.append(("_copy", (source, start, length, expect), {}))
 
         def _commit(self):
             seen.append(("_commit", (), {}))
@@ -341,10 +341,11 @@ def _not_passed_on() -> list[str]:
             missing.append(name)
     seen.clear()
     source = CopySource("memory://b/old", 10, "v1")
+    expect = CopyCheck(((5, 7),))  # the copy's check: passed on too
     try:
         writer = logged.open_write("memory://b/k")
         writer.write(b"abc")
-        writer.copy(source, 2, 5)
+        writer.copy(source, 2, 5, expect)
         writer.close()
         logged.open_write("memory://b/k").abort()
     except Exception as exc:
@@ -358,7 +359,7 @@ def _not_passed_on() -> list[str]:
         for h in hooks
         if h not in reached or getattr(wrapper_writer, h) is getattr(BlobWriter, h)
     ]
-    if ("_copy", (source, 2, 5), {}) not in seen or ("_write", (b"abc",), {}) not in seen:
+    if ("_copy", (source, 2, 5, expect), {}) not in seen or ("_write", (b"abc",), {}) not in seen:
         missing.append("writer arguments")
     return missing
 

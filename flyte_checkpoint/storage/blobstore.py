@@ -217,6 +217,30 @@ class CopyCheck:
 CHECK_CHUNK = 8 * 1024 * 1024
 
 
+class CopyDamage:
+    """The ranges of copy sources that a writer's checks of its copies found damaged
+    (:attr:`BlobWriter.copy_damage`); checks may add to it from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._found: list[tuple[CopySource, int, int]] = []
+
+    def add(self, source: CopySource, pieces: Iterable[tuple[int, int]]) -> None:
+        """Record pieces ``(start, length)`` of ``source`` whose bytes are not what they should be."""
+        found = [(source, start, length) for start, length in pieces]
+        if found:
+            with self._lock:
+                self._found.extend(found)
+
+    def raise_found(self, dest: str) -> None:
+        """Raise :class:`~flyte_checkpoint.errors.CopyDamagedError` (for a write to ``dest``)
+        naming every damaged range recorded, if any."""
+        with self._lock:
+            found = list(self._found)
+        if found:
+            raise copy_damaged(found, dest)
+
+
 class BlobWriter(abc.ABC):
     """A streaming write of one object.
 
@@ -239,13 +263,12 @@ class BlobWriter(abc.ABC):
         self.uri = uri
         self._state = "open"
         self._lock = threading.Lock()
-        self._damage_lock = threading.Lock()
         self._scope = current()
         self.bytes_written = 0
         #: Bytes given to :meth:`copy` (copied by the server, not sent).
         self.bytes_copied = 0
-        #: Ranges of copy sources whose bytes did not match a copy's ``expect``, found so far.
-        self.damaged: list[tuple[CopySource, int, int]] = []
+        #: What the checks of copies given an ``expect`` found damaged (see :meth:`_copy`).
+        self.copy_damage = CopyDamage()
 
     @property
     def closed(self) -> bool:
@@ -374,25 +397,10 @@ class BlobWriter(abc.ABC):
         """Take the next ``length`` bytes of the object from ``source`` at ``start`` (a range
         inside it, not empty), server-side; see the module docstring for the promises. Only
         stores that declare ``copy_limits`` implement it. With ``expect``, the bytes copied are
-        checked against it: a damaged piece is recorded with :meth:`_found_damaged`, and
-        ``_commit`` calls :meth:`_raise_damaged` before it makes the object visible."""
+        checked against it: a damaged piece is recorded with ``self.copy_damage.add``, and
+        ``_commit`` calls ``self.copy_damage.raise_found(self.uri)`` once every check has ended,
+        before it makes the object visible."""
         raise NotImplementedError(f"{type(self).__name__} cannot copy ranges on the server")
-
-    def _found_damaged(self, source: CopySource, pieces: Iterable[tuple[int, int]]) -> None:
-        """Record pieces ``(start, length)`` of ``source`` that a copy's check found damaged
-        (from any thread)."""
-        found = [(source, start, length) for start, length in pieces]
-        if found:
-            with self._damage_lock:
-                self.damaged.extend(found)
-
-    def _raise_damaged(self) -> None:
-        """Raise :class:`~flyte_checkpoint.errors.CopyDamagedError` if a copy's check found
-        damage (``_commit`` calls it once every copy's check has ended, before the commit)."""
-        with self._damage_lock:
-            found = list(self.damaged)
-        if found:
-            raise copy_damaged(found, self.uri)
 
 
 class BlobStore(abc.ABC):

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from ..forksafe import lock
 from ..uri import redact
-from .blobstore import BlobStore, BlobWriter, CopySource, ObjectInfo
+from .blobstore import BlobStore, BlobWriter, CopyCheck, CopySource, ObjectInfo
 
 __all__ = ["LoggedStore", "capabilities", "enabled", "log", "operations", "unwrapped", "wrap"]
 
@@ -287,8 +287,8 @@ class _LoggedWriter(BlobWriter):
     def _write(self, data: bytes | bytearray | memoryview) -> None:
         self._inner.write(data)
 
-    def _copy(self, source: CopySource, start: int, length: int) -> None:
-        self._inner.copy(source, start, length)
+    def _copy(self, source: CopySource, start: int, length: int, expect: CopyCheck | None) -> None:
+        self._inner.copy(source, start, length, expect)
 
     def flush(self) -> None:
         self._inner.flush()

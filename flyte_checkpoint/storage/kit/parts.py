@@ -247,8 +247,8 @@ class PartWriter(BlobWriter):
                 damaged = check.expect.damaged(check.start, read)
                 # Every piece reads back as it should, yet the server's CRC of what it copied is
                 # not theirs: the copy is trusted no more than the source, and is sent instead.
-                self._found_damaged(check.source, damaged or [(check.start, check.expect.length)])
-        self._raise_damaged()
+                self.copy_damage.add(check.source, damaged or [(check.start, check.expect.length)])
+        self.copy_damage.raise_found(self.uri)
 
     def _commit(self) -> None:
         if not self._started:

@@ -273,7 +273,7 @@ class _LocalWriter(BlobWriter):
         read = partial(_read_at, fd)
 
         def check() -> None:
-            self._found_damaged(source, expect.damaged(start, read))
+            self.copy_damage.add(source, expect.damaged(start, read))
 
         try:
             if self._checker is None:
@@ -331,7 +331,7 @@ class _LocalWriter(BlobWriter):
             # sources: a descriptor is never closed under a check still reading it.
             self._end_checks(cancel=False)
             self._close_sources()
-            self._raise_damaged()
+            self.copy_damage.raise_found(self.uri)
             self._file.close()
             os.chmod(self._tmp, 0o666 & ~_umask())
             replace_object(self._tmp, self._target)

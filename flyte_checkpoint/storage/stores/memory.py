@@ -44,10 +44,10 @@ class _MemoryWriter(BlobWriter):
         view = memoryview(data)
         self._buf.write(view[start : start + length])
         if expect is not None:  # the bytes as they are in memory, compared where they lie
-            self._found_damaged(source, expect.damaged(start, lambda at, n: view[at : at + n]))
+            self.copy_damage.add(source, expect.damaged(start, lambda at, n: view[at : at + n]))
 
     def _commit(self) -> None:
-        self._raise_damaged()
+        self.copy_damage.raise_found(self.uri)
         with _lock.get():
             _objects[self.uri] = self._buf.getvalue()
             _modified[self.uri] = datetime.now(timezone.utc)
