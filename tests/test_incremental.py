@@ -70,21 +70,31 @@ def restored(dest: str, tmp_path: Path) -> dict:
         return tree(cp.load_sync())
 
 
-def test_an_object_whose_index_records_sha256_is_not_copied_from(spy, tmp_path, caplog):
-    """An object saved by an older version of this library (index version 2: SHA-256) cannot
-    tell which files are unchanged by their BLAKE3: the next save sends everything, correctly,
-    says so, and the save after it copies again."""
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        (2, "records SHA-256 hashes (an older index): this save sends every file"),
+        (3, "records no checksum of its stored members (an older index), against which a copy of them"),
+    ],
+)
+def test_an_object_with_an_older_index_is_not_copied_from(spy, tmp_path, caplog, version, said):
+    """An object saved by an older version of this library cannot be copied from: one of index
+    version 2 records SHA-256, which cannot tell which files are unchanged by their BLAKE3; one
+    of version 3 records no CRC-32 of its members' stored bytes, against which a copy of them
+    is checked (issue 32, item 5). The next save sends everything, correctly, says so, and the
+    save after it copies again."""
     src = make_tree(tmp_path / "src")
     dest = f"{spy.root}/ckpt.tgz"
     save(spy, dest, src)
     store = store_for(dest)
-    store.write_bytes(dest, older_index(store.read_bytes(dest), 2))
-    assert ix.read_index(store, dest).algorithm == "sha256"
+    store.write_bytes(dest, older_index(store.read_bytes(dest), version))
+    index = ix.read_index(store, dest)
+    assert index is not None and index.algorithm == ("sha256" if version < 3 else "blake3")
     total = sum(len(v) for v in tree(src).values() if isinstance(v, bytes))
     with caplog.at_level("INFO", logger="flyte_checkpoint"):
         written, copied = save(spy, dest, src)
     assert copied == 0 and written > total // 2
-    assert "records SHA-256 hashes (an older index): this save sends every file" in caplog.text
+    assert said in caplog.text
     assert restored(dest, tmp_path) == tree(src)
     written, copied = save(spy, dest, src)
     assert copied > total * 0.9 and written < 300 * 1024, (written, copied)
@@ -589,25 +599,6 @@ def test_damaged_headers_between_copied_files_are_written_not_copied(tmp_path, c
         fc.unregister_store("longcopy2-store")
 
 
-def test_an_object_whose_index_records_no_stored_crc_is_not_copied_from(spy, tmp_path, caplog):
-    """An object saved before index version 4 records no CRC-32 of its members' stored bytes, so
-    a copy of them could not be checked: the next save sends everything, says so, and the save
-    after it copies again."""
-    src = make_tree(tmp_path / "src")
-    dest = f"{spy.root}/ckpt.tgz"
-    save(spy, dest, src)
-    store = store_for(dest)
-    store.write_bytes(dest, older_index(store.read_bytes(dest), 3))
-    total = sum(len(v) for v in tree(src).values() if isinstance(v, bytes))
-    with caplog.at_level("INFO", logger="flyte_checkpoint"):
-        written, copied = save(spy, dest, src)
-    assert copied == 0 and written > total // 2
-    assert "records no checksum of its stored members (an older index)" in caplog.text
-    assert restored(dest, tmp_path) == tree(src)
-    written, copied = save(spy, dest, src)
-    assert copied > total * 0.9 and written < 300 * 1024, (written, copied)
-
-
 def test_a_save_finding_damage_twice_copies_nothing_the_third_time():
     """The tries are bounded: a base found damaged again after its damaged ranges were avoided
     (replaced meanwhile by another damaged object) gets a last try that copies nothing."""
@@ -653,27 +644,14 @@ def test_a_damaged_sharded_object_is_not_copied_where_it_is_damaged(tmp_path, ca
     """A sharded save's object (its ranks' members carry their stored CRCs in their reports) is
     a base like any other: a damaged member of one rank's file is sent, not copied, by a folder
     save of the union over it."""
-    from flyte_checkpoint.sharded import save_sharded
+    from .test_sharded import save_with_threads
 
     folders = [tmp_path / f"rank{r}" for r in range(2)]
     for r, folder in enumerate(folders):
         (folder / f"part{r}").mkdir(parents=True)
         (folder / f"part{r}" / "weights.bin").write_bytes(_blob(300 * 1024, seed=r))
     dest = str(tmp_path / "out" / "ckpt")
-    errors: list[BaseException] = []
-
-    def rank(r: int) -> None:
-        try:
-            save_sharded(dest, folders[r], rank=r, world_size=2, timeout=60)
-        except BaseException as exc:  # returned to the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert save_with_threads(dest, folders) == []
     index = ix.read_index(store_for(dest), dest)
     assert index is not None and index.shards and index.checked
     damage(dest, "part1/weights.bin")
