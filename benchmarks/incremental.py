@@ -339,18 +339,22 @@ sys.path.insert(0, sys.argv[1])
 import flyte_checkpoint as fc
 from flyte_checkpoint.storage.stores import local
 obj, src, changed = sys.argv[2], sys.argv[3], sys.argv[4]
+used = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+getattr(local, "wait_for_freeing", lambda: None)()
+os.sync()
+cpu, started = used(), time.perf_counter()
 fc.Checkpoint(obj).save_sync(src)
+full, full_cpu = time.perf_counter() - started, used() - cpu
 size = os.path.getsize(changed)
 with open(changed, "wb") as f:
     f.write(os.urandom(size))
 getattr(local, "wait_for_freeing", lambda: None)()
 os.sync()
-used = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
 cpu, started = used(), time.perf_counter()
 fc.Checkpoint(obj).save_sync(src)
 took = time.perf_counter() - started
 getattr(local, "wait_for_freeing", lambda: None)()
-print(took, used() - cpu)
+print(took, used() - cpu, full, full_cpu)
 os.unlink(obj)
 """
 
@@ -364,15 +368,15 @@ def versions(rev: str, files: int, size: int, runs: int, content: Content, work:
 
     src = make_tree(work / "src", files, size, content)
     roots = {rev: _checkout(rev, work / "against"), "this checkout": ROOT.parent}
-    wall: dict[str, list[float]] = {name: [] for name in roots}
-    cpu: dict[str, list[float]] = {name: [] for name in roots}
+    kinds = ("incremental wall", "incremental CPU", "full wall", "full CPU")
+    times: dict[str, dict[str, list[float]]] = {name: {k: [] for k in kinds} for name in roots}
     parts = sorted(src.glob("part-*.bin"))
     try:
         for run in range(runs + 1):  # the first round compiles each version's bytecode: not counted
             order = list(roots) if run % 2 else list(reversed(roots))
             for name in order:
                 changed = parts[(7 * run + 3) % len(parts)]
-                obj = work / f"obj-{run}-{len(wall[name])}.tgz"
+                obj = work / f"obj-{run}-{name.replace(' ', '-')}.tgz"
                 out = subprocess.run(
                     [
                         sys.executable,
@@ -390,23 +394,25 @@ def versions(rev: str, files: int, size: int, runs: int, content: Content, work:
                 if out.returncode:
                     raise SystemExit(f"{name}: the save failed:\n{out.stderr[-2000:]}")
                 if run:
-                    took, used = (float(x) for x in out.stdout.split())
-                    wall[name].append(took)
-                    cpu[name].append(used)
-                    print(f"{name}: {took:.3f} s ({used:.3f} s CPU)", file=sys.stderr, flush=True)
+                    for kind, value in zip(kinds, (float(x) for x in out.stdout.split()), strict=True):
+                        times[name][kind].append(value)
+                    print(f"{name}: " + out.stdout.strip(), file=sys.stderr, flush=True)
     finally:
         if roots[rev] != ROOT.parent:
             subprocess.run(["git", "-C", str(ROOT.parent), "worktree", "remove", "--force", str(roots[rev])])
     med = statistics.median
-    base, new = (med(wall[name]) for name in roots)
-    base_cpu, new_cpu = (med(cpu[name]) for name in roots)
-    return [
+    lines = [
         f"| file store, {files} files of {size / MiB:.2f} MiB, one changed | {rev} | this checkout | ratio |",
         "|---|---|---|---|",
-        f"| incremental save, median wall s (min) | {base:.3f} ({min(wall[rev]):.3f}) |"
-        f" {new:.3f} ({min(wall['this checkout']):.3f}) | {new / base:.3f}x |",
-        f"| incremental save, median CPU s | {base_cpu:.3f} | {new_cpu:.3f} | {new_cpu / base_cpu:.3f}x |",
     ]
+    for kind in kinds:
+        old, new = (times[name][kind] for name in roots)
+        save, clock = kind.split()
+        lines.append(
+            f"| {save} save, median {clock} s (min) | {med(old):.3f} ({min(old):.3f}) |"
+            f" {med(new):.3f} ({min(new):.3f}) | {med(new) / med(old):.3f}x |"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
