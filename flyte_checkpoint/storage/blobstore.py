@@ -181,11 +181,14 @@ class CopyCheck:
         return value
 
     def damaged(
-        self, start: int, read: Callable[[int, int], bytes | bytearray | memoryview]
+        self,
+        start: int,
+        read: Callable[[int, int], bytes | bytearray | memoryview],
+        chunk: int | None = None,
     ) -> list[tuple[int, int]]:
         """The pieces whose bytes are not what they should be, as ``(offset, length)`` in the
         source, where the range begins at ``start`` of it and ``read(offset, length)`` returns
-        the source's bytes (in pieces of at most :data:`CHECK_CHUNK`; fewer at its end)."""
+        the source's bytes (``chunk`` at most, default :data:`CHECK_CHUNK`; fewer at its end)."""
         from .kit.checksums import crc32
 
         algorithm = crc32()
@@ -195,7 +198,7 @@ class CopyCheck:
         piece_at, (piece_len, expected) = start, next(pieces, (0, 0))
         value = 0
         while at < end:
-            data = read(at, min(CHECK_CHUNK, end - at))
+            data = read(at, min(chunk or CHECK_CHUNK, end - at))
             if not data:  # the source ends early: what is left is not what it should be
                 break
             view = memoryview(data).cast("B")

@@ -21,7 +21,6 @@ from ...paths import LeaveOut, current_umask
 from ...uri import local_path
 from ...workfiles import TMP, is_working_file, temp_prefix
 from ..blobstore import (
-    CHECK_CHUNK,
     BlobStore,
     BlobWriter,
     CopyCheck,
@@ -273,7 +272,7 @@ class _LocalWriter(BlobWriter):
         read = partial(_read_at, fd)
 
         def check() -> None:
-            self.copy_damage.add(source, expect.damaged(start, read))
+            self.copy_damage.add(source, expect.damaged(start, read, _READ_BACK))
 
         try:
             if self._checker is None:
@@ -366,6 +365,9 @@ def _sweep_stale_tmp(folder: Path) -> None:
 
 
 _read_buffers = threading.local()
+#: Bytes a copy's check reads back at a time: a buffer that stays in the CPU's cache for the
+#: CRC that follows (8 MiB reads took 17-20% longer than 256 KiB to 1 MiB ones here).
+_READ_BACK = 1024 * 1024
 
 
 def _read_at(fd: int, at: int, n: int) -> memoryview:
@@ -373,7 +375,7 @@ def _read_at(fd: int, at: int, n: int) -> memoryview:
     reused from one read to the next (valid until its next call)."""
     buf = getattr(_read_buffers, "buf", None)
     if buf is None or len(buf) < n:
-        buf = _read_buffers.buf = memoryview(bytearray(max(n, CHECK_CHUNK)))
+        buf = _read_buffers.buf = memoryview(bytearray(max(n, _READ_BACK)))
     if hasattr(os, "preadv"):
         got = os.preadv(fd, [buf[:n]], at)
     else:  # pragma: no cover - Windows has no preadv
