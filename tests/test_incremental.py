@@ -687,3 +687,21 @@ def test_copies_are_checked_where_no_thread_can_start(tmp_path, monkeypatch, cap
         fc.Checkpoint(dest).save_sync(str(src))
     assert "the stored bytes of frozen.bin are not what its index records" in caplog.text
     assert restored(dest, tmp_path) == tree(src)
+
+
+def test_the_warning_shows_an_odd_name_on_one_line(tmp_path, caplog):
+    """A damaged file whose name holds a newline is named by its repr: the warning stays one
+    line (a name is the user's, not a log line of its own)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a\nforged log line.bin").write_bytes(_blob(300 * 1024, seed=3))
+    (src / "plain.bin").write_bytes(_blob(300 * 1024, seed=4))
+    dest = str(tmp_path / "ckpt.tgz")
+    fc.Checkpoint(dest).save_sync(str(src))
+    damage(dest, "a\nforged log line.bin")
+    damage(dest, "plain.bin")
+    with caplog.at_level("WARNING", logger="flyte_checkpoint"):
+        fc.Checkpoint(dest).save_sync(str(src))
+    (message,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "\n" not in message and "the stored bytes of 'a\\nforged log line.bin', plain.bin are" in message
+    assert restored(dest, tmp_path) == tree(src)

@@ -181,3 +181,41 @@ def test_a_writer_without_the_capability_refuses_copies():
     with pytest.raises(NotImplementedError, match="cannot copy ranges"):
         w.copy(CopySource("memory://x/z", 10, "1"), 0, 5)
     w.abort()
+
+
+def test_a_server_checksum_that_the_bytes_read_back_do_not_have_is_not_trusted(caplog):
+    """A server whose CRC-32 of a copied part is not that of the source's bytes, which read back
+    as the check expects: the copy is trusted no more than the source. The commit refuses the
+    whole copy (a folder save sends those files) and says why."""
+    import logging
+
+    from flyte_checkpoint.errors import CopyDamagedError
+    from flyte_checkpoint.testing.incremental import checks_of
+
+    class LyingWriter(PartedWriter):
+        def _copied_crc32(self, result: Any) -> int | None:
+            return 0x1234
+
+    class Lying(PartedStore):
+        def open_write(self, uri: str) -> BlobWriter:
+            return LyingWriter(self, uri)
+
+    store = Lying()
+    try:
+        data = bytes(range(256)) * (3 * MIN_PART // 256)
+        src, dest = f"memory://lying/{uuid.uuid4().hex}", f"memory://lying/{uuid.uuid4().hex}"
+        _put(src, data)
+        source = store.copy_source(src)
+        assert source is not None
+        expect = checks_of(data, 0, 2 * MIN_PART, MIN_PART // 2)
+        with (
+            caplog.at_level(logging.WARNING, "flyte_checkpoint"),
+            pytest.raises(CopyDamagedError) as info,
+            store.open_write(dest) as w,
+        ):
+            w.copy(source, 0, 2 * MIN_PART, expect)
+        assert [(s.uri, a, n) for s, a, n in info.value.damaged] == [(src, 0, 2 * MIN_PART)]
+        assert "is not that of the bytes read back from it: the copy is not trusted" in caplog.text
+        assert store.stat(dest) is None
+    finally:
+        store.pool.close()

@@ -266,7 +266,7 @@ def save_checked(plan: Callable[[], Reuse | None], write: Callable[[Reuse | None
             if reuse is None or attempt == REDOS:  # pragma: no cover - nothing was copied
                 raise
             damaged.extend(exc.damaged)
-            names = reuse.held_by(reuse.avoid(exc.damaged))
+            names = [n if n.isprintable() else repr(n) for n in reuse.held_by(reuse.avoid(exc.damaged))]
             what = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
             log.warning(
                 "the previous checkpoint %s is damaged: the stored bytes of %s are not what its"

@@ -8,6 +8,7 @@ a backend subclasses it with its upload protocol in five hooks (see the class).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -245,9 +246,20 @@ class PartWriter(BlobWriter):
             if check.value() != check.expect.crc32():
                 read = partial(self._read_source, check.source)
                 damaged = check.expect.damaged(check.start, read)
-                # Every piece reads back as it should, yet the server's CRC of what it copied is
-                # not theirs: the copy is trusted no more than the source, and is sent instead.
-                self.copy_damage.add(check.source, damaged or [(check.start, check.expect.length)])
+                if not damaged:
+                    # Every piece reads back as it should, yet the server's CRC of what it copied
+                    # is not theirs: the copy is trusted no more than the source, and is sent.
+                    logging.getLogger("flyte_checkpoint").warning(
+                        "the server's CRC-32 of bytes %d..%d of %s, copied into %s, is not that of"
+                        " the bytes read back from it: the copy is not trusted, and those bytes are"
+                        " sent instead",
+                        check.start,
+                        check.start + check.expect.length,
+                        redact(check.source.uri),
+                        redact(self.uri),
+                    )
+                    damaged = [(check.start, check.expect.length)]
+                self.copy_damage.add(check.source, damaged)
         self.copy_damage.raise_found(self.uri)
 
     def _commit(self) -> None:
