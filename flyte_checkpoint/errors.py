@@ -144,7 +144,7 @@ class CopyDamagedError(CorruptCheckpointError):
     of each damaged range found (``source`` a :class:`~flyte_checkpoint.storage.blobstore.CopySource`).
     A folder save catches it, warns, and saves again sending those files instead: a task never
     sees it; a caller of :meth:`~flyte_checkpoint.storage.blobstore.BlobWriter.copy` may. (Not
-    in ``__all__`` until the README's list of errors names it: ``tests/test_errors.py``.)"""
+    in ``__all__`` until docs/errors.md names it: ``tests/test_errors.py``.)"""
 
     damaged: tuple = ()
 
