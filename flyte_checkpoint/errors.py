@@ -143,8 +143,7 @@ class CopyDamagedError(CorruptCheckpointError):
     (bit rot, a bad copy). Nothing was committed. ``damaged`` holds ``(source, start, length)``
     of each damaged range found (``source`` a :class:`~flyte_checkpoint.storage.blobstore.CopySource`).
     A folder save catches it, warns, and saves again sending those files instead: a task never
-    sees it; a caller of :meth:`~flyte_checkpoint.storage.blobstore.BlobWriter.copy` may. (Not
-    in ``__all__`` until docs/errors.md names it: ``tests/test_errors.py``.)"""
+    sees it; a caller of :meth:`~flyte_checkpoint.storage.blobstore.BlobWriter.copy` may."""
 
     damaged: tuple = ()
 
@@ -211,6 +210,7 @@ __all__ = [
     "CheckpointPermissionError",
     "ConfigurationError",
     "ContainerNotFoundError",
+    "CopyDamagedError",
     "CopySourceChangedError",
     "CorruptCheckpointError",
     "InvalidURIError",
