@@ -29,15 +29,16 @@ MISSING = "ftpstore://no-such-bucket/ckpt"
 
 def build_ftp(endpoint: str, _upstream: object = None, **settings: Any) -> FtpStore:
     """A store of the server at ``endpoint`` (module level: CrashSuite's child unpickles it)."""
-    return FtpStore(endpoint=endpoint, user=server.USER, password=server.PASSWORD, **{**SMALL, **settings})
+    base = {"endpoint": endpoint, "user": server.USER, "password": server.PASSWORD}
+    return FtpStore(**{**base, **SMALL, **settings})
 
 
 @pytest.fixture(scope="module")
 def ftp_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("ftp")
     (root / "bucket").mkdir()
-    with server.ftp_server(root) as endpoint:
-        yield endpoint
+    with server.ftp_server(root) as srv:
+        yield srv.endpoint
 
 
 class TestFtpStore(BlobStoreSuite, CheckpointSuite, ContainerSuite, CrashSuite):

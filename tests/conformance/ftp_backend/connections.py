@@ -27,6 +27,7 @@ class Connections:
         self.config = config
         host, _, port = config.endpoint.rpartition(":")
         self.host, self.port = host or config.endpoint, int(port or 21)
+        self.shown = config.endpoint  # the server, as messages name it
         self._idle: PerProcess[list[ftplib.FTP]] = PerProcess(list)
         self._lock = lock()
 
@@ -47,7 +48,7 @@ class Connections:
         try:
             return self.open()
         except ftplib.all_errors as exc:
-            raise map_error(exc, uri, action, self.config.endpoint) from exc
+            raise map_error(exc, uri, action, self.shown) from exc
 
     @contextmanager
     def connection(self, uri: str, action: str) -> Iterator[ftplib.FTP]:
@@ -62,7 +63,7 @@ class Connections:
             if ftp is not None:
                 ftp.close()
             if isinstance(exc, ftplib.all_errors) and not isinstance(exc, CheckpointError):
-                raise map_error(exc, uri, action, self.config.endpoint) from exc
+                raise map_error(exc, uri, action, self.shown) from exc
             raise
         self.give_back(ftp)
 

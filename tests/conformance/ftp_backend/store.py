@@ -26,12 +26,14 @@ OPEN_TRIES = 3
 FACTS = ("type", "size", "modify", "unique")
 
 
-def facts(ftp: ftplib.FTP, where: str) -> dict[str, str] | None:
+def facts(
+    ftp: ftplib.FTP, where: str, absent: Callable[[BaseException], bool] = is_absent
+) -> dict[str, str] | None:
     """``MLST``'s facts of ``where`` (lower-case names), or None when it does not exist."""
     try:
         reply = ftp.sendcmd(f"MLST {where}")
     except ftplib.error_perm as exc:
-        if is_absent(exc):
+        if absent(exc):
             return None
         raise
     line = next(line for line in reply.splitlines()[1:] if line.startswith(" "))
@@ -46,6 +48,8 @@ class FtpStore(BlobStore):
     """
 
     supports_ranges = True
+    #: Whether an ftplib error says the path does not exist (a denial is not that).
+    absent = staticmethod(is_absent)
     read_range_size = None  # one RETR reads the whole object (see reader.py: FTP cannot pin ranges)
 
     def __init__(self, config: FtpConfig | None = None, **settings: Any) -> None:
@@ -93,7 +97,7 @@ class FtpStore(BlobStore):
                         raise
             return send()
         except ftplib.all_errors as exc:
-            raise map_error(exc, uri, "write", self.config.endpoint) from exc
+            raise map_error(exc, uri, "write", self.connections.shown) from exc
 
     # -- BlobStore -------------------------------------------------------------------------
 
@@ -101,7 +105,7 @@ class FtpStore(BlobStore):
         loc = self.locate(uri)
 
         def size(ftp: ftplib.FTP) -> int | None:
-            found = facts(ftp, path(loc))
+            found = facts(ftp, path(loc), self.absent)
             if found is None:
                 self._check_bucket(loc, uri, ftp)
                 return None
@@ -123,7 +127,7 @@ class FtpStore(BlobStore):
                 ftp.close()
                 if isinstance(exc, ftplib.error_perm) and is_absent(exc):
                     continue  # deleted or replaced since MLST: look again
-                raise map_error(exc, uri, "read", self.config.endpoint) from exc
+                raise map_error(exc, uri, "read", self.connections.shown) from exc
             after = self._call(uri, "read", lambda ftp: facts(ftp, where))
             if after == before:  # the file the server opened is the one MLST described
                 raw = FtpStream(ftp, sock, int(before["size"]), uri, self.connections.give_back)
@@ -132,35 +136,41 @@ class FtpStore(BlobStore):
             ftp.close()
         raise TransientError(f"{redact(uri)} was replaced {OPEN_TRIES} times while it was opened; retry")
 
+    @staticmethod
+    def _range_bytes(start: int, length: int, size: int) -> int:
+        """How many bytes a range of ``length`` from ``start`` holds in an object of ``size``."""
+        return max(0, min(length, size - start))
+
     def read_range(self, uri: str, start: int, length: int) -> bytes:
         loc = self.locate(uri)
         where = path(loc)
         found = self._call(uri, "read", lambda ftp: facts(ftp, where))
         if found is None or found.get("type") != "file":
             raise self._call(uri, "read", lambda ftp: self._absent(loc, uri, ftp))
-        if length <= 0 or start >= int(found["size"]):
+        want = self._range_bytes(start, length, int(found["size"]))
+        if want <= 0:
             return b""
         ftp = self.connections.open_mapped(uri, "read")
         try:
             sock = ftp.transfercmd(f"RETR {where}", rest=start)
             chunks = bytearray()
             with sock:
-                while len(chunks) < length:
-                    data = sock.recv(min(length - len(chunks), 1 << 20))
+                while len(chunks) < want:
+                    data = sock.recv(min(want - len(chunks), 1 << 20))
                     if not data:
                         break
                     chunks += data
-            if len(chunks) < length:  # the object ended: the server's reply follows
-                ftp.voidresp()
-                self.connections.give_back(ftp)
-            else:
-                ftp.close()  # stopped mid-transfer: the connection's state is unknown
+            if len(chunks) < want:
+                ftp.close()
+                short = want - len(chunks)
+                raise TransientError(f"the read of {redact(uri)} ended {short} bytes early; retry")
+            ftp.close()  # stopped at the range's end, mid-transfer: the connection's state is unknown
             return bytes(chunks)
         except ftplib.all_errors as exc:
             ftp.close()
             if isinstance(exc, ftplib.error_perm) and is_absent(exc):
                 raise self._call(uri, "read", lambda ftp: self._absent(loc, uri, ftp)) from exc
-            raise map_error(exc, uri, "read", self.config.endpoint) from exc
+            raise map_error(exc, uri, "read", self.connections.shown) from exc
 
     def open_write(self, uri: str) -> FtpWriter:
         return FtpWriter(self, uri)
@@ -197,7 +207,7 @@ class FtpStore(BlobStore):
                         continue  # no such folder: nothing under it
                     raise
                 for name, entry in entries:
-                    if not name.startswith(name_prefix) or name.startswith(HIDDEN):
+                    if not name.startswith(name_prefix) or not self._listed(name):
                         continue
                     key = f"{rel}/{name}" if rel else name
                     kind = entry.get("type")
@@ -209,6 +219,12 @@ class FtpStore(BlobStore):
 
         keys = self._call(prefix, "list", walk)
         return iter(sorted(loc.uri(key) for key in keys))
+
+    @staticmethod
+    def _listed(name: str) -> bool:
+        """Whether a file of this name is an object (a hidden one is a write in flight, or one
+        a killed process left)."""
+        return not name.startswith(HIDDEN)
 
     def close(self) -> None:
         self.connections.close()

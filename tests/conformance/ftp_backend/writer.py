@@ -43,13 +43,17 @@ class FtpWriter(PartWriter):
         self._loc = store.locate(uri)
         self._target = path(self._loc)
         folder, _, name = self._target.rpartition("/")
-        self._hidden = f"{folder}/{HIDDEN}{uuid.uuid4().hex}-{name}"
+        self._hidden = self._hidden_name(folder, name)
         self._ftp: ftplib.FTP | None = None
         self._sock: socket.socket | None = None
         self._sent = 0
 
+    def _hidden_name(self, folder: str, name: str) -> str:
+        """A name of this write's own beside the object (two writers never share one)."""
+        return f"{folder}/{HIDDEN}{uuid.uuid4().hex}-{name}"
+
     def _fail(self, exc: BaseException) -> BaseException:
-        return map_error(exc, self.uri, "write", self._store.config.endpoint)
+        return map_error(exc, self.uri, "write", self._store.connections.shown)
 
     # -- the kit's hooks ---------------------------------------------------------------
 
