@@ -44,6 +44,9 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
   checkpoint"; 429 and 5xx are ``TransientError`` and the core's retry gets through them;
   HTTP 429, 500, 503 and a reset at each kind of request of a save and a read (the commit
   included) never lose a save nor answer a read wrong (:mod:`.requestfaults`); it includes
+- :class:`RequestFaultSuite` (a protocol the HTTP proxy cannot carry, such as FTP): the
+  faults at each kind of request and the denied requests, put by the recipe's own
+  ``injector`` in the server; it includes
 - :class:`ContainerSuite`: every operation in a missing bucket raises
   ``ContainerNotFoundError`` (stores with no server mix it in alone);
 - :class:`CopySuite` (stores that declare ``copy_limits``): objects built from written bytes
@@ -81,7 +84,7 @@ from .containers import ContainerSuite
 from .copies import CopySuite
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
-from .faults import FaultSuite
+from .faults import FaultSuite, RequestFaultSuite
 from .incremental import CopyCheckSuite, IncrementalSuite
 from .recipe import RECIPE_SETTINGS, StoreRecipe
 from .suite import BlobStoreSuite, CheckpointSuite
@@ -98,5 +101,6 @@ __all__ = [
     "FaultProxy",
     "FaultSuite",
     "IncrementalSuite",
+    "RequestFaultSuite",
     "StoreRecipe",
 ]

@@ -20,6 +20,7 @@ prefix. Nothing waits on time: the deadlines are hang guards.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import select
@@ -100,6 +101,7 @@ def _kill_mid_save(recipe: StoreRecipe, uri: str, size: int, cut: int, tmp_path:
     spec = tmp_path / "crash-child.pickle"
     log = tmp_path / "crash-child.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    recipe = dataclasses.replace(recipe, injector=None)  # the child injects no fault (and it may not pickle)
     if recipe.upstream is None:
         spec.write_bytes(pickle.dumps((recipe, None, uri, size, cut)))
         with open(log, "wb") as err:

@@ -11,7 +11,7 @@ A failure's message starts with ``promise broken:`` and says which promise.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,7 +21,7 @@ from ..uri import join
 from .containers import ContainerSuite
 from .data import data as _data
 from .data import outcome, read_to_end, write_in_chunks
-from .faultproxy import Fault, FaultProxy
+from .faultproxy import Fault, FaultProxy, RequestRule
 from .recipe import StoreRecipe, part_of
 from .registered import QUICK_RETRY, load_through
 from .requestfaults import RequestFaultTests
@@ -196,31 +196,7 @@ class FaultSuite(RequestFaultTests, ContainerSuite):
         """Every operation answered HTTP 403 raises ``CheckpointPermissionError``, never
         ``NotFoundError`` or ``None``: a load through ``Checkpoint`` then fails instead of
         starting training from zero."""
-        uri = join(faults.root, "denied")
-        faults.direct.write_bytes(uri, b"exists")
-        faults.proxy.fail(Fault.answer(403))
-        store = faults.store()
-        operations: dict[str, Callable[[], Any]] = {
-            "stat": lambda: store.stat(uri),
-            "stat of an absent object": lambda: store.stat(join(faults.root, "absent")),
-            "open_read": lambda: read_to_end(store, uri),
-            "read_range": lambda: store.read_range(uri, 0, 3),
-            "write": lambda: store.write_bytes(join(faults.root, "new"), b"x"),
-            "Checkpoint.load_sync": lambda: load_through(store, uri, join(faults.root, "next")),
-        }
-        if store.supports_list:
-            operations["list"] = lambda: list(store.list(faults.root + "/"))
-        for name, operation in operations.items():
-            got, error = outcome(operation)
-            assert isinstance(error, CheckpointPermissionError), (
-                f"promise broken: a denied request (HTTP 403) raises CheckpointPermissionError, never"
-                f" 'no checkpoint'; {name} "
-                + (f"returned {got!r}" if error is None else f"raised {type(error).__name__}: {error}")
-            )
-        assert faults.proxy.fired >= len(operations), (
-            f"setup: the proxy answered {faults.proxy.fired} requests with 403, fewer than the"
-            f" {len(operations)} operations"
-        )
+        check_denied(faults, lambda: faults.proxy.fail(Fault.answer(403)), lambda: faults.proxy.fired)
 
     def test_throttling_and_server_errors_are_retried_by_the_core(self, faults: FaultBench) -> None:
         """HTTP 429, 500 and 503 raise ``TransientError`` (a store that returns after one such
@@ -267,3 +243,72 @@ class FaultSuite(RequestFaultTests, ContainerSuite):
             assert faults.direct.read_bytes(uri) == data, (
                 "promise broken: a retried save stores the object whole"
             )
+
+
+def check_denied(faults: FaultBench, deny: Callable[[], Any], fired: Callable[[], int]) -> None:
+    """After ``deny()`` (every request answered "denied", HTTP 403 or the protocol's reply of
+    that meaning), every operation raises ``CheckpointPermissionError``; ``fired()`` counts the
+    denials given."""
+    uri = join(faults.root, "denied")
+    faults.direct.write_bytes(uri, b"exists")
+    deny()
+    store = faults.store()
+    operations: dict[str, Callable[[], Any]] = {
+        "stat": lambda: store.stat(uri),
+        "stat of an absent object": lambda: store.stat(join(faults.root, "absent")),
+        "open_read": lambda: read_to_end(store, uri),
+        "read_range": lambda: store.read_range(uri, 0, 3),
+        "write": lambda: store.write_bytes(join(faults.root, "new"), b"x"),
+        "Checkpoint.load_sync": lambda: load_through(store, uri, join(faults.root, "next")),
+    }
+    if store.supports_list:
+        operations["list"] = lambda: list(store.list(faults.root + "/"))
+    for name, operation in operations.items():
+        got, error = outcome(operation)
+        assert isinstance(error, CheckpointPermissionError), (
+            f"promise broken: a denied request (HTTP 403) raises CheckpointPermissionError, never"
+            f" 'no checkpoint'; {name} "
+            + (f"returned {got!r}" if error is None else f"raised {type(error).__name__}: {error}")
+        )
+    assert fired() >= len(operations), (
+        f"setup: {fired()} requests were denied, fewer than the {len(operations)} operations"
+    )
+
+
+class RequestFaultSuite(RequestFaultTests, ContainerSuite):
+    """For a store whose protocol :class:`FaultProxy` cannot carry (it speaks HTTP; FTP's data
+    connections go around any proxy): the faults at each kind of request
+    (:mod:`.requestfaults`) and the denied requests of :class:`FaultSuite`, put by the recipe's
+    own ``injector`` (:class:`~flyte_checkpoint.testing.recipe.StoreRecipe`) in the server;
+    and :class:`ContainerSuite`."""
+
+    @pytest.fixture
+    def faults(self, store_recipe: StoreRecipe, store_root: str) -> Iterator[FaultBench]:
+        """The recipe's injector (as the bench's proxy), a store on the server, the root."""
+        injector = store_recipe.injector
+        assert injector is not None, (
+            "setup: RequestFaultSuite needs StoreRecipe.injector, the store's own fault injection"
+        )
+        direct = store_recipe.build(injector.url)
+        # The request tests use only the part of FaultProxy's interface an injector has.
+        bench = FaultBench(store_recipe, cast(FaultProxy, injector), direct, store_root)
+        injector.heal()
+        injector.reset_records()
+        try:
+            if direct.supports_list:
+                check_empty_root(direct, store_root)
+            yield bench
+        finally:
+            injector.heal()
+            for store in [*bench.built, direct]:
+                store.close()
+
+    def test_denied_request_is_a_permission_error_never_no_checkpoint(self, faults: FaultBench) -> None:
+        """Every operation denied (the injector's answer to HTTP 403, at every request) raises
+        ``CheckpointPermissionError``, never ``NotFoundError`` or ``None``."""
+        rules: list[RequestRule] = []
+
+        def deny() -> None:
+            rules.append(faults.proxy.fail_request(lambda line: True, Fault.answer(403), times=2**62))
+
+        check_denied(faults, deny, lambda: rules[0].fired)

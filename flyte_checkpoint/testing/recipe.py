@@ -46,12 +46,21 @@ class StoreRecipe:
             save (``"POST /b/k?uploadId=X"``: ``r"^POST .*[?&]uploadId="``), for
             :class:`FaultSuite`'s messages; default: a save's last request. Either way the suite
             puts faults at every kind of request.
+        injector: for a protocol :class:`FaultProxy` cannot carry (it speaks HTTP; FTP's data
+            connections go around any proxy), the author's own fault injection in or beside
+            the server, for :class:`RequestFaultSuite`: ``url`` (the endpoint ``build`` takes),
+            ``log`` (each request line of an operation, in the order the server got them),
+            ``fail_request(match, fault, nth=1, times=1)`` returning a ``RequestRule`` as
+            :meth:`FaultProxy.fail_request` does (``Fault.answer(status)`` answered with the
+            protocol's reply of that meaning, ``Fault.reset`` closing the connection),
+            ``heal()`` and ``reset_records()``.
     """
 
     upstream: str | None
     build: Callable[[Any], BlobStore]
     missing_container: str | None = None
     commit: str | None = None
+    injector: Any = None
 
     def direct(self) -> BlobStore:
         """A store talking to the server itself (the suites check objects with it)."""

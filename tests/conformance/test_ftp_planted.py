@@ -21,11 +21,13 @@ import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CheckpointError, TransientError
 from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import register_store, unregister_store
+from flyte_checkpoint.testing import Fault
 
 from .ftp_backend import server
 from .ftp_backend.planted import PLANTED, build_planted
+from .ftp_backend.server import matching
 from .ftp_backend.store import FtpStore
-from .test_ftp_store import build_ftp
+from .ftp_classes import build_ftp
 
 #: Few, quick retries: a fault the probe puts at every try ends the save in a second.
 QUICK = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05, total_timeout=60)
@@ -77,7 +79,7 @@ def save(uri: str, data: bytes) -> None:
 def temp_errors_ignored(p: Probe) -> str | None:
     uri = p.uri
     save(uri, b"step 1")
-    p.srv.fail(r"^RNTO ", reply="451 Rename busy, try later")  # once: a retry goes through
+    p.srv.fail_request(matching(r"^RNTO "), Fault.answer(500))  # once (451): a retry goes through
     save(uri, b"step 2")  # returns normally
     got = load(uri)
     return f"save_sync returned normally but the load gave {got!r}" if got != b"step 2" else None
@@ -89,7 +91,9 @@ def early_end_accepted(p: Probe) -> str | None:
     uri = p.uri
     data = bytes(range(256)) * 2048
     save(uri, data)
-    p.srv.fail(r"^RETR ", "short")  # half the file, then the data connection ends cleanly
+    p.srv.fail_request(
+        matching(r"^RETR "), Fault.truncate()
+    )  # half the file, then the data connection ends cleanly
     try:
         with p.store.open_read(uri) as stream:
             got = stream.read()
@@ -139,12 +143,14 @@ def mkdir_creates_bucket(p: Probe) -> str | None:
 def delete_then_rename(p: Probe) -> str | None:
     uri = p.uri
     save(uri, b"step 1")
-    p.srv.fail(r"^RNFR ", reply="421 Service not available", times=10**6)  # every try of the save fails
+    p.srv.fail_request(
+        matching(r"^RNFR "), Fault.answer(503), times=10**6
+    )  # 421  # every try of the save fails
     try:
         with pytest.raises(TransientError):
             save(uri, b"step 2")
     finally:
-        p.srv.clear()
+        p.srv.heal()
     got = load(uri)
     return f"after a failed save the previous checkpoint loads as {got!r}" if got != b"step 1" else None
 
@@ -224,7 +230,7 @@ def test_the_planted_bug_harms_users_where_the_correct_store_does_not(ftp, kind:
         try:
             outcomes[name] = PROBES[kind](probe)
         finally:
-            srv.clear()
+            srv.heal()
             unregister_store("ftpstore")
             for store in probe.stores:
                 store.close()

@@ -129,11 +129,11 @@ class Planted(store.FtpStore):
 
 
 class RangeEndInclusive(Planted):
-    """A range's end taken as inclusive: ``min(end, size - 1) - start`` bytes (one short at the end)."""
+    """A range's end taken as inclusive (``start + length - 1``), and the last byte read by
+    ``recv`` left out: a range one byte short."""
 
-    @staticmethod
-    def _range_bytes(start: int, length: int, size: int) -> int:
-        return max(0, min(start + length - 1, size - 1) - start)
+    def read_range(self, uri: str, start: int, length: int) -> bytes:
+        return super().read_range(uri, start, length - 1)
 
 
 #: Each planted bug: its kind -> what it does (the report's table).

@@ -1,10 +1,10 @@
 """The test server: pyftpdlib on 127.0.0.1 in a thread, with faults put at FTP requests.
 
-``with ftp_server(root) as srv``: ``srv.endpoint`` is ``HOST:PORT``; ``srv.log`` lists every
-command line the server received (``"STOR /bucket/.part-..."``), in order; ``srv.fail(pattern,
-...)`` answers a reply of the test's choosing (``"451 ..."``), resets the control connection, or
-ends a ``RETR``'s data early, at the ``nth`` command whose line matches ``pattern``: the
-server's own fault injection, since FTP's data connections go around any proxy.
+``with ftp_server(root) as srv``: ``srv.url`` is ``HOST:PORT``; ``srv.log`` lists every command
+line of an operation the server received (``"STOR /bucket/.part-..."``), in order; and
+``srv.fail_request(match, fault, nth=, times=)`` puts a fault at a request, as the suites'
+``FaultProxy`` does for HTTP: the server's own fault injection, since FTP's data connections go
+around any proxy of the control connection.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ import io
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from flyte_checkpoint.testing import Fault
+from flyte_checkpoint.testing.faultproxy import RequestRule
 
 USER = "ckpt"
 PASSWORD = "s3cr3t-ftp-pw"  # a test secret: no message may show it
@@ -27,50 +30,68 @@ LISTER = "lister"
 GUEST = "guest"
 
 
-@dataclass
-class Rule:
-    pattern: re.Pattern[str]
-    action: str  # "reply", "reset" or "short"
-    reply: str = ""
-    nth: int = 1
-    times: int = 1
-    seen: int = 0
+#: The FTP reply that means what each HTTP status the suites inject means.
+ANSWERS = {
+    403: "550 Not enough privileges.",
+    429: "450 Too many requests: try again later.",
+    500: "451 Local error in processing.",
+    503: "421 Service not available.",
+}
+#: Commands of a session's setup (a new connection's login, a data connection's opening): not
+#: requests of an operation, so neither logged nor faulted (a kept-alive connection skips them,
+#: so two runs of one operation would differ).
+SESSION = frozenset({"USER", "PASS", "TYPE", "PASV", "EPSV", "OPTS", "FEAT", "SYST", "QUIT", "NOOP"})
+
+
+def matching(pattern: str) -> Callable[[str], bool]:
+    """A request matcher: the lines ``pattern`` is found in (``re.search``)."""
+    return re.compile(pattern).search  # type: ignore[return-value]
 
 
 @dataclass
 class FtpServer:
-    endpoint: str = ""
+    """The server's fault injection, with the interface ``FaultProxy.fail_request`` has (the
+    suites' ``StoreRecipe.injector``): ``url``, ``log``, ``fail_request``, ``heal``,
+    ``reset_records``."""
+
+    url: str = ""
     log: list[str] = field(default_factory=list)
-    fired: list[str] = field(default_factory=list)
-    rules: list[Rule] = field(default_factory=list)
+    rules: list[RequestRule] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def fail(
-        self, pattern: str, action: str = "reply", reply: str = "451 fault", nth: int = 1, times: int = 1
-    ) -> None:
-        """At the ``nth`` command line matching ``pattern`` (``re.search``), and the ``times - 1``
-        matching ones after it: answer ``reply`` instead of running it (``"reply"``), close the
-        control connection (``"reset"``), or send half of a RETR's file and end (``"short"``)."""
-        with self.lock:
-            self.rules.append(Rule(re.compile(pattern), action, reply, nth, times))
+    @property
+    def endpoint(self) -> str:
+        return self.url
 
-    def clear(self) -> None:
+    def fail_request(
+        self, match: Callable[[str], bool], fault: Fault, *, nth: int = 1, times: int = 1
+    ) -> RequestRule:
+        """At the ``nth`` request whose line (``"RNTO /bucket/key"``) ``match`` accepts, and the
+        ``times - 1`` after it: ``Fault.answer(status)`` answers the FTP reply of that meaning
+        (:data:`ANSWERS`) instead of running it, ``Fault.reset`` closes the control connection,
+        ``Fault.truncate`` (a RETR) sends half the file and ends the data cleanly."""
+        rule = RequestRule(match, fault, nth, times)
         with self.lock:
-            self.rules.clear()
-            self.log.clear()
-            self.fired.clear()
+            self.rules.append(rule)
+        return rule
 
-    def take(self, line: str) -> Rule | None:
+    def heal(self) -> None:
+        with self.lock:
+            self.rules = []
+
+    def reset_records(self) -> None:
+        with self.lock:
+            self.log = []
+
+    def take(self, line: str) -> RequestRule | None:
         """The rule that fires at ``line``, if any (the server's thread calls it per command)."""
+        if line.partition(" ")[0] in SESSION:
+            return None
         with self.lock:
             self.log.append(line)
             for rule in self.rules:
-                if rule.times and rule.pattern.search(line):
-                    rule.seen += 1
-                    if rule.seen >= rule.nth:
-                        rule.times -= 1
-                        self.fired.append(line)
-                        return rule
+                if rule.match(line) and rule.count(line, may_fire=True):
+                    return rule
         return None
 
 
@@ -94,9 +115,9 @@ def handler_class(state: FtpServer, root: str) -> type[Any]:
             rule = state.take(f"{cmd} {shown}".strip())
             if rule is None:
                 super().process_command(cmd, *args, **kwargs)
-            elif rule.action == "reset":
+            elif rule.fault.action == "reset":
                 self.close()
-            elif rule.action == "short" and cmd == "RETR":
+            elif rule.fault.action == "truncate" and cmd == "RETR":
                 with open(arg, "rb") as f:
                     data = f.read()
                 half = io.BytesIO(data[: len(data) // 2])
@@ -106,7 +127,7 @@ def handler_class(state: FtpServer, root: str) -> type[Any]:
                 self.push_dtp_data(producer, isproducer=True, file=half, cmd="RETR")
             else:
                 self._last_response = ""
-                self.respond(rule.reply)
+                self.respond(ANSWERS.get(rule.fault.status, "451 Local error in processing."))
 
     Handler.authorizer = authorizer
     Handler.banner = "ftp test server"
@@ -121,7 +142,7 @@ def ftp_server(root: Path) -> Iterator[FtpServer]:
     logging.getLogger("pyftpdlib").setLevel(logging.WARNING)  # a line per command otherwise
     state = FtpServer()
     server = FTPServer(("127.0.0.1", 0), handler_class(state, str(root)))
-    state.endpoint = f"127.0.0.1:{server.address[1]}"
+    state.url = f"127.0.0.1:{server.address[1]}"
     stop = threading.Event()
 
     def run() -> None:

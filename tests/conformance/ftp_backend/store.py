@@ -14,7 +14,7 @@ from flyte_checkpoint.uri import redact
 
 from .config import FtpConfig
 from .connections import Connections
-from .errors import is_absent, map_error, missing_bucket
+from .errors import is_absent, map_error, missing_bucket, reply_code
 from .reader import FtpStream
 from .uris import HIDDEN, parse, path
 from .writer import FtpWriter
@@ -128,7 +128,12 @@ class FtpStore(BlobStore):
                 if isinstance(exc, ftplib.error_perm) and is_absent(exc):
                     continue  # deleted or replaced since MLST: look again
                 raise map_error(exc, uri, "read", self.connections.shown) from exc
-            after = self._call(uri, "read", lambda ftp: facts(ftp, where))
+            try:
+                after = self._call(uri, "read", lambda ftp: facts(ftp, where))
+            except BaseException:
+                sock.close()
+                ftp.close()
+                raise
             if after == before:  # the file the server opened is the one MLST described
                 raw = FtpStream(ftp, sock, int(before["size"]), uri, self.connections.give_back)
                 return io_buffered(raw)
@@ -136,35 +141,36 @@ class FtpStore(BlobStore):
             ftp.close()
         raise TransientError(f"{redact(uri)} was replaced {OPEN_TRIES} times while it was opened; retry")
 
-    @staticmethod
-    def _range_bytes(start: int, length: int, size: int) -> int:
-        """How many bytes a range of ``length`` from ``start`` holds in an object of ``size``."""
-        return max(0, min(length, size - start))
-
     def read_range(self, uri: str, start: int, length: int) -> bytes:
+        """One ``REST`` + ``RETR`` (one version: the file the server opened), read up to
+        ``length`` bytes; a data connection that ends before the server's ``226`` raises."""
         loc = self.locate(uri)
         where = path(loc)
-        found = self._call(uri, "read", lambda ftp: facts(ftp, where))
-        if found is None or found.get("type") != "file":
-            raise self._call(uri, "read", lambda ftp: self._absent(loc, uri, ftp))
-        want = self._range_bytes(start, length, int(found["size"]))
-        if want <= 0:
+        if length <= 0 or start < 0:
+            if self.stat(uri) is None:
+                raise NotFoundError(f"no object at {redact(uri)}")
             return b""
         ftp = self.connections.open_mapped(uri, "read")
         try:
-            sock = ftp.transfercmd(f"RETR {where}", rest=start)
+            try:
+                sock = ftp.transfercmd(f"RETR {where}", rest=start)
+            except ftplib.error_perm as exc:
+                if reply_code(exc) == "554":  # REST past the end: nothing there
+                    ftp.close()
+                    if self.stat(uri) is None:
+                        raise NotFoundError(f"no object at {redact(uri)}") from exc
+                    return b""
+                raise
             chunks = bytearray()
             with sock:
-                while len(chunks) < want:
-                    data = sock.recv(min(want - len(chunks), 1 << 20))
+                while len(chunks) < length:
+                    data = sock.recv(min(length - len(chunks), 1 << 20))
                     if not data:
                         break
                     chunks += data
-            if len(chunks) < want:
-                ftp.close()
-                short = want - len(chunks)
-                raise TransientError(f"the read of {redact(uri)} ended {short} bytes early; retry")
-            ftp.close()  # stopped at the range's end, mid-transfer: the connection's state is unknown
+            if len(chunks) < length:
+                ftp.voidresp()  # the object ended (226), or the transfer was cut (an error)
+            ftp.close()  # or stopped at the range's end, mid-transfer: its state is unknown
             return bytes(chunks)
         except ftplib.all_errors as exc:
             ftp.close()
