@@ -245,23 +245,26 @@ class FaultSuite(RequestFaultTests, ContainerSuite):
             )
 
 
-def check_denied(faults: FaultBench, deny: Callable[[], Any], fired: Callable[[], int]) -> None:
-    """After ``deny()`` (every request answered "denied", HTTP 403 or the protocol's reply of
-    that meaning), every operation raises ``CheckpointPermissionError``; ``fired()`` counts the
-    denials given."""
+def check_denied(
+    faults: FaultBench, deny: Callable[[], Any], fired: Callable[[], int], *, writes: bool = True
+) -> None:
+    """After ``deny()`` (requests answered "denied", HTTP 403 or the protocol's reply of that
+    meaning), every operation on the object ``denied`` (reads only, unless ``writes``) raises
+    ``CheckpointPermissionError``; ``fired()`` counts the denials given."""
     uri = join(faults.root, "denied")
     faults.direct.write_bytes(uri, b"exists")
     deny()
     store = faults.store()
     operations: dict[str, Callable[[], Any]] = {
         "stat": lambda: store.stat(uri),
-        "stat of an absent object": lambda: store.stat(join(faults.root, "absent")),
+        **({"stat of an absent object": lambda: store.stat(join(faults.root, "absent"))} if writes else {}),
         "open_read": lambda: read_to_end(store, uri),
         "read_range": lambda: store.read_range(uri, 0, 3),
-        "write": lambda: store.write_bytes(join(faults.root, "new"), b"x"),
         "Checkpoint.load_sync": lambda: load_through(store, uri, join(faults.root, "next")),
     }
-    if store.supports_list:
+    if writes:
+        operations["write"] = lambda: store.write_bytes(join(faults.root, "new"), b"x")
+    if writes and store.supports_list:
         operations["list"] = lambda: list(store.list(faults.root + "/"))
     for name, operation in operations.items():
         got, error = outcome(operation)
@@ -312,3 +315,17 @@ class RequestFaultSuite(RequestFaultTests, ContainerSuite):
             rules.append(faults.proxy.fail_request(lambda line: True, Fault.answer(403), times=2**62))
 
         check_denied(faults, deny, lambda: rules[0].fired)
+
+    def test_a_denied_object_in_a_bucket_that_answers_is_a_permission_error(self, faults: FaultBench) -> None:
+        """Only the requests that name the object denied (the bucket's answered, as when an
+        account may list a bucket but not read one folder of it): reads and a ``Checkpoint``
+        load still raise ``CheckpointPermissionError``, never "no checkpoint" (a store that
+        takes a denial for absence, then finds the bucket there, answers ``None``)."""
+        rules: list[RequestRule] = []
+
+        def deny() -> None:
+            rules.append(
+                faults.proxy.fail_request(lambda line: "/denied" in line, Fault.answer(403), times=2**62)
+            )
+
+        check_denied(faults, deny, lambda: rules[0].fired, writes=False)

@@ -115,12 +115,12 @@ class RequestFaultTests:
             f"setup: {what} never made {position.label} again (it made {rule.seen} requests like it):"
             " its requests differ from run to run"
         )
-        stored = faults.direct.read_bytes(uri)
+        stored = _stored(faults, uri)
         if error is None:
             assert stored == payload, (
                 f"promise broken: a save that returned normally did not commit; with {at}, {what}"
                 f" returned normally and {uri} holds "
-                + ("the previous object" if stored == previous else f"{len(stored)} bytes of neither version")
+                + ("the previous object" if stored == previous else _held(stored))
             )
         else:
             assert isinstance(error, TransientError), (
@@ -129,7 +129,7 @@ class RequestFaultTests:
             )
             assert stored in (previous, payload), (
                 f"promise broken: a save that raised leaves the previous object (or the new one) whole;"
-                f" with {at}, {uri} holds {len(stored)} bytes of neither version"
+                f" with {at}, {uri} holds {_held(stored)}"
             )
         self._nothing_else(faults, uri, at)
 
@@ -151,10 +151,10 @@ class RequestFaultTests:
                     f"promise broken: a failed abort raises a TransientError or nothing; with {at},"
                     f" the abort raised {type(error).__name__}: {error}"
                 )
-                stored = faults.direct.read_bytes(uri)
+                stored = _stored(faults, uri)
                 assert stored == previous, (
                     f"promise broken: an aborted save never commits; with {at}, {uri} holds"
-                    f" {len(stored)} bytes, not the previous {len(previous)}"
+                    f" {_held(stored)}, not the previous {len(previous)} bytes"
                 )
                 self._nothing_else(faults, uri, at)
 
@@ -197,6 +197,23 @@ class RequestFaultTests:
                 f" {name} {described(got, None)}"
                 + (" (no checkpoint: the object exists)" if got is None else "")
             )
+
+
+def _stored(faults: FaultBench, uri: str) -> bytes | None:
+    """The object's bytes on the server, or None when it is absent."""
+    try:
+        return faults.direct.read_bytes(uri)
+    except NotFoundError:
+        return None
+
+
+def _held(stored: bytes | None) -> str:
+    """``"no object (the previous one is gone)"`` or ``"N bytes of neither version"``."""
+    return (
+        "no object (the previous one is gone)"
+        if stored is None
+        else f"{len(stored)} bytes of neither version"
+    )
 
 
 def _save(faults: FaultBench, uri: str, payload: bytes) -> None:

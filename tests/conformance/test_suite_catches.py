@@ -8,6 +8,7 @@ gives each test's outcome and message. The correct toy store passes the same tes
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -106,12 +107,18 @@ def report(pytester_module: Path) -> dict[tuple[str, str], tuple[str, str]]:
 @pytest.fixture(scope="module")
 def pytester_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Runs the broken classes' tests once, in a child pytest; returns its JUnit report."""
+    return run_child(tmp_path_factory.mktemp("catches"), RUN, lambda module: _node_ids(module))
+
+
+def run_child(where: Path, source: str, node_ids: Callable[[Path], list[str]]) -> Path:
+    """Runs the tests ``node_ids(module)`` of the module ``source`` (written in ``where``) in a
+    child pytest with this repository on its path; returns its JUnit report."""
     import os
     import subprocess
     import sys
 
-    where = tmp_path_factory.mktemp("catches")
-    (where / "test_broken.py").write_text(RUN)
+    module = where / "test_broken.py"
+    module.write_text(source)
     junit = where / "report.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     subprocess.run(
@@ -126,7 +133,7 @@ def pytester_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
             f"--rootdir={where}",
             "-c",
             os.devnull,
-            *_node_ids(where / "test_broken.py"),
+            *node_ids(module),
         ],
         cwd=where,
         env=env,
