@@ -7,7 +7,7 @@ import io
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from flyte_checkpoint.errors import NotFoundError, TransientError
+from flyte_checkpoint.errors import NotFoundError, StoreError, TransientError
 from flyte_checkpoint.storage import BlobStore
 from flyte_checkpoint.storage.kit import Location, StorePool
 from flyte_checkpoint.uri import redact
@@ -95,7 +95,16 @@ class FtpStore(BlobStore):
                 except ftplib.error_perm as exc:
                     if "exists" not in str(exc).lower():
                         raise
-            return send()
+            try:
+                return send()
+            except ftplib.error_perm as exc:
+                if is_absent(exc):  # the folder is still missing: a part of the path is a file
+                    raise StoreError(
+                        f"cannot write {redact(uri)}: a part of its path is an object, and on FTP a"
+                        " name is a file or a folder, not both; choose a key that is not under an"
+                        " object's name"
+                    ) from exc
+                raise
         except ftplib.all_errors as exc:
             raise map_error(exc, uri, "write", self.connections.shown) from exc
 
