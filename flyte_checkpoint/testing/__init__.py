@@ -41,7 +41,8 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
   an interrupted save (sized from the store's ``part_size``) leaves the previous object whole
   and no partial one; a cut download is retried or raised, never returned short; a stalled one
   ends by the store's timeout; HTTP 403 is ``CheckpointPermissionError``, never "no
-  checkpoint"; 429 and 5xx are ``TransientError`` and the core's retry gets through them;
+  checkpoint" (every request denied, or the object's alone); 429 and 5xx are
+  ``TransientError`` and the core's retry gets through them;
   HTTP 429, 500, 503 and a reset at each kind of request of a save and a read (the commit
   included) never lose a save nor answer a read wrong (:mod:`.requestfaults`); it includes
 - :class:`RequestFaultSuite` (a protocol the HTTP proxy cannot carry, such as FTP): the

@@ -51,7 +51,27 @@ class FaultBench:
         store.close()
 
 
-class FaultSuite(RequestFaultTests, ContainerSuite):
+class DeniedObjectTests:
+    """The object's requests denied alone (mixed into :class:`FaultSuite` and
+    :class:`RequestFaultSuite`, which give the ``faults`` fixture)."""
+
+    def test_a_denied_object_in_a_bucket_that_answers_is_a_permission_error(self, faults: FaultBench) -> None:
+        """Only the requests that name the object denied (the bucket's answered, as when an
+        account may list a bucket but not read one folder of it): reads and a ``Checkpoint``
+        load still raise ``CheckpointPermissionError``, never "no checkpoint" (a store that
+        takes a denial for absence, then finds the bucket there, answers ``None``)."""
+        rules: list[RequestRule] = []
+
+        def deny() -> None:
+            rules.append(
+                # the object's name in its requests' lines, however the store spells the path
+                faults.proxy.fail_request(lambda line: "denied" in line, Fault.answer(403), times=2**62)
+            )
+
+        check_denied(faults, deny, lambda: rules[0].fired, writes=False)
+
+
+class FaultSuite(DeniedObjectTests, RequestFaultTests, ContainerSuite):
     """Interrupted saves, cut and stalled downloads, denied and throttled requests; a fault at
     each kind of request (:mod:`.requestfaults`); a missing container (:class:`ContainerSuite`).
 
@@ -267,7 +287,9 @@ def check_denied(
     if writes and store.supports_list:
         operations["list"] = lambda: list(store.list(faults.root + "/"))
     for name, operation in operations.items():
+        before = fired()
         got, error = outcome(operation)
+        assert writes or fired() > before, f"setup: {name} made no request that names the object"
         assert isinstance(error, CheckpointPermissionError), (
             f"promise broken: a denied request (HTTP 403) raises CheckpointPermissionError, never"
             f" 'no checkpoint'; {name} "
@@ -278,7 +300,7 @@ def check_denied(
     )
 
 
-class RequestFaultSuite(RequestFaultTests, ContainerSuite):
+class RequestFaultSuite(DeniedObjectTests, RequestFaultTests, ContainerSuite):
     """For a store whose protocol :class:`FaultProxy` cannot carry (it speaks HTTP; FTP's data
     connections go around any proxy): the faults at each kind of request
     (:mod:`.requestfaults`) and the denied requests of :class:`FaultSuite`, put by the recipe's
@@ -315,17 +337,3 @@ class RequestFaultSuite(RequestFaultTests, ContainerSuite):
             rules.append(faults.proxy.fail_request(lambda line: True, Fault.answer(403), times=2**62))
 
         check_denied(faults, deny, lambda: rules[0].fired)
-
-    def test_a_denied_object_in_a_bucket_that_answers_is_a_permission_error(self, faults: FaultBench) -> None:
-        """Only the requests that name the object denied (the bucket's answered, as when an
-        account may list a bucket but not read one folder of it): reads and a ``Checkpoint``
-        load still raise ``CheckpointPermissionError``, never "no checkpoint" (a store that
-        takes a denial for absence, then finds the bucket there, answers ``None``)."""
-        rules: list[RequestRule] = []
-
-        def deny() -> None:
-            rules.append(
-                faults.proxy.fail_request(lambda line: "/denied" in line, Fault.answer(403), times=2**62)
-            )
-
-        check_denied(faults, deny, lambda: rules[0].fired, writes=False)
