@@ -444,13 +444,19 @@ class FileInPlace(LocalStore):
 # -- recipes' builders (module level: a crash test's child imports them) -------------------
 
 
+#: The toy stores' socket timeout: short, so that a stalled download ends in seconds, but not
+#: so short that a request answered late on a loaded machine looks stalled (1 s did: on 2 cores
+#: at load 8-15, saves through the proxy timed out with no fault in place).
+TIMEOUT = 5.0
+
+
 def build_toy(endpoint: str, part_size: int | None = PART) -> ToyStore:
-    return ToyStore(endpoint, part_size, timeout=1.0)
+    return ToyStore(endpoint, part_size, timeout=TIMEOUT)
 
 
 def build_broken(kind: str, endpoint: str) -> ToyStore:
     """The broken store named ``kind`` (a class of this module) on ``endpoint``."""
-    store = globals()[kind](endpoint, PART, timeout=1.0)
+    store = globals()[kind](endpoint, PART, timeout=TIMEOUT)
     assert isinstance(store, ToyStore)
     return store
 
