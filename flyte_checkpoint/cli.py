@@ -894,6 +894,25 @@ def _show_warning(
         sys.stderr.write(f"{PROG}: warning: {_one_line(str(message))}\n")
 
 
+@contextlib.contextmanager
+def _names_as_stored() -> Iterator[None]:
+    """Print names that are not UTF-8 (a GNU tar's, stored as bytes and read as surrogate
+    escapes) as the bytes they are, as ``tar tv`` and ``ls`` do, instead of failing to encode."""
+    stream = sys.stdout
+    errors = getattr(stream, "errors", None)
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is None or errors in (None, "surrogateescape"):
+        yield
+        return
+    stream.flush()
+    reconfigure(errors="surrogateescape")
+    try:
+        yield
+    finally:
+        stream.flush()
+        reconfigure(errors=errors)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``flyte-checkpoint`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
 
@@ -930,7 +949,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json:
             print(json.dumps({"ok": True, "command": args.command, **result}, indent=None))
         else:
-            args.show(result)
+            with _names_as_stored():
+                args.show(result)
         sys.stdout.flush()
         return EXIT_OK
     except KeyboardInterrupt:

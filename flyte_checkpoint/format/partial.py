@@ -24,6 +24,7 @@ import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, NotFoundError, UnsafeArchiveError
@@ -49,19 +50,36 @@ _OPEN_FLAGS = (
 OnRead = Callable[[int], None]
 
 
-def member_name(name: str) -> str:
-    """``name`` as the tar names it (``./`` and repeated slashes dropped); refuses names that
-    leave the tree.
+def member_name(name: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
+    """``name`` as the tar names it: split at ``/`` only, with empty and ``.`` components dropped
+    (``./a//b/`` is ``a/b``, as a full load places it); refuses names that leave the tree.
+
+    Nothing else is rewritten: a backslash is part of a name (``a\\b`` is one file on POSIX, as in
+    the tar), and Unicode forms are compared as they are (an NFC and an NFD spelling are two
+    names). ``bytes`` (a name that is not UTF-8, as GNU tar stores it) are the name's bytes; a
+    ``PurePath`` gives its POSIX form.
 
     Raises:
         UnsafeArchiveError: an absolute name, one with ``..``, an empty one.
     """
-    parts = [p for p in str(name).replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or str(name).startswith("/") or ".." in parts or "\0" in str(name):
+    if isinstance(name, PurePath):
+        name = name.as_posix()
+    name = os.fspath(name)
+    text = name.decode("utf-8", "surrogateescape") if isinstance(name, bytes) else str(name)
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    if not parts or text.startswith("/") or ".." in parts or "\0" in text:
         raise UnsafeArchiveError(
-            f"{str(name)[:200]!r} is not a path inside a checkpoint: give a relative path such as 'a/b.bin'"
+            f"{text[:200]!r} is not a path inside a checkpoint: give a relative path such as 'a/b.bin'"
         )
     return "/".join(parts)
+
+
+def near_name(name: str) -> str:
+    """What ``name`` is often confused with: its NFC form with backslashes as slashes. Only
+    for saying "did you mean": names are selected as they are."""
+    import unicodedata
+
+    return unicodedata.normalize("NFC", name).replace("\\", "/")
 
 
 @dataclass
@@ -71,9 +89,16 @@ class Selection:
     names: tuple[str, ...]
     folders: bool = True  # a name may select a folder's files; False: files only
     found: set[str] = field(default_factory=set)
+    #: A name not matched -> a stored name it may have meant (:func:`near_name`), for the error.
+    hints: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._near = {n: near_name(n) for n in self.names}
+        # every stored name must be compared when a name asked for is not in its near form
+        self._near_all = any(k != n for n, k in self._near.items())
 
     @classmethod
-    def of(cls, names: Iterable[str], *, folders: bool = True) -> Selection:
+    def of(cls, names: Iterable[str | bytes | os.PathLike[str]], *, folders: bool = True) -> Selection:
         """Raises UnsafeArchiveError for a name outside the tree, ValueError for no names."""
         if isinstance(names, (str, bytes, os.PathLike)):
             raise TypeError("members takes a list of names, not one name: members=['a/b.bin']")
@@ -90,29 +115,49 @@ class Selection:
         if self.folders:
             cut = rel.rfind("/")
             while cut > 0:
-                rel = rel[:cut]
-                if rel in self.names:
-                    self.found.add(rel)
+                rel_dir = rel[:cut]
+                if rel_dir in self.names:
+                    self.found.add(rel_dir)
                     return True
-                cut = rel.rfind("/")
+                cut = rel_dir.rfind("/")
+        if self._near_all or not rel.isascii() or "\\" in rel:
+            self._note_near(rel)
         return False
+
+    def _note_near(self, rel: str) -> None:
+        key = near_name(rel)
+        for name, near in self._near.items():
+            if name not in self.hints and (
+                key == near or (self.folders and key.startswith(near) and key[len(near)] == "/")
+            ):
+                self.hints[name] = rel
 
     def missing(self) -> list[str]:
         return [n for n in self.names if n not in self.found]
 
 
-def absent(uri: str, names: list[str], *, folders: bool = True) -> NotFoundError:
-    """The error for names that select no regular file of the checkpoint at ``uri``."""
+def absent(
+    uri: str, names: list[str], *, folders: bool = True, hints: dict[str, str] | None = None
+) -> NotFoundError:
+    """The error for names that select no regular file of the checkpoint at ``uri``; ``hints``
+    (:attr:`Selection.hints`) says which stored names they may have meant."""
     from ..uri import redact
 
     shown = ", ".join(repr(n) for n in names[:20]) + (
         f" and {len(names) - 20} more" if len(names) > 20 else ""
     )
     what = "file or folder of files" if folders else "file"
+    near = [(n, hints[n]) for n in names if hints and n in hints][:5]
+    said = "".join(f" {n!r} is not {stored!r}, which it holds;" for n, stored in near)
+    if said:
+        said += (
+            " names are compared as the tar stores them (a backslash is part of a name, and Unicode"
+            " NFC and NFD spellings are different names);"
+        )
     return NotFoundError(
         f"{redact(uri)} holds no {what} {shown} (symbolic links and empty folders are not restored by"
-        " name): check the names (flyte-checkpoint inspect URI --members lists them), or load() the"
-        " whole checkpoint"
+        f" name):{said} check the names (flyte-checkpoint inspect URI --members lists them), or load()"
+        " the whole checkpoint"
     )
 
 
@@ -268,7 +313,7 @@ def _from_index(
             groups.setdefault((entry.first, entry.offset, entry.size, entry.digest), []).append(entry)
     missing = selection.missing()
     if missing:
-        raise absent(uri, missing, folders=selection.folders)
+        raise absent(uri, missing, folders=selection.folders, hints=selection.hints)
     total = sum(key[2] for key in groups)
     if limits.max_bytes is not None and total > limits.max_bytes:
         raise _over_bytes(limits.max_bytes, uri, "the files selected")
@@ -416,7 +461,7 @@ def _from_stream(
         check_tail(inflated.tail, uri)  # type: ignore[union-attr]
     missing = selection.missing()
     if missing:
-        raise absent(uri, missing, folders=selection.folders)
+        raise absent(uri, missing, folders=selection.folders, hints=selection.hints)
     if pending:
         _link_unselected(store, uri, size, pending, writer, limits, depth)
 
