@@ -7,6 +7,7 @@ they are, a directory as a gzip-compressed tar of its top-level entries.
 from __future__ import annotations
 
 import abc
+import contextlib
 import errno
 import os
 import stat
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .preemption import Registration, Saver
     from .saveorder import Turn
     from .storage.blobstore import BlobStore
+    from .storage.pinned import PinnedView
 
 Data = bytes | bytearray | memoryview | str | os.PathLike
 #: ``progress(done, total)``: bytes done so far, and the total when it is known.
@@ -222,7 +224,21 @@ class Checkpoint(BaseCheckpoint):
             scope.cancel()
             raise
 
-    def _load(self, scope: Scope, names: tuple[str, ...] | None = None) -> Path | None:
+    def _load_members(self, names: Iterable[str], view: PinnedView) -> Path | None:
+        """``load_sync(members=names)`` from the version of the previous checkpoint that ``view``
+        pins (not retried: a caller that pinned it pins again), for a caller that chose the
+        names from that version's index (:func:`~flyte_checkpoint.sharded.load_sharded`)."""
+        from .cancellation import Scope
+        from .preemption import deferring
+
+        assert self._src is not None
+        selected = _member_names(names)
+        scope = Scope(f"load of {redact(self._src)}")
+        return deferring(lambda: self._load(scope, selected, view))
+
+    def _load(
+        self, scope: Scope, names: tuple[str, ...] | None = None, view: PinnedView | None = None
+    ) -> Path | None:
         from .cancellation import using
 
         assert self._src is not None
@@ -241,9 +257,12 @@ class Checkpoint(BaseCheckpoint):
                         self._restored = set()
                 scope.check()
                 started = time.monotonic()
-                download = self._download if names is None else lambda: self._download_members(names)
+                download = self._download if names is None else lambda: self._download_members(names, view)
                 with using(scope):
-                    result = self._retry.call(download, f"load of {redact(self._src)}", scope=scope)
+                    if view is not None:
+                        result = download()
+                    else:
+                        result = self._retry.call(download, f"load of {redact(self._src)}", scope=scope)
             finally:
                 with self._lock.get():
                     self._loading = None
@@ -277,21 +296,23 @@ class Checkpoint(BaseCheckpoint):
                 return (Path(self._root, "workspace"),)
         return None
 
-    def _download_members(self, names: tuple[str, ...]) -> tuple[Path | None, int]:
+    def _download_members(
+        self, names: tuple[str, ...], view: PinnedView | None = None
+    ) -> tuple[Path | None, int]:
         import functools
 
         from .format.partial import Selection, restore_into
 
-        found = self._source()
-        if found is None:
-            return None, 0
-        store, size = found
-        workspace = self.path
-        assert self._src is not None and self._root is not None
-        progress = self._progress
-        counter = _Counter(progress or _no_progress, None)
-        place = functools.partial(os.path.join, str(workspace))
-        restore_into(store, self._src, size, Selection(names), place, beside=self._root, on_read=counter)
+        with contextlib.nullcontext(view) if view is not None else self._pinned_source() as store:
+            if store is None:
+                return None, 0
+            workspace = self.path
+            assert self._src is not None and self._root is not None
+            progress = self._progress
+            counter = _Counter(progress or _no_progress, None)
+            place = functools.partial(os.path.join, str(workspace))
+            selection = Selection(names)
+            restore_into(store, self._src, store.size, selection, place, beside=self._root, on_read=counter)
         if progress is not None:
             counter.finish()
         return workspace, counter.done
@@ -349,7 +370,6 @@ class Checkpoint(BaseCheckpoint):
     def _load_file(self, name: str, dest: str | os.PathLike[str] | None, scope: Scope) -> Path | None:
         from .cancellation import using
         from .format.partial import Selection, member_name, restore_into
-        from .storage.registry import store_for
 
         src = self._src
         assert src is not None
@@ -364,54 +384,66 @@ class Checkpoint(BaseCheckpoint):
             raise PathTooLongError.for_path(os.fspath(dest or ""), "pass a shorter dest") from exc
 
         def fetch() -> Path | None:
-            store = store_for(src)
-            size = store.stat(src)
-            if not size:
-                return None
-            try:
-                make_way(target, f"{rel!r} from {redact(src)}")
-                one = Selection((rel,), folders=False)
-                counter = _Counter(self._progress or _no_progress, None)  # as a load of the member
-                restore_into(
-                    store, src, size, one, lambda _: str(target), beside=str(target.parent), on_read=counter
-                )
-                counter.finish()
-            except OSError as exc:  # dest's own name or path over the limit: say which
-                if exc.errno != errno.ENAMETOOLONG or isinstance(exc, PathTooLongError):
-                    raise
-                raise PathTooLongError.for_path(str(target), "pass a shorter dest") from exc
+            with self._pinned_source() as store:
+                if store is None:
+                    return None
+                try:
+                    make_way(target, f"{rel!r} from {redact(src)}")
+                    one = Selection((rel,), folders=False)
+                    counter = _Counter(self._progress or _no_progress, None)  # as a load of the member
+                    restore_into(
+                        store,
+                        src,
+                        store.size,
+                        one,
+                        lambda _: str(target),
+                        beside=str(target.parent),
+                        on_read=counter,
+                    )
+                    counter.finish()
+                except OSError as exc:  # dest's own name or path over the limit: say which
+                    if exc.errno != errno.ENAMETOOLONG or isinstance(exc, PathTooLongError):
+                        raise
+                    raise PathTooLongError.for_path(str(target), "pass a shorter dest") from exc
             return target
 
         with using(scope):
             return self._retry.call(fetch, f"load of {rel!r} from {redact(src)}", scope=scope)
 
-    def _source(self) -> tuple[BlobStore, int] | None:
-        """The store of the previous checkpoint and its size; None when it is absent or empty."""
+    @contextlib.contextmanager
+    def _pinned_source(self) -> Iterator[PinnedView | None]:
+        """The previous checkpoint, pinned to the version there now for the block's reads
+        (:func:`~flyte_checkpoint.storage.pinned.read_pinned`: an object replaced meanwhile is
+        ``ObjectReplacedError``, retried, never damaged); None when it is absent or empty."""
+        from .storage.pinned import read_pinned
         from .storage.registry import store_for
 
         assert self._src is not None
-        store = store_for(self._src)
-        size = store.stat(self._src)
-        return (store, size) if size else None
+        with read_pinned(store_for(self._src), self._src) as view:
+            yield view if view is not None and view.size else None
 
     def _download(self) -> tuple[Path | None, int]:
-        from .format.restore import PAYLOAD, restore_object
-
-        found = self._source()
-        if found is None:
-            return None, 0
-        store, size = found
-        assert self._src is not None
-        workspace = self.path
         import shutil
         import tempfile
 
-        staging = tempfile.mkdtemp(prefix=".restore-", dir=self._root)
+        from .format.restore import PAYLOAD, restore_object
+
+        with self._pinned_source() as store:
+            if store is None:
+                return None, 0
+            assert self._src is not None
+            size = store.size
+            workspace = self.path
+            staging = tempfile.mkdtemp(prefix=".restore-", dir=self._root)
+            try:
+                progress = self._progress
+                counter = _Counter(progress, size) if progress else None
+                # an indexed folder object inflates on several threads; anything else streams
+                is_tar = restore_object(store, self._src, size, staging, on_chunk=counter)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
         try:
-            progress = self._progress
-            counter = _Counter(progress, size) if progress else None
-            # an indexed folder object inflates on several threads; anything else streams
-            is_tar = restore_object(store, self._src, size, staging, on_chunk=counter)
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:

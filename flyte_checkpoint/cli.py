@@ -35,13 +35,16 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from . import __version__
 from .errors import CheckpointError, ContainerNotFoundError, NotFoundError
 from .progress import ProgressBar, format_bytes, progress_bar
 from .uri import redact, redact_text
 from .workfiles import PULL, STAGED
+
+if TYPE_CHECKING:
+    from .storage.pinned import PinnedView
 
 PROG = "flyte-checkpoint"
 
@@ -321,11 +324,19 @@ def show_inspect(r: dict[str, Any]) -> None:
 
 
 def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
+    from .storage.pinned import read_pinned
+
+    with read_pinned(store, uri) as view:  # one version read, whatever commits meanwhile
+        _no_checkpoint(uri, None if view is None else view.size)
+        assert view is not None
+        return _pull_version(view, uri, dest, bar)
+
+
+def _pull_version(store: PinnedView, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
     from .format.restore import restore_object
     from .heldfolders import holding
 
-    size = store.stat(uri)
-    _no_checkpoint(uri, size)
+    size = store.size
     dest.parent.mkdir(parents=True, exist_ok=True)
     # held while the pull runs; a pull killed meanwhile leaves it to the next one made here
     with holding(str(dest.parent), PULL) as held:
@@ -379,16 +390,18 @@ def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
     from .storage.registry import store_for
 
     store = store_for(uri)
-    size = _retry().call(lambda: store.stat(uri), f"stat of {redact(uri)}")
-    _no_checkpoint(uri, size)
+    pinned = _retry().call(lambda: store.pin(uri), f"stat of {redact(uri)}")
+    _no_checkpoint(uri, None if pinned is None else pinned.size)
+    assert pinned is not None
+    size = pinned.size
     out = sys.stdout.buffer
     started = time.monotonic()
     done = 0
-    with _bar(args, "pull") as bar:
+    with _bar(args, "pull") as bar, pinned:
         if bar is not None:
             bar(0, size)
         try:
-            with store.open_read(uri) as src:
+            with pinned.open_read() as src:
                 while chunk := src.read(COPY_CHUNK):
                     out.write(chunk)
                     done += len(chunk)
@@ -413,28 +426,23 @@ def _pull_members(store: Any, uri: str, dest: Path, names: tuple[str, ...]) -> t
     """Restore the files ``names`` select into ``dest``: whether the index was used, the
     object's size, and the bytes read."""
     from .format.partial import Selection, restore_into
+    from .storage.pinned import read_pinned
 
-    size = store.stat(uri)
-    _no_checkpoint(uri, size)
-    dest.parent.mkdir(parents=True, exist_ok=True)  # DIR itself is made only when files come
     read = 0
 
     def counted(n: int) -> None:
         nonlocal read
         read += n
 
-    try:
+    with read_pinned(store, uri) as view:  # one version read, whatever commits meanwhile
+        _no_checkpoint(uri, None if view is None else view.size)
+        assert view is not None
+        dest.parent.mkdir(parents=True, exist_ok=True)  # DIR itself is made only when files come
         place = functools.partial(os.path.join, str(dest))
         restored = restore_into(
-            store, uri, size, Selection(names), place, beside=str(dest.parent), on_read=counted
+            view, uri, view.size, Selection(names), place, beside=str(dest.parent), on_read=counted
         )
-    except NoCheckpointError:
-        raise
-    except NotFoundError as exc:
-        if store.stat(uri) is None:  # removed since the stat
-            _reraise_as_no_checkpoint(exc)
-        raise
-    return restored.indexed, size, read
+    return restored.indexed, view.size, read
 
 
 def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:

@@ -119,6 +119,12 @@ class CopySourceChangedError(TransientError):
     copies against the object that is there now."""
 
 
+class ObjectReplacedError(TransientError):
+    """The object a load (or ``inspect``, ``pull``) was reading was replaced or removed meanwhile:
+    another save committed between its reads. Nothing it read was kept, and the object is not
+    damaged. Retried: the next try reads the object there now, whole."""
+
+
 class OperationCancelledError(CheckpointError, InterruptedError):
     """A save or load was cancelled (its task cancelled, or ``close()`` during a load).
 

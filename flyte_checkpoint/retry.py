@@ -116,11 +116,7 @@ class RetryPolicy:
                 elapsed = clock.monotonic() - start
                 pause = self.delay(attempt)
                 if attempt >= self.attempts or elapsed + pause > self.total_timeout:
-                    raise TransientError(
-                        f"{what} failed after {attempt} tries in {elapsed:.1f}s: {exc}"
-                        " (the store kept failing; retry later or raise"
-                        " FLYTE_CHECKPOINT_RETRY_ATTEMPTS)"
-                    ) from exc
+                    raise _gave_up(exc, f"{what} failed after {attempt} tries in {elapsed:.1f}s") from exc
                 logger().debug(
                     "%s: transient error (try %d of %d), retrying in %.2fs: %s",
                     what,
@@ -133,3 +129,18 @@ class RetryPolicy:
                 if scope is not None:
                     scope.check()
                 attempt += 1
+
+
+def _gave_up(exc: TransientError, said: str) -> TransientError:
+    """The error once the tries are spent: of ``exc``'s kind where it says something of its own (an
+    object that saves kept replacing while it was read is not a failing store)."""
+    from .errors import ObjectReplacedError
+
+    if isinstance(exc, ObjectReplacedError):
+        return ObjectReplacedError(
+            f"{said}: {exc} (saves kept replacing it while it was read: read it once they pause,"
+            " or raise FLYTE_CHECKPOINT_RETRY_ATTEMPTS)"
+        )
+    return TransientError(
+        f"{said}: {exc} (the store kept failing; retry later or raise FLYTE_CHECKPOINT_RETRY_ATTEMPTS)"
+    )

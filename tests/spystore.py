@@ -30,6 +30,7 @@ from flyte_checkpoint.storage.blobstore import (
     ObjectInfo,
     copy_damaged,
 )
+from flyte_checkpoint.storage.pinned import PinnedObject
 from flyte_checkpoint.storage.registry import register_store, store_for, unregister_store
 from flyte_checkpoint.uri import is_local, normalize, scheme_of
 
@@ -149,6 +150,42 @@ class SpyStore(BlobStore):
     def write_bytes(self, uri: str, data: bytes) -> None:
         self._before("write_bytes", uri)
         self._inner(uri).write_bytes(self._real(uri), data)
+
+    @property
+    def supports_pinned_reads(self) -> bool:  # type: ignore[override]
+        """The target store's: a pin is passed on to it."""
+        return self._inner(f"{self.scheme}:///probe").supports_pinned_reads
+
+    def pin(self, uri: str) -> PinnedObject | None:
+        """The target store's pin, whose reads are counted and hooked as ``read_range``,
+        ``open_read`` and ``read`` (and its check as ``changed``)."""
+        self._before("pin", uri)
+        inner = self._inner(uri).pin(self._real(uri))
+        return None if inner is None else _SpyPinned(uri, inner, self)
+
+
+class _SpyPinned(PinnedObject):
+    def __init__(self, uri: str, inner: PinnedObject, spy: SpyStore) -> None:
+        self.uri, self.size, self.version, self.exact = uri, inner.size, inner.version, inner.exact
+        self._inner = inner
+        self._spy = spy
+
+    def read_range(self, start: int, length: int) -> bytes:
+        self._spy._before("read_range", self.uri)
+        return self._spy._got(self._inner.read_range(start, length))
+
+    def open_read(self) -> BinaryIO:
+        self._spy._before("open_read", self.uri)
+        return _SpyReader(
+            self._inner.open_read(), lambda: self._spy._before("read", self.uri), self._spy._got
+        )  # type: ignore[return-value]
+
+    def changed(self) -> bool:
+        self._spy._before("changed", self.uri)
+        return self._inner.changed()
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 class _SpyWriter(BlobWriter):

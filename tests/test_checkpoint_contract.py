@@ -470,13 +470,13 @@ def test_unreadable_source_is_raised_not_none(tmp_path):
 
 def test_io_error_on_read_is_raised_not_none(dest, tmp_path, monkeypatch):
     saved(dest, b"data")
-    from flyte_checkpoint.storage.stores.local import LocalStore
+    from flyte_checkpoint.storage.stores import local
 
-    class Broken(io.RawIOBase):
-        def readinto(self, b):
-            raise OSError(5, "Input/output error")
+    def broken(self, b):
+        raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(LocalStore, "open_read", lambda self, uri: Broken())
+    # a load reads the file it pinned (LocalStore.pin), by this stream
+    monkeypatch.setattr(local._PreadStream, "readinto", broken)
     with pytest.raises(OSError, match="Input/output error"):
         fc.Checkpoint(str(tmp_path / "n"), dest).load_sync()
 

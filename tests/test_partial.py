@@ -455,7 +455,7 @@ def test_inspect_index_describes_the_files_from_the_index_alone(tmp_path, capsys
     _, objs = save_both(tmp_path)
     with spying("file") as spy:
         assert main(["inspect", spy.uri_for(str(objs["indexed"])), "--index", "--members"]) == 0
-        assert (spy.count("stat"), spy.count("read_range"), sum(spy.calls.values())) == (1, 2, 3)
+        assert (spy.count("pin"), spy.count("read_range"), sum(spy.calls.values())) == (1, 2, 3)
     text = capsys.readouterr().out
     assert "files:     6 in the index (folders and symbolic links: inspect without --index)" in text
     assert "index:     6 files" in text

@@ -7,10 +7,11 @@ index), which also verifies its gzip checksums and its length, as a load would.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import NotFoundError
 from ..uri import redact
@@ -18,6 +19,9 @@ from . import tarstream as ts
 from .archive import ExactReader, read_members
 from .compression import decompressor
 from .restore import CountingReader, read_head, sniff
+
+if TYPE_CHECKING:
+    from ..storage.pinned import PinnedView
 
 __all__ = ["Entry", "Inspection", "Member", "inspect_index", "inspect_stream", "inspect_uri", "iter_members"]
 
@@ -245,21 +249,24 @@ def _inspect(
     return result
 
 
-def _object(uri: str) -> tuple[Any, str, int]:
-    """The store of ``uri`` (normalized) and the size of the object there.
+@contextlib.contextmanager
+def _object(uri: str) -> Iterator[tuple[PinnedView, str]]:
+    """The object at ``uri`` (normalized), pinned to its version for the block's reads (see
+    :func:`~flyte_checkpoint.storage.pinned.read_pinned`), and ``uri`` normalized.
 
     Raises:
         NotFoundError: there is no object at ``uri``.
+        ObjectReplacedError: it was replaced while the block read it.
     """
+    from ..storage.pinned import read_pinned
     from ..storage.registry import store_for
     from ..uri import normalize
 
     uri = normalize(uri)
-    store = store_for(uri)
-    size = store.stat(uri)
-    if size is None:
-        raise NotFoundError(f"no checkpoint object at {redact(uri)}: check the URI (ls lists a prefix)")
-    return store, uri, size
+    with read_pinned(store_for(uri), uri) as view:
+        if view is None:
+            raise NotFoundError(f"no checkpoint object at {redact(uri)}: check the URI (ls lists a prefix)")
+        yield view, uri
 
 
 def inspect_uri(
@@ -278,10 +285,22 @@ def inspect_uri(
         NotFoundError: there is no object at ``uri``.
         CorruptCheckpointError, TransientError: see :func:`inspect_stream`; and the store's
             own errors (permission, missing bucket...).
+        ObjectReplacedError: a save replaced the object while it was read (retry: the
+            object is not damaged).
     """
+    with _object(uri) as (store, uri):
+        return _inspect_version(store, uri, progress, on_member)
+
+
+def _inspect_version(
+    store: PinnedView,
+    uri: str,
+    progress: Callable[[int, int | None], None] | None,
+    on_member: Callable[[Member], None] | None,
+) -> Inspection:
     from .pipeline import ReadAhead
 
-    store, uri, size = _object(uri)
+    size = store.size
     if size == 0:
         return Inspection(redact(uri), 0, "empty")
     with store.open_read(uri) as raw:
@@ -303,18 +322,21 @@ def inspect_uri(
             result = _inspect(head, fmt, ahead, size, uri, on_member)  # type: ignore[arg-type]
     if fmt == "tar.gz":
         from ..errors import CorruptCheckpointError, UnsafeArchiveError
+        from ..storage.pinned import replaced
         from .index import read_index
 
         try:
             index = read_index(store, uri, size)
             result.indexed_files = None if index is None else len(index.files)
         except (CorruptCheckpointError, UnsafeArchiveError) as exc:
+            if store.changed():  # not this object's index: one saved since the stream was read
+                raise replaced(uri, "its index was read after the stream") from exc
             result.index_error = str(exc)
     return result
 
 
 def inspect_index(uri: str, *, on_member: Callable[[Member], None] | None = None) -> Inspection | None:
-    """Describe the object at ``uri`` from its index alone (a ``stat`` and two ranged reads,
+    """Describe the object at ``uri`` from its index alone (a pin, as a ``stat``, and two ranged reads,
     nothing else read); None when it has no index (Flyte's, older objects, payloads).
 
     The index lists regular files only: ``members``, ``files`` and the entries count them
@@ -327,10 +349,11 @@ def inspect_index(uri: str, *, on_member: Callable[[Member], None] | None = None
     """
     from .index import read_index
 
-    store, uri, size = _object(uri)
-    if size == 0:
-        return Inspection(redact(uri), 0, "empty")
-    index = read_index(store, uri, size)
+    with _object(uri) as (store, uri):
+        size = store.size
+        if size == 0:
+            return Inspection(redact(uri), 0, "empty")
+        index = read_index(store, uri, size)
     if index is None:
         return None
     result = Inspection(redact(uri), size, "tar.gz", indexed_files=len(index.files), from_index=True)

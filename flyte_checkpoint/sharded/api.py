@@ -259,21 +259,27 @@ def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None 
     if src is None:
         return None
     from ..format.index import read_index
+    from ..storage.pinned import read_pinned
     from ..storage.registry import store_for
 
     if rank is None:
         rank = find_rank()[0]
     store = store_for(src)
-    size = store.stat(src)
-    if not size:
-        return None
-    index = read_index(store, src, size)
-    if index is None or not index.shards:
-        raise ShardedSaveError(
-            f"{redact(src)} is not a sharded checkpoint (its index lists no ranks): load the whole"
-            " tree with load_sharded(checkpoint) or load_sync()"
-        )
-    mine = own_files(index, rank)
-    if not mine:
-        return checkpoint.path
-    return checkpoint.load_sync(members=mine)  # ranged reads of those files' members only
+
+    def load_own() -> Path | None:
+        # the files are chosen from the index of the version that is read: one pin for both
+        with read_pinned(store, src) as view:
+            if view is None or not view.size:
+                return None
+            index = read_index(view, src, view.size)
+            if index is None or not index.shards:
+                raise ShardedSaveError(
+                    f"{redact(src)} is not a sharded checkpoint (its index lists no ranks): load the"
+                    " whole tree with load_sharded(checkpoint) or load_sync()"
+                )
+            mine = own_files(index, rank)
+            if not mine:
+                return checkpoint.path
+            return checkpoint._load_members(mine, view)  # ranged reads of those files' members only
+
+    return checkpoint._retry.call(load_own, f"load of {redact(src)}")

@@ -28,10 +28,33 @@ its own scheme's URIs (:mod:`flyte_checkpoint.storage.kit.locations`).
 Capabilities a store declares (class or instance attributes; the defaults are the base
 class's): :attr:`BlobStore.part_size`, :attr:`BlobStore.supports_ranges`,
 :attr:`BlobStore.supports_list`, :attr:`BlobStore.supports_list_details`,
-:attr:`BlobStore.copy_limits`, :attr:`BlobStore.read_range_size` and
-:attr:`BlobStore.replaces_atomically`. The conformance suites read them
-(:mod:`flyte_checkpoint.testing`): the fault tests size an interrupted save from ``part_size``,
-and the size tests test around ``part_size`` and ``read_range_size``.
+:attr:`BlobStore.copy_limits`, :attr:`BlobStore.read_range_size`,
+:attr:`BlobStore.replaces_atomically` and :attr:`BlobStore.supports_pinned_reads`. The
+conformance suites read them (:mod:`flyte_checkpoint.testing`): the fault tests size an
+interrupted save from ``part_size``, and the size tests test around ``part_size`` and
+``read_range_size``.
+
+Pinned reads (optional; every load uses them): a load reads an object in several requests
+(trailer, index, members, stream), and a save may commit between two of them.
+:meth:`BlobStore.pin` returns a :class:`~flyte_checkpoint.storage.pinned.PinnedObject`, the
+object as it is now (``None`` when absent): its ``size``, its ``version`` and reads
+(``read_range``, ``open_read``) of that version only. A store that can (S3 and Azure:
+``If-Match`` with the ETag; GCS: the generation; a local file: the descriptor opened at the
+pin; memory: the bytes object) overrides it and sets ``supports_pinned_reads``. The promises:
+
+- a read through the pin gives bytes of that version, or raises
+  :class:`~flyte_checkpoint.errors.ObjectReplacedError` (a ``TransientError``) once the version
+  is gone; it never gives bytes of another version;
+- ``changed()`` says whether the object at the URI is still that version (the core asks after
+  a read failed, and reports a replaced object as replaced, never as damaged);
+- ``pin`` raises what ``stat`` raises (a missing bucket, a denied request), and returns ``None``
+  only for an absent object.
+
+The default, for a store that cannot pin, is
+:class:`~flyte_checkpoint.storage.pinned.CheckedObject`: the store's own reads, and a
+``changed()`` that compares the size and the best version the store gives (``copy_source``'s,
+or a native listing's modification time); the core then still never calls an object that
+changed damaged, and one that did not change is checked as any object is.
 
 Server-side range copy (optional; incremental saves use it): a store whose ``copy_limits`` is
 not ``None`` implements :meth:`BlobStore.copy_source` and its writers' :meth:`BlobWriter._copy`.
@@ -80,11 +103,14 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import BinaryIO, ClassVar
+from typing import TYPE_CHECKING, BinaryIO, ClassVar
 
 from ..errors import StoreError
 from ..interrupts import finish
 from ..uri import redact
+
+if TYPE_CHECKING:
+    from .pinned import PinnedObject
 
 #: Chunk size for copies between streams and files.
 COPY_CHUNK = 8 * 1024 * 1024
@@ -422,6 +448,9 @@ class BlobStore(abc.ABC):
     #: :meth:`list_details` is native (sizes and times come with the listing), not the
     #: default's one ``stat`` per object.
     supports_list_details: ClassVar[bool] = False
+    #: :meth:`pin` reads one version of an object only (its reads raise ObjectReplacedError once
+    #: that version is gone); False: the default pin, whose reads are checked afterwards.
+    supports_pinned_reads: ClassVar[bool] = False
     #: The store's writers copy byte ranges of its objects on the server (:meth:`BlobWriter.copy`)
     #: within these limits; ``None``: they cannot (an incremental save then sends everything).
     copy_limits: CopyLimits | None = None
@@ -478,6 +507,20 @@ class BlobStore(abc.ABC):
             ContainerNotFoundError: the bucket/container itself does not exist.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot copy ranges on the server")
+
+    def pin(self, uri: str) -> PinnedObject | None:
+        """The object at ``uri`` as it is now, for reads of that version only (see the module
+        docstring); ``None`` if it is absent. The default (a store that cannot pin) reads with
+        the store's own calls and checks the version afterwards
+        (:class:`~flyte_checkpoint.storage.pinned.CheckedObject`).
+
+        Raises:
+            ContainerNotFoundError: the bucket/container itself does not exist; and what
+                :meth:`stat` raises.
+        """
+        from .pinned import CheckedObject
+
+        return CheckedObject.of(self, uri)
 
     # Optional fast paths, with defaults built on the streams.
 

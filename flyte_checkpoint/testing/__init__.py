@@ -59,6 +59,9 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 - :class:`IncrementalSuite` (network stores with ``copy_limits``): folder saves through a
   proxy that counts the bytes sent: only changed files go up; a source replaced mid-save and a
   save killed midway commit nothing;
+- :class:`PinnedReadSuite` (any store): ``pin`` describes one version of an object and reads
+  only it (where the store declares ``supports_pinned_reads``), and ``changed()`` tells a
+  replaced or removed object, so that a load racing a commit is never called damaged;
 - :class:`CrashSuite`: a process SIGKILLed mid-save (mid-upload, through the proxy, for a
   network store) leaves the previous object whole: it catches a server that writes in place.
 
@@ -87,6 +90,7 @@ from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
 from .faults import FaultSuite, RequestFaultSuite
 from .incremental import CopyCheckSuite, IncrementalSuite
+from .pinned import PinnedReadSuite
 from .recipe import RECIPE_SETTINGS, StoreRecipe
 from .suite import BlobStoreSuite, CheckpointSuite
 
@@ -102,6 +106,7 @@ __all__ = [
     "FaultProxy",
     "FaultSuite",
     "IncrementalSuite",
+    "PinnedReadSuite",
     "RequestFaultSuite",
     "StoreRecipe",
 ]

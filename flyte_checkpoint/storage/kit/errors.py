@@ -36,7 +36,8 @@ def from_status(
     401 and 403 are :class:`CheckpointPermissionError` ending with ``permission_hint`` (which
     credentials to check); 404 is :class:`NotFoundError` (a caller that knows the bucket is
     missing raises ContainerNotFoundError instead); 412 (the object changed under a pinned read)
-    and :data:`TRANSIENT_STATUS` are :class:`TransientError`; anything else is
+    is :class:`~flyte_checkpoint.errors.ObjectReplacedError` and :data:`TRANSIENT_STATUS`
+    :class:`TransientError` (both retried); anything else is
     :class:`StoreError`. Only a NotFoundError on the source object loads as "no checkpoint".
     """
     where = redact(uri)
@@ -47,10 +48,9 @@ def from_status(
     if status == 404:
         return NotFoundError(f"no object at {where} ({said})")
     if status == 412:
-        return TransientError(
-            f"{where} changed while it was being read ({said}): another writer replaced it;"
-            " the operation is retried and reads the new object whole"
-        )
+        from ..pinned import replaced
+
+        return replaced(uri, said)
     if status in TRANSIENT_STATUS:
         return TransientError(
             f"the service could not {action} {where} for now ({said}): it is busy or failing;"

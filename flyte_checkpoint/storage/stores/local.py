@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
 import secrets
 import shutil
@@ -30,6 +31,7 @@ from ..blobstore import (
     copy_source_changed,
     details_from_listing,
 )
+from ..pinned import PinnedObject
 
 _TMP_MARK = TMP
 #: Start an early write-back after this many bytes (see ``_LocalWriter._write``).
@@ -403,11 +405,97 @@ def _umask() -> int:
     return 0o022 if umask < 0 else umask
 
 
+class _LocalPinned(PinnedObject):
+    """A version of a local object: the file opened at the pin, read by ``pread``. A commit
+    renames another file over the path; this one stays whole, and is what is read."""
+
+    def __init__(self, uri: str, path: Path, fd: int, st: os.stat_result) -> None:
+        self.uri, self.size, self.version = uri, st.st_size, _version(st)
+        self._path = path
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    def _held(self) -> int:
+        fd = self._fd
+        if fd is None:
+            raise ValueError(f"a read of {self._path} after its pin was closed")
+        return fd
+
+    def read_range(self, start: int, length: int) -> bytes:
+        try:
+            return _pread_all(self._held(), start, length)
+        except OSError as exc:
+            raise _map_os_error(exc, self._path, "read") from exc
+
+    def open_read(self) -> BinaryIO:
+        # a descriptor of its own, so the stream may outlive the pin (pread shares no offset)
+        return io.BufferedReader(_PreadStream(os.dup(self._held()), self._path))
+
+    def changed(self) -> bool:
+        try:
+            now = os.stat(self._path)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        return _version(now) != self.version or _version(os.fstat(self._held())) != self.version
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            self.close()
+
+
+class _PreadStream(io.RawIOBase):
+    """A forward stream of an open file by ``pread`` from its own position; owns ``fd``."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        super().__init__()
+        self._fd, self._path, self._pos = fd, path, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            n = os.preadv(self._fd, [buffer], self._pos)
+        except OSError as exc:
+            raise _map_os_error(exc, self._path, "read") from exc
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            finally:
+                super().close()
+
+
+def _pread_all(fd: int, start: int, length: int) -> bytes:
+    """``length`` bytes from ``start`` (fewer only at the end of the file)."""
+    data = os.pread(fd, length, start)
+    if len(data) == length or not data:
+        return data
+    parts, got = [data], len(data)  # one pread returns at most about 2 GiB on Linux
+    while got < length:
+        more = os.pread(fd, length - got, start + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
 class LocalStore(BlobStore):
     """Objects are files; URIs are bare paths or ``file:`` URIs."""
 
     supports_ranges = True
     supports_list_details = True  # sizes and times from os.scandir
+    supports_pinned_reads = True  # the file opened at the pin is read, whatever is renamed over it
     # copy_file_range: any length, in the kernel; on XFS and btrfs whole blocks between offsets
     # that are multiples of the block size (4096 by default) are shared, not copied
     copy_limits = CopyLimits(align=4096)
@@ -446,6 +534,25 @@ class LocalStore(BlobStore):
         if stat.S_ISDIR(st.st_mode):
             raise _map_os_error(IsADirectoryError(errno.EISDIR, "is a directory"), path, "read")
         return CopySource(uri, st.st_size, _version(st))
+
+    def pin(self, uri: str) -> PinnedObject | None:
+        path = local_path(uri)
+        try:  # O_NONBLOCK: a FIFO at the path is refused below, not waited on
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise _map_os_error(exc, path, "read") from exc
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise _map_os_error(IsADirectoryError(errno.EISDIR, "is a directory"), path, "read")
+            if not stat.S_ISREG(st.st_mode):
+                raise StoreError(f"{path} is not a regular file (not a checkpoint): point the URI at a file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return _LocalPinned(uri, path, fd, st)
 
     def delete(self, uri: str) -> None:
         path = local_path(uri)

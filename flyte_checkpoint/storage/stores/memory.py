@@ -20,6 +20,7 @@ from ..blobstore import (
     copy_source_changed,
     details_from_listing,
 )
+from ..pinned import PinnedObject
 
 _objects: dict[str, bytes] = {}
 _modified: dict[str, datetime] = {}
@@ -59,11 +60,30 @@ class _MemoryWriter(BlobWriter):
         self._buf = io.BytesIO()
 
 
+class _MemoryPinned(PinnedObject):
+    """A version of a memory object: the bytes object itself, which a commit replaces, never changes."""
+
+    def __init__(self, uri: str, data: bytes, version: int) -> None:
+        self.uri, self.size, self.version = uri, len(data), str(version)
+        self._data = data
+
+    def read_range(self, start: int, length: int) -> bytes:
+        return self._data[start : start + length]
+
+    def open_read(self) -> BinaryIO:
+        return io.BytesIO(self._data)
+
+    def changed(self) -> bool:
+        with _lock.get():
+            return str(_versions.get(self.uri)) != self.version
+
+
 class MemoryStore(BlobStore):
     """Objects live in a dict for the life of the process (``memory://any/key``)."""
 
     supports_ranges = True
     supports_list_details = True
+    supports_pinned_reads = True
     copy_limits = CopyLimits()  # a copy takes the bytes in memory: no minimum, no maximum
     # part_size stays None: a writer holds the whole object until its commit.
 
@@ -82,6 +102,11 @@ class MemoryStore(BlobStore):
         with _lock.get():
             data = _objects.get(uri)
             return None if data is None else CopySource(uri, len(data), str(_versions[uri]))
+
+    def pin(self, uri: str) -> PinnedObject | None:
+        with _lock.get():
+            data = _objects.get(uri)
+            return None if data is None else _MemoryPinned(uri, data, _versions[uri])
 
     def delete(self, uri: str) -> None:
         with _lock.get():

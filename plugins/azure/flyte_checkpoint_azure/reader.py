@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 
-from flyte_checkpoint.errors import StoreError
+from flyte_checkpoint.errors import NotFoundError, StoreError
 from flyte_checkpoint.storage.kit.checksums import digest
 from flyte_checkpoint.storage.kit.locations import Location
 from flyte_checkpoint.storage.kit.reads import RangedReader
+from flyte_checkpoint.storage.pinned import PinnedObject
 
 from . import integrity
 from .errors import status_of
@@ -36,12 +37,13 @@ class _Filler:
         return False
 
 
-def open_reader(store: AzureStore, loc: Location, uri: str) -> RangedReader:
+def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = None) -> RangedReader:
     """A stream of the blob at ``loc``, checked against its stored MD5 when read to the end.
 
     The first request brings the first ``read_range_size`` bytes with the size, the ETag and
     the stored MD5; every later range is conditional on that ETag, so an object replaced
-    mid-read raises TransientError (HTTP 412) instead of mixing two versions.
+    mid-read raises ObjectReplacedError (HTTP 412) instead of mixing two versions. With
+    ``etag`` (a pin's), the first request is conditional on it too.
 
     Raises:
         NotFoundError, ContainerNotFoundError, CheckpointPermissionError, TransientError,
@@ -49,8 +51,9 @@ def open_reader(store: AzureStore, loc: Location, uri: str) -> RangedReader:
     """
     config = store.config
     blob = store.clients.blob(loc)
+    pinned: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
     try:
-        first = blob.download_blob(offset=0, length=config.read_range_size, max_concurrency=1)
+        first = blob.download_blob(offset=0, length=config.read_range_size, max_concurrency=1, **pinned)
         props = first.properties
         size = _total_size(props.content_range, first.size)
         head = bytearray(first.size)
@@ -63,9 +66,9 @@ def open_reader(store: AzureStore, loc: Location, uri: str) -> RangedReader:
     except Exception as exc:
         raise store.error(exc, uri, "read") from exc
     if props is None:
-        props = store.call(blob.get_blob_properties, uri, "read")
+        props = store.call(lambda: blob.get_blob_properties(**pinned), uri, "read")
         if props.size:
-            return open_reader(store, loc, uri)  # replaced by a non-empty blob meanwhile
+            return open_reader(store, loc, uri, etag)  # replaced by a non-empty blob meanwhile
     etag = props.etag
 
     def fetch(offset: int, view: memoryview) -> int:
@@ -102,3 +105,42 @@ def _total_size(content_range: str | None, fallback: int) -> int:
     if content_range:
         raise StoreError(f"unexpected Content-Range from Azure: {content_range!r}")
     return fallback
+
+
+class AzurePinned(PinnedObject):
+    """A version of a blob: its size and ETag (Get Blob Properties), every read conditional on
+    that ETag (``If-Match``; 412 once it is replaced: ObjectReplacedError)."""
+
+    def __init__(self, store: AzureStore, loc: Location, uri: str, size: int, etag: str) -> None:
+        self.uri, self.size, self.version = uri, size, etag
+        self._store, self._loc = store, loc
+
+    def read_range(self, start: int, length: int) -> bytes:
+        blob = self._store.clients.blob(self._loc)
+        if length <= 0 or start >= self.size:  # Azure answers 416 for a range past the end
+            return b""
+        length = min(length, self.size - start)
+        return self._store.call(
+            lambda: blob.download_blob(
+                offset=start,
+                length=length,
+                etag=self.version,
+                match_condition=MatchConditions.IfNotModified,
+                max_concurrency=1,
+            ).readall(),
+            self.uri,
+            "read",
+        )
+
+    def open_read(self) -> BinaryIO:
+        return open_reader(self._store, self._loc, self.uri, self.version)  # type: ignore[return-value]
+
+    def changed(self) -> bool:
+        blob = self._store.clients.blob(self._loc)
+        try:
+            props = self._store.call(blob.get_blob_properties, self.uri, "stat")
+        except NotFoundError as exc:
+            if type(exc) is NotFoundError:
+                return True
+            raise
+        return props.etag != self.version

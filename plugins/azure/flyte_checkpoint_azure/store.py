@@ -19,7 +19,7 @@ from . import copies
 from .client import AzureClients
 from .config import AzureConfig
 from .errors import error_code, map_error, status_of
-from .reader import open_reader
+from .reader import AzurePinned, open_reader
 from .uris import parse
 from .writer import AzureWriter
 
@@ -41,6 +41,8 @@ class AzureStore(BlobStore):
     supports_ranges = True
     supports_list = True
     supports_list_details = True
+    #: Reads of one version: ``If-Match`` with the ETag of the pin (:class:`.reader.AzurePinned`).
+    supports_pinned_reads = True
     #: ``Put Block From URL`` (incremental saves), within Azure's block rules: :mod:`.copies`.
     copy_limits = copies.LIMITS
 
@@ -75,6 +77,19 @@ class AzureStore(BlobStore):
             if type(err) is NotFoundError:
                 return None
             raise err from exc
+
+    def pin(self, uri: str) -> AzurePinned | None:
+        """The blob's size and ETag (Get Blob Properties); its reads are conditional on that ETag."""
+        loc = parse(uri)
+        blob = self.clients.blob(loc)
+        try:
+            props = blob.get_blob_properties()
+        except Exception as exc:
+            err = self.error(exc, uri, "stat")
+            if type(err) is NotFoundError:
+                return None
+            raise err from exc
+        return AzurePinned(self, loc, uri, props.size, props.etag)
 
     def copy_source(self, uri: str) -> CopySource | None:
         """Size and ETag (Get Blob Properties); a copy of its ranges checks the ETag (:mod:`.copies`)."""

@@ -4,17 +4,18 @@
 kit's :class:`~flyte_checkpoint.storage.kit.RangedReader` a ``fetch`` that reads one range with
 the SDK (``Blob.download_to_file`` with ``raw_download=True``: the bytes as stored, never
 transcoded) straight into the reader's buffer. Pinning every range to one generation means a
-concurrent overwrite can never mix two versions: the old generation's 404 is a TransientError,
+concurrent overwrite can never mix two versions: the old generation's 404 is an ObjectReplacedError,
 and the retried load reads the new object whole.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from flyte_checkpoint.errors import CheckpointError, NotFoundError, TransientError
 from flyte_checkpoint.storage.kit import Location, RangedReader
 from flyte_checkpoint.storage.kit.checksums import digest
+from flyte_checkpoint.storage.pinned import PinnedObject, replaced
 from flyte_checkpoint.uri import redact
 
 from . import errors, integrity
@@ -82,23 +83,17 @@ def open_reader(store: GCSStore, loc: Location, uri: str, blob: Any) -> RangedRe
         return fetch(store, loc, offset, view, generation)
 
     def on_error(exc: BaseException) -> CheckpointError:
-        err = errors.map_error(exc, uri, "read", config=store.config)
-        if isinstance(err, NotFoundError):  # the pinned generation is gone
-            return TransientError(
-                f"{redact(uri)} was replaced or deleted while it was being read; the load is retried"
-            )
-        return err
+        return _read_error(store, exc, uri)
 
     def on_mismatch() -> CheckpointError | None:
-        # Where a server does not honour the pinned generation, a mismatch after the object
-        # changed means an overwrite raced the read, which a retry fixes.
+        # Where a server does not honour the pinned generation (gcp-storage-emulator ignores it),
+        # a mismatch after the object changed means an overwrite raced the read.
         try:
-            now = store.client.storage.bucket(loc.bucket).get_blob(loc.key, timeout=store.config.timeout)
+            if _generation_now(store, loc) == generation:
+                return None
         except Exception:  # the mismatch is what gets reported
             return None
-        if now is None or now.generation != generation:
-            return TransientError(f"{redact(uri)} was replaced while it was being read; the load is retried")
-        return None
+        return replaced(uri, "a newer generation")
 
     return RangedReader(
         uri,
@@ -112,3 +107,49 @@ def open_reader(store: GCSStore, loc: Location, uri: str, blob: Any) -> RangedRe
         on_error=on_error,
         on_mismatch=on_mismatch,
     )
+
+
+def _read_error(store: GCSStore, exc: BaseException, uri: str) -> CheckpointError:
+    """``exc`` of a read pinned to a generation as the project's error: a 404 is that generation
+    gone (the object was replaced or deleted), an ObjectReplacedError."""
+    err = errors.map_error(exc, uri, "read", config=store.config)
+    if type(err) is NotFoundError:
+        return replaced(uri, "its generation is gone")
+    return err
+
+
+def _generation_now(store: GCSStore, loc: Location) -> int | None:
+    """The object's generation now (None: absent)."""
+    now = store.client.storage.bucket(loc.bucket).get_blob(
+        loc.key, timeout=store.config.timeout, retry=store.client.retry()
+    )
+    return None if now is None else now.generation
+
+
+class GCSPinned(PinnedObject):
+    """A version of a GCS object: its metadata (size, generation), every read asked of that
+    generation. GCS answers 404 once it is gone (ObjectReplacedError); gcp-storage-emulator
+    ignores the generation of a media download and serves the object there now, so against it
+    a read of a replaced object is caught by the checks after it (the core asks
+    :meth:`changed` when a read fails, and a whole stream is checked against the stored CRC32C)."""
+
+    def __init__(self, store: GCSStore, loc: Location, uri: str, blob: Any) -> None:
+        self.uri, self.size, self.version = uri, int(blob.size or 0), str(blob.generation)
+        self._store, self._loc, self._blob = store, loc, blob
+
+    def read_range(self, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        data = bytearray(length)
+        try:
+            got = fetch(self._store, self._loc, start, memoryview(data), self._blob.generation)
+        except Exception as exc:
+            raise _read_error(self._store, exc, self.uri) from exc
+        del data[got:]
+        return bytes(data)
+
+    def open_read(self) -> BinaryIO:
+        return open_reader(self._store, self._loc, self.uri, self._blob)  # type: ignore[return-value]
+
+    def changed(self) -> bool:
+        return _generation_now(self._store, self._loc) != self._blob.generation

@@ -14,7 +14,7 @@ from flyte_checkpoint.uri import redact
 from . import copies, errors
 from .client import GCSClient
 from .config import GCSConfig
-from .reader import fetch, open_reader
+from .reader import GCSPinned, fetch, open_reader
 from .uris import parse
 from .writer import GCSWriter
 
@@ -32,6 +32,8 @@ class GCSStore(BlobStore):
     """
 
     supports_ranges = True
+    #: Reads of one generation (:class:`.reader.GCSPinned`).
+    supports_pinned_reads = True
     #: None: GCS copies only whole objects on the server (:mod:`.copies` says why).
     copy_limits = copies.LIMITS
     supports_list = True
@@ -70,6 +72,12 @@ class GCSStore(BlobStore):
     def stat(self, uri: str) -> int | None:
         blob = self._blob(parse(uri), uri)
         return None if blob is None else int(blob.size or 0)
+
+    def pin(self, uri: str) -> GCSPinned | None:
+        """The object's metadata (size, generation); its reads ask for that generation."""
+        loc = parse(uri)
+        blob = self._blob(loc, uri)
+        return None if blob is None else GCSPinned(self, loc, uri, blob)
 
     def delete(self, uri: str) -> None:
         loc = parse(uri)

@@ -11,10 +11,11 @@ over the bytes it delivers (:func:`~flyte_checkpoint_s3.integrity.for_read`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from flyte_checkpoint.errors import TransientError
 from flyte_checkpoint.storage.kit import Location, RangedReader
+from flyte_checkpoint.storage.pinned import PinnedObject
 from flyte_checkpoint.uri import redact
 
 from . import integrity
@@ -28,10 +29,15 @@ if TYPE_CHECKING:
 SLICE = 1024 * 1024
 
 
-def open_reader(store: S3Store, loc: Location, uri: str) -> RangedReader:
+def open_reader(store: S3Store, loc: Location, uri: str, etag: str | None = None) -> RangedReader:
     """A stream of the object at ``loc``: its first GET now (raising the project's errors, a
-    :class:`~flyte_checkpoint.errors.NotFoundError` for an absent object), the rest as it is read."""
-    resp = store.call(lambda c: c.get_object(Bucket=loc.bucket, Key=loc.key), uri, "read")
+    :class:`~flyte_checkpoint.errors.NotFoundError` for an absent object), the rest as it is read.
+    With ``etag`` (a pin's), the first GET too is of that version only (``If-Match``): another
+    is :class:`~flyte_checkpoint.errors.ObjectReplacedError`."""
+    args: dict[str, Any] = {"Bucket": loc.bucket, "Key": loc.key}
+    if etag:
+        args["IfMatch"] = etag
+    resp = store.call(lambda c: c.get_object(**args), uri, "read")
     etag = resp.get("ETag")
     check = integrity.for_read(store.config, resp, uri)
 
@@ -50,6 +56,29 @@ def open_reader(store: S3Store, loc: Location, uri: str) -> RangedReader:
         expected=check[1] if check else None,
         on_error=lambda exc: store.map(exc, uri, "read"),
     )
+
+
+class S3Pinned(PinnedObject):
+    """A version of an S3 object: its size and ETag from a ``HEAD``, every read a ``GET`` with
+    ``If-Match`` on that ETag (412 once it is replaced: ObjectReplacedError)."""
+
+    def __init__(self, store: S3Store, loc: Location, uri: str, size: int, etag: str) -> None:
+        self.uri, self.size, self.version = uri, size, etag
+        self._store, self._loc = store, loc
+
+    def read_range(self, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        data = bytearray(length)
+        del data[fetch(self._store, self._loc, self.uri, start, memoryview(data), self.version) :]
+        return bytes(data)
+
+    def open_read(self) -> BinaryIO:
+        return open_reader(self._store, self._loc, self.uri, self.version)  # type: ignore[return-value]
+
+    def changed(self) -> bool:
+        head = self._store.head(self.uri)
+        return head is None or head.get("ETag") != self.version
 
 
 def fetch(
@@ -101,4 +130,4 @@ def _fill(resp: dict[str, Any], view: memoryview, uri: str) -> int:
         body.close()
 
 
-__all__ = ["fetch", "open_reader"]
+__all__ = ["S3Pinned", "fetch", "open_reader"]

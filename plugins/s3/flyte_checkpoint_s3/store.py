@@ -20,7 +20,7 @@ from . import copies, integrity
 from .client import S3Client
 from .config import S3Config
 from .errors import bucket_missing, map_error
-from .reader import fetch, open_reader
+from .reader import S3Pinned, fetch, open_reader
 from .uris import parse
 from .writer import S3Writer
 
@@ -42,6 +42,8 @@ class S3Store(BlobStore):
     supports_ranges = True
     supports_list = True
     supports_list_details = True
+    #: Reads of one version: ``If-Match`` with the ETag the pin's ``HEAD`` gave (:class:`.reader.S3Pinned`).
+    supports_pinned_reads = True
     #: ``UploadPartCopy`` (incremental saves), within S3's part rules: :mod:`.copies`.
     copy_limits = copies.LIMITS
 
@@ -89,15 +91,30 @@ class S3Store(BlobStore):
         return S3Writer(self, uri, parse(uri))
 
     def stat(self, uri: str) -> int | None:
+        resp = self.head(uri)
+        return None if resp is None else int(resp["ContentLength"])
+
+    def head(self, uri: str) -> dict[str, Any] | None:
+        """The object's ``HEAD`` answer (``ContentLength``, ``ETag``...), or ``None`` if it is absent.
+
+        Raises:
+            ContainerNotFoundError: the bucket is missing; and the project's other errors.
+        """
         loc = parse(uri)
         try:
-            resp = self.call(lambda c: c.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
+            return self.call(lambda c: c.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
         except ContainerNotFoundError:
             raise
         except NotFoundError:
             self._check_bucket(uri, loc.bucket)
             return None
-        return int(resp["ContentLength"])
+
+    def pin(self, uri: str) -> S3Pinned | None:
+        """The object's size and ETag (``HEAD``); its reads send ``If-Match`` with that ETag."""
+        resp = self.head(uri)
+        if resp is None:
+            return None
+        return S3Pinned(self, parse(uri), uri, int(resp["ContentLength"]), resp["ETag"])
 
     def copy_source(self, uri: str) -> CopySource | None:
         """Size and ETag (``HEAD``); a copy of its ranges checks the ETag (:mod:`.copies`)."""

@@ -1,0 +1,430 @@
+"""A load during a commit is never called damaged (issue 32, item 12).
+
+A load reads an object in several requests: a partial load its trailer, its index, then the
+members it needs; a full load its trailer, then the stream; ``inspect`` the stream, then the
+index. Each test holds a load between two of its reads (a hook of the spy store: the load
+itself reports where it is), commits another save to the same URI, and lets the load go on.
+What it gives is the whole old tree (a store that pins: the file and memory stores read the
+version they started with), the whole new tree (a cloud store's pinned read of a replaced
+version fails with ObjectReplacedError, and the load's retry reads the new object), or an
+ObjectReplacedError: never CorruptCheckpointError, never a mix.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flyte_checkpoint as fc
+from flyte_checkpoint.errors import CorruptCheckpointError, ObjectReplacedError
+from flyte_checkpoint.format import inflate
+from flyte_checkpoint.retry import RetryPolicy
+from flyte_checkpoint.storage.blobstore import BlobStore
+from flyte_checkpoint.storage.registry import store_for
+
+from .reliability.backends import backend_pool  # noqa: F401
+from .reliability.gates import HANG
+from .spystore import SpyStore, spying
+
+MiB = 1024 * 1024
+STORES = ["file", "memory", "s3", "gcs", "azure"]
+
+
+class Hold:
+    """A spy hook that holds the ``nth`` call of one of ``ops`` until :attr:`release` is set."""
+
+    def __init__(self, ops: tuple[str, ...], nth: int) -> None:
+        self.ops, self.nth = ops, nth
+        self.reached, self.release = threading.Event(), threading.Event()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, op: str, uri: str) -> None:
+        if op not in self.ops:
+            return
+        with self._lock:
+            self._count += 1
+            if self._count != self.nth:
+                return
+        self.reached.set()
+        assert self.release.wait(HANG), f"the hold was not released within {HANG}s"
+
+
+def write_tree(root: Path, tag: str, sizes: list[int]) -> dict[str, bytes]:
+    """Files of random bytes (one gzip member each from 64 KiB: several ranged reads)."""
+    root.mkdir(parents=True)
+    files = {}
+    for i, size in enumerate(sizes):
+        data = tag.encode() + os.urandom(size)
+        (root / f"f{i}.bin").write_bytes(data)
+        files[f"f{i}.bin"] = data
+    (root / "sub").mkdir()
+    (root / "sub" / "meta.json").write_bytes(f'{{"tag": "{tag}"}}'.encode())
+    files["sub/meta.json"] = f'{{"tag": "{tag}"}}'.encode()
+    return files
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(params=STORES)
+def where(request, backend_pool) -> Iterator[tuple[str, str]]:  # noqa: F811
+    """A fresh URI on each store, and the spy's target scheme for it."""
+    if request.param == "memory":
+        yield f"memory://reads/{uuid.uuid4().hex}/ckpt", "memory"
+        return
+    b = backend_pool.get(request.param)
+    with b.activated():
+        uri = b.fresh("ckpt")
+        yield uri, scheme(uri)
+
+
+def scheme(uri: str) -> str:
+    return uri.split("://", 1)[0] if "://" in uri else "file"
+
+
+@pytest.fixture
+def trees(tmp_path) -> tuple[Path, dict[str, bytes], Path, dict[str, bytes]]:
+    """Two trees of the same names and other bytes and sizes (more than 4 MiB: a cloud stream is
+    many ranged reads, some after the commit)."""
+    old = write_tree(tmp_path / "old", "old", [3 * MiB, 100_000, 2 * MiB, 5_000])
+    new = write_tree(tmp_path / "new", "new", [2 * MiB + 77, 130_000, 3 * MiB, 9_000])
+    return tmp_path / "old", old, tmp_path / "new", new
+
+
+def race(
+    uri: str,
+    target: str,
+    hold: Hold,
+    load: Callable[[str], Any],
+    commit: Callable[[], None],
+    spy_setup: Callable[[SpyStore], None] | None = None,
+) -> Any:
+    """Run ``load(spy_uri)`` in a thread, held by ``hold``; ``commit()`` while it is held;
+    returns what the load returned, or the exception it raised."""
+    outcome: dict[str, Any] = {}
+    with spying(target, hook=hold) as spy:
+        if spy_setup is not None:
+            spy_setup(spy)
+        spy_uri = spy.uri_for(uri) if target != "memory" else "spy://" + uri.split("://", 1)[1]
+
+        def run() -> None:
+            try:
+                outcome["value"] = load(spy_uri)
+            except BaseException as exc:  # reported to the test
+                outcome["value"] = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            assert hold.reached.wait(HANG), "the load never reached the hold"
+            commit()
+        finally:
+            hold.release.set()
+            thread.join(HANG)
+        assert not thread.is_alive(), "the load hangs"
+    return outcome["value"]
+
+
+def expect_one_version(got: Any, old: dict[str, bytes], new: dict[str, bytes], target: str) -> None:
+    """Whole old, whole new, or ObjectReplacedError; the stores that pin locally: whole old."""
+    if isinstance(got, BaseException):
+        assert isinstance(got, ObjectReplacedError), repr(got)
+        assert "changed while it was being read" in str(got)
+        return
+    assert got in (old, new), f"a mix of two saves: {sorted(got)}"
+    if target in ("file", "memory"):
+        assert got == old, "the store pins the version the load started with: the old tree, whole"
+
+
+def saved(uri: str, src: Path) -> Callable[[], None]:
+    return lambda: fc.Checkpoint(uri).save_sync(str(src))
+
+
+# -- partial loads ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nth", [2, 3], ids=["before-the-index", "before-the-members"])
+def test_a_partial_load_during_a_commit_gives_one_whole_version(where, trees, tmp_path, nth):
+    uri, target = where
+    old_src, old, new_src, new = trees
+    fc.Checkpoint(uri).save_sync(str(old_src))
+    names = ["f0.bin", "f2.bin", "sub"]
+
+    def load(spy_uri: str) -> dict[str, bytes]:
+        with fc.Checkpoint(str(tmp_path / "ws"), spy_uri) as cp:
+            got = cp.load_sync(members=names)
+            assert got is not None
+            return read_tree(got)
+
+    got = race(uri, target, Hold(("read_range",), nth), load, saved(uri, new_src))
+    pick = lambda tree: {k: v for k, v in tree.items() if k in ("f0.bin", "f2.bin", "sub/meta.json")}  # noqa: E731
+    expect_one_version(got, pick(old), pick(new), target)
+
+
+def test_load_file_during_a_commit_gives_one_whole_version(where, trees, tmp_path):
+    uri, target = where
+    old_src, old, new_src, new = trees
+    fc.Checkpoint(uri).save_sync(str(old_src))
+
+    def load(spy_uri: str) -> dict[str, bytes]:
+        cp = fc.Checkpoint(str(tmp_path / "ws"), spy_uri)
+        got = cp.load_file_sync("f2.bin", tmp_path / "one.bin")
+        assert got is not None
+        return {"f2.bin": got.read_bytes()}
+
+    got = race(uri, target, Hold(("read_range",), 3), load, saved(uri, new_src))
+    expect_one_version(got, {"f2.bin": old["f2.bin"]}, {"f2.bin": new["f2.bin"]}, target)
+
+
+# -- full loads ---------------------------------------------------------------------------
+
+
+def full_load(tmp_path: Path) -> Callable[[str], dict[str, bytes]]:
+    def load(spy_uri: str) -> dict[str, bytes]:
+        with fc.Checkpoint(str(tmp_path / f"ws-{uuid.uuid4().hex}"), spy_uri) as cp:
+            got = cp.load_sync()
+            assert got is not None
+            return read_tree(got)
+
+    return load
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [(("open_read",), 1), (("read",), 3)],
+    ids=["between-the-trailer-and-the-stream", "in-the-stream"],
+)
+def test_a_full_load_during_a_commit_gives_one_whole_version(where, trees, tmp_path, hold):
+    uri, target = where
+    old_src, old, new_src, new = trees
+    fc.Checkpoint(uri).save_sync(str(old_src))
+    got = race(uri, target, Hold(*hold), full_load(tmp_path), saved(uri, new_src))
+    expect_one_version(got, old, new, target)
+
+
+def test_a_parallel_full_load_during_a_commit_gives_one_whole_version(where, trees, tmp_path, monkeypatch):
+    """The parallel inflate reads the trailer, the index, then the stream: held after the index."""
+    uri, target = where
+    old_src, old, new_src, new = trees
+    monkeypatch.setattr(inflate, "PARALLEL_MIN", 0)
+    monkeypatch.setenv(inflate.THREADS_ENV, "2")
+    fc.Checkpoint(uri).save_sync(str(old_src))
+    got = race(uri, target, Hold(("open_read",), 1), full_load(tmp_path), saved(uri, new_src))
+    expect_one_version(got, old, new, target)
+
+
+# -- the command line ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["file", "s3"])
+@pytest.mark.parametrize("command", ["pull", "pull --member", "inspect"])
+def test_the_command_line_during_a_commit_reads_one_version(backend_pool, trees, tmp_path, target, command):  # noqa: F811
+    from flyte_checkpoint.cli import main
+
+    old_src, old, new_src, new = trees
+    b = backend_pool.get(target)
+    with b.activated():
+        uri = b.fresh("ckpt")
+        fc.Checkpoint(uri).save_sync(str(old_src))
+        out = tmp_path / "out"
+        argv = {
+            "pull": ["pull", "{uri}", str(out)],
+            "pull --member": ["pull", "{uri}", str(out), "--member", "f2.bin"],
+            "inspect": ["inspect", "{uri}"],
+        }[command]
+        # pull: held before its stream; pull --member: before its members; inspect: before the
+        # index it reads after the stream
+        hold = (
+            Hold(("open_read",), 1)
+            if command == "pull"
+            else Hold(("read_range",), 3 if "member" in command else 1)
+        )
+        status = race(
+            uri, target, hold, lambda u: main([a.replace("{uri}", u) for a in argv]), saved(uri, new_src)
+        )
+        assert status == 0, status
+        if command == "pull":
+            expect_one_version(read_tree(out), old, new, target)
+        elif command == "pull --member":
+            expect_one_version(read_tree(out), {"f2.bin": old["f2.bin"]}, {"f2.bin": new["f2.bin"]}, target)
+
+
+def test_inspect_never_reports_the_index_of_the_save_committed_after_its_stream(tmp_path, capsys):
+    """Before, inspect read the stream, then the index of whatever was there next, and called
+    a mismatch damaged (``index: refused``); now it reports the version it streamed."""
+    from flyte_checkpoint.cli import main
+
+    uri = str(tmp_path / "ckpt")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.bin").write_bytes(os.urandom(200_000))
+    (tmp_path / "b").mkdir()
+    for i in range(5):
+        (tmp_path / "b" / f"y{i}.bin").write_bytes(os.urandom(100_000))
+    fc.Checkpoint(uri).save_sync(str(tmp_path / "a"))
+    status = race(
+        uri,
+        "file",
+        Hold(("read_range",), 1),
+        lambda u: main(["inspect", u, "--json"]),
+        saved(uri, tmp_path / "b"),
+    )
+    assert status == 0
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    assert (report["indexed_files"], report["files"]) == (1, 1)
+    assert "index_error" not in report or report["index_error"] is None
+
+
+# -- a sharded rank's own files -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["file", "s3"])
+def test_own_files_of_a_sharded_save_come_from_the_version_whose_index_chose_them(
+    backend_pool,  # noqa: F811
+    tmp_path,
+    target,
+):
+    from flyte_checkpoint.sharded import load_sharded, save_sharded
+
+    def sharded(uri: str, tag: str, sizes: list[int]) -> list[dict[str, bytes]]:
+        errors: list[BaseException] = []
+        folders = []
+        for rank, size in enumerate(sizes):
+            folder = tmp_path / f"{tag}-{rank}"
+            folder.mkdir()
+            (folder / f"rank{rank}.bin").write_bytes(tag.encode() + os.urandom(size))
+            folders.append(folder)
+
+        def save(rank: int) -> None:
+            try:
+                save_sharded(uri, folders[rank], rank=rank, world_size=len(folders), timeout=60)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=save, args=(r,)) for r in range(len(folders))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        return [read_tree(f) for f in folders]
+
+    b = backend_pool.get(target)
+    with b.activated():
+        uri = b.fresh("ckpt")
+        old = sharded(uri, "old", [300_000, 200_000])
+
+        def load(spy_uri: str) -> dict[str, bytes]:
+            with fc.Checkpoint(str(tmp_path / "ws"), spy_uri) as cp:
+                got = load_sharded(cp, own=True, rank=1)
+                assert got is not None
+                return read_tree(got)
+
+        new: list[dict[str, bytes]] = []
+        got = race(
+            uri,
+            scheme(uri),
+            Hold(("read_range",), 3),
+            load,
+            lambda: new.extend(sharded(uri, "new", [250_000, 150_000])),
+        )
+        expect_one_version(got, old[1], new[1], target)
+
+
+# -- a store that cannot pin ------------------------------------------------------------
+
+
+def unpinned(spy: SpyStore) -> None:
+    """The spy without pins: the default pin (plain reads, the version checked after a failure)."""
+    spy.pin = lambda uri: BlobStore.pin(spy, uri)  # type: ignore[method-assign]
+    type(spy).supports_pinned_reads = False  # type: ignore[assignment]
+
+
+@pytest.fixture
+def no_pins(monkeypatch):
+    monkeypatch.setattr(SpyStore, "supports_pinned_reads", True)  # restored after the test
+    return unpinned
+
+
+@pytest.mark.parametrize("nth", [2, 3])
+def test_a_store_that_cannot_pin_never_calls_a_replaced_object_damaged(trees, tmp_path, nth, no_pins):
+    uri = f"memory://reads/{uuid.uuid4().hex}/ckpt"
+    old_src, _, new_src, new = trees
+    fc.Checkpoint(uri).save_sync(str(old_src))
+
+    def load(spy_uri: str) -> dict[str, bytes]:
+        with fc.Checkpoint(str(tmp_path / "ws"), spy_uri) as cp:
+            got = cp.load_sync(members=["f0.bin", "f2.bin"])
+            assert got is not None
+            return read_tree(got)
+
+    got = race(uri, "memory", Hold(("read_range",), nth), load, saved(uri, new_src), spy_setup=no_pins)
+    # the mixed read failed its checks, the object had changed: replaced, retried, the new tree
+    assert got == {k: new[k] for k in ("f0.bin", "f2.bin")}
+
+
+def flip_a_byte_in_a_member(uri: str) -> None:
+    store = store_for(uri)
+    data = bytearray(store.read_bytes(uri))
+    data[len(data) // 3] ^= 0xFF
+    store.write_bytes(uri, bytes(data))
+
+
+@pytest.mark.parametrize("pins", [True, False], ids=["pinned", "unpinned"])
+def test_a_damaged_object_that_nobody_replaced_is_still_damaged(trees, tmp_path, pins, no_pins):
+    uri = f"memory://reads/{uuid.uuid4().hex}/ckpt"
+    fc.Checkpoint(uri).save_sync(str(trees[0]))
+    flip_a_byte_in_a_member(uri)
+    with spying("memory") as spy:
+        if not pins:
+            no_pins(spy)
+        for load in (
+            lambda cp: cp.load_sync(members=["f0.bin", "f2.bin"]),
+            lambda cp: cp.load_sync(),
+        ):
+            with (
+                fc.Checkpoint(
+                    str(tmp_path / f"ws-{uuid.uuid4().hex}"), "spy://" + uri.split("://", 1)[1]
+                ) as cp,
+                pytest.raises(CorruptCheckpointError),
+            ):
+                load(cp)
+        # asked whether it changed (the default pin asks copy_source again), and it had not
+        assert spy.count("changed" if pins else "copy_source") >= 2
+
+
+def test_saves_that_keep_replacing_it_end_in_object_replaced_error(trees, tmp_path, no_pins):
+    uri = f"memory://reads/{uuid.uuid4().hex}/ckpt"
+    old_src, _, new_src, _ = trees
+    fc.Checkpoint(uri).save_sync(str(old_src))
+    sources = [old_src, new_src]
+
+    def commit_each_time(op: str, _uri: str) -> None:
+        if op == "read_range" and commit_each_time.reads % 3 == 1:  # type: ignore[attr-defined]
+            fc.Checkpoint(uri).save_sync(str(sources[commit_each_time.reads % 2]))  # type: ignore[attr-defined]
+        if op == "read_range":
+            commit_each_time.reads += 1  # type: ignore[attr-defined]
+
+    commit_each_time.reads = 0  # type: ignore[attr-defined]
+    with spying("memory", hook=commit_each_time) as spy:
+        no_pins(spy)
+        cp = fc.Checkpoint(
+            str(tmp_path / "ws"),
+            "spy://" + uri.split("://", 1)[1],
+            retry=RetryPolicy(attempts=2, base_delay=0),
+        )
+        with pytest.raises(ObjectReplacedError) as caught:
+            cp.load_sync(members=["f0.bin"])
+        cp.close()
+    message = str(caught.value)
+    assert "failed after 2 tries" in message and "changed while it was being read" in message
+    assert "saves kept replacing it while it was read" in message
