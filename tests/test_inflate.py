@@ -618,8 +618,8 @@ def test_a_streamed_load_refuses_an_index_listing_a_file_the_tar_does_not_hold(
 def test_an_object_replaced_after_its_index_was_read_loads_again_not_as_damaged(tmp_path, monkeypatch):
     """A load that hashes files where the index read before the stream places them, of an
     object replaced in between by another of the same size: the files do not match that index,
-    but the stream ends in another one, so the object changed rather than broke; the load
-    reads it again (and gets the new one) instead of calling it damaged."""
+    but the stream ends in another one, so the object changed rather than broke: a TransientError
+    (read it again), not damaged. A load through the store reads the version it pinned."""
     streams_after_reading_the_index(monkeypatch)
     monkeypatch.setattr(inflate, "PARALLEL_MIN", 0)
 
@@ -672,8 +672,10 @@ def test_an_object_replaced_after_its_index_was_read_loads_again_not_as_damaged(
     ):
         restore(raw, str(tmp_path / "once"), size, uri=str(obj), hashes=hashes)  # type: ignore[arg-type]
 
+    # a load replaced between its index and its stream: the file store reads the file it pinned
+    # at the start (storage/pinned.py), so it gives the object it began with, whole
     monkeypatch.setattr(ix, "read_index", read_then_replace)
-    expected = tree(tmp_path / f"tree-{other.stem}")
+    expected = tree(tmp_path / f"tree-{obj.stem}")
     with fc.Checkpoint(str(tmp_path / "d"), str(obj)) as cp:
         got = cp.load_sync()
         assert got is not None and tree(got) == expected

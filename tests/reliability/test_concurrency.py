@@ -307,8 +307,9 @@ def test_one_checkpoint_shared_by_threads_loads_once_and_saves_safely(backend: B
 
             asyncio.run(both())
         downloads = {op: n for (op, uri), n in spy.calls.items() if uri == src}
-    # one load: its size, its trailer (one ranged read: does it carry an index?), one download
-    assert downloads == {"stat": 1, "read_range": 1, "open_read": 1, "read": downloads.get("read", 0)}, (
+    # one load: its version (pin: the size), its trailer (one ranged read: does it carry an
+    # index?), one download
+    assert downloads == {"pin": 1, "read_range": 1, "open_read": 1, "read": downloads.get("read", 0)}, (
         downloads
     )
     assert spy.count("write_bytes", dest) == 8  # 3 x 2 threaded saves + 2 async ones
