@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from . import __version__
-from .errors import CheckpointError, ContainerNotFoundError, NotFoundError
+from .errors import CheckpointError, ContainerNotFoundError, NotFoundError, ObjectReplacedError
 from .progress import ProgressBar, format_bytes, progress_bar
 from .uri import redact, redact_text
 from .workfiles import PULL, STAGED
@@ -390,26 +390,34 @@ def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
     from .storage.registry import store_for
 
     store = store_for(uri)
-    pinned = _retry().call(lambda: store.pin(uri), f"stat of {redact(uri)}")
-    _no_checkpoint(uri, None if pinned is None else pinned.size)
+    pinned = _retry().call(lambda: store.pin(uri), f"stat of {redact(uri)}")  # one version streamed
+    if pinned is None:
+        _no_checkpoint(uri, None)
     assert pinned is not None
-    size = pinned.size
     out = sys.stdout.buffer
     started = time.monotonic()
     done = 0
-    with _bar(args, "pull") as bar, pinned:
-        if bar is not None:
-            bar(0, size)
-        try:
-            with pinned.open_read() as src:
-                while chunk := src.read(COPY_CHUNK):
-                    out.write(chunk)
-                    done += len(chunk)
-                    if bar is not None:
-                        bar(done, size)
-        except NotFoundError as exc:  # removed since the stat
-            _reraise_as_no_checkpoint(exc)
-        out.flush()
+    with pinned:
+        size = pinned.size
+        _no_checkpoint(uri, size)
+        with _bar(args, "pull") as bar:
+            if bar is not None:
+                bar(0, size)
+            try:
+                with pinned.open_read() as src:
+                    while chunk := src.read(COPY_CHUNK):
+                        out.write(chunk)
+                        done += len(chunk)
+                        if bar is not None:
+                            bar(done, size)
+            except NotFoundError as exc:  # removed since the pin
+                _reraise_as_no_checkpoint(exc)
+            except ObjectReplacedError as exc:  # what went out is part of an object: say so
+                raise ObjectReplacedError(
+                    f"{redact(uri)} changed while it was written to stdout (another save replaced it):"
+                    f" the {done} bytes written are not a whole object; run the command again"
+                ) from exc
+            out.flush()
     seconds = time.monotonic() - started
     log_transfer("loaded", uri, done, seconds)
     return {

@@ -428,3 +428,37 @@ def test_saves_that_keep_replacing_it_end_in_object_replaced_error(trees, tmp_pa
     message = str(caught.value)
     assert "failed after 2 tries" in message and "changed while it was being read" in message
     assert "saves kept replacing it while it was read" in message
+
+
+@pytest.mark.parametrize("target", ["file", "s3"])
+def test_pull_to_stdout_of_an_object_replaced_midway_says_what_went_out(
+    backend_pool,  # noqa: F811
+    tmp_path,
+    target,
+    capsysbinary,
+):
+    """``pull URI -`` streams one version: the file store's whole (it reads what it pinned); on
+    S3 the ranges asked after the commit fail (If-Match), and the error says that what was
+    written is not a whole object, not that it will be read again."""
+    from flyte_checkpoint.cli import main
+
+    old, new = b"O" + os.urandom(6 * MiB), b"N" + os.urandom(6 * MiB)
+    b = backend_pool.get(target)
+    with b.activated():
+        uri = b.fresh("ckpt")
+        fc.Checkpoint(uri).save_sync(old)
+        # held before its first read: the first ranges are in flight, the last ones asked later
+        status = race(
+            uri,
+            target,
+            Hold(("read",), 1),
+            lambda u: main(["pull", u, "-"]),
+            lambda: fc.Checkpoint(uri).save_sync(new),
+        )
+    captured = capsysbinary.readouterr()
+    if target == "file":
+        assert (status, captured.out) == (0, old)
+        return
+    assert status != 0 and old.startswith(captured.out) and len(captured.out) < len(old)
+    assert b"changed while it was written to stdout (another save replaced it)" in captured.err
+    assert b"are not a whole object; run the command again" in captured.err

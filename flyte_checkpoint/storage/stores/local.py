@@ -449,6 +449,9 @@ class _LocalPinned(PinnedObject):
             self.close()
 
 
+_PREADV = hasattr(os, "preadv")
+
+
 class _PreadStream(io.RawIOBase):
     """A forward stream of an open file by ``pread`` from its own position; owns ``fd``."""
 
@@ -461,7 +464,12 @@ class _PreadStream(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         try:
-            n = os.preadv(self._fd, [buffer], self._pos)
+            if _PREADV:
+                n = os.preadv(self._fd, [buffer], self._pos)
+            else:  # pragma: no cover - systems without preadv
+                data = os.pread(self._fd, len(buffer), self._pos)
+                n = len(data)
+                buffer[:n] = data
         except OSError as exc:
             raise _map_os_error(exc, self._path, "read") from exc
         self._pos += n
