@@ -17,6 +17,7 @@ from flyte_checkpoint.errors import (
     ContainerNotFoundError,
     CorruptCheckpointError,
     NotFoundError,
+    ObjectReplacedError,
     StoreError,
     TransientError,
 )
@@ -58,7 +59,7 @@ CFG = S3Config.resolve(
         (client_error("", 502), TransientError, "HTTP 502"),
         (client_error("RequestTimeout", 400), TransientError, "retried"),
         (client_error("BadDigest", 400), TransientError, "damaged in transit"),
-        (client_error("PreconditionFailed", 412), TransientError, "changed while it was being read"),
+        (client_error("PreconditionFailed", 412), ObjectReplacedError, "changed while it was being read"),
         (client_error("NoSuchUpload", 404), TransientError, "completed or aborted by someone else"),
         (client_error("EntityTooSmall", 400), StoreError, "AWS S3 needs at least 5MiB"),
         (client_error("NotImplemented", 501), StoreError, "HTTP 501"),
