@@ -20,6 +20,7 @@ from flyte_checkpoint.errors import (
     ContainerNotFoundError,
     CorruptCheckpointError,
     NotFoundError,
+    ObjectReplacedError,
     StoreError,
     TransientError,
 )
@@ -49,7 +50,7 @@ def response(status: int, body: bytes = b"") -> requests.Response:
         (api.Forbidden("caller does not have storage.objects.get access"), CheckpointPermissionError),
         (api.Unauthorized("login required"), CheckpointPermissionError),
         (api.NotFound("No such object"), NotFoundError),
-        (api.PreconditionFailed("generation mismatch"), TransientError),
+        (api.PreconditionFailed("generation mismatch"), ObjectReplacedError),
         (api.BadRequest('Provided CRC32C "AA==" doesn\'t match calculated CRC32C "BB==".'), TransientError),
         (api.BadRequest("Invalid bucket name"), StoreError),
         (api.MethodNotImplemented("no"), StoreError),
