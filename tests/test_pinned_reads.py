@@ -462,3 +462,26 @@ def test_pull_to_stdout_of_an_object_replaced_midway_says_what_went_out(
     assert status != 0 and old.startswith(captured.out) and len(captured.out) < len(old)
     assert b"changed while it was written to stdout (another save replaced it)" in captured.err
     assert b"are not a whole object; run the command again" in captured.err
+
+
+def test_debug_logging_keeps_loads_pinned(trees, tmp_path, caplog):
+    """At DEBUG the registry hands out logged stores: the pin goes through them (and its reads
+    are logged), so a load racing a commit reads the version it began with, as at WARNING."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="flyte_checkpoint")
+    uri = str(tmp_path / "ckpt")
+    old_src, old, new_src, _ = trees
+    fc.Checkpoint(uri).save_sync(str(old_src))
+
+    def load(spy_uri: str) -> dict[str, bytes]:
+        with fc.Checkpoint(str(tmp_path / "ws"), spy_uri) as cp:
+            got = cp.load_sync(members=["f0.bin", "f2.bin"])
+            assert got is not None
+            return read_tree(got)
+
+    got = race(uri, "file", Hold(("read_range",), 3), load, saved(uri, new_src))
+    assert got == {k: old[k] for k in ("f0.bin", "f2.bin")}
+    lines = [r.getMessage() for r in caplog.records if r.name == "flyte_checkpoint.store"]
+    assert any(line.startswith("LocalStore.pin(") and uri in line for line in lines), lines
+    assert any(line.startswith("LocalStore.pinned read_range[") for line in lines), lines
