@@ -193,3 +193,13 @@ def test_a_ranks_own_files_with_a_backslash_come_back(tmp_path):
             ).read_bytes() == f"rank {rank}, named with a backslash".encode()
             assert (got / f"r{rank}" / "shard.bin").read_bytes() == f"rank {rank}, in a folder".encode()
             assert sorted(os.listdir(got)) == sorted([f"r{rank}", f"r{rank}\\shard.bin"])
+
+
+def test_a_file_and_the_folder_above_it_may_both_be_asked_for(saved, tmp_path):
+    """Found by the readers state machine: ``members=["a/b", "a"]`` said the checkpoint holds no
+    ``'a'``, because the file matched its own name first and the folder was never noted."""
+    _, obj = saved
+    for names in (["a/b", "a"], ["a", "a/b"], ["a/b", "./a/"]):
+        with fc.Checkpoint(str(tmp_path / "next"), str(obj)) as cp:
+            got = cp.load_sync(members=names)
+            assert got is not None and sorted(os.listdir(got / "a")) == ["b"], names

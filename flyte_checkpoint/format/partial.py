@@ -108,21 +108,23 @@ class Selection:
         return cls(normal, folders)
 
     def match(self, rel: str) -> bool:
-        """Whether the file ``rel`` is selected (and note which name selected it)."""
+        """Whether the file ``rel`` is selected (and note every name that selects it: the file's
+        own and the folders above it may all be asked for)."""
+        selected = False
         if rel in self.names:
             self.found.add(rel)
-            return True
+            selected = True
         if self.folders:
             cut = rel.rfind("/")
             while cut > 0:
                 rel_dir = rel[:cut]
                 if rel_dir in self.names:
                     self.found.add(rel_dir)
-                    return True
+                    selected = True
                 cut = rel_dir.rfind("/")
-        if self._near_all or not rel.isascii() or "\\" in rel:
+        if not selected and (self._near_all or not rel.isascii() or "\\" in rel):
             self._note_near(rel)
-        return False
+        return selected
 
     def _note_near(self, rel: str) -> None:
         key = near_name(rel)
