@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import unicodedata
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -24,8 +23,10 @@ from flyte_checkpoint.cli import main
 from flyte_checkpoint.errors import NotFoundError
 from flyte_checkpoint.format import index as ix
 from flyte_checkpoint.format.partial import member_name
-from flyte_checkpoint.sharded import load_sharded, save_sharded
+from flyte_checkpoint.sharded import load_sharded
 from flyte_checkpoint.storage.registry import store_for
+
+from .test_sharded import save_with_threads
 
 BACKSLASHED = "a\\b"
 NFC = unicodedata.normalize("NFC", "café.txt")
@@ -170,20 +171,7 @@ def test_a_ranks_own_files_with_a_backslash_come_back(tmp_path):
         (folder / f"r{rank}" / "shard.bin").write_bytes(f"rank {rank}, in a folder".encode())
         folders.append(folder)
     dest = str(tmp_path / "ckpt")
-    errors: list[BaseException] = []
-
-    def save(rank: int) -> None:
-        try:
-            save_sharded(dest, folders[rank], rank=rank, world_size=2, timeout=60)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=save, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert save_with_threads(dest, folders) == []
     for rank in range(2):
         with fc.Checkpoint(str(tmp_path / "next"), dest) as cp:
             got = load_sharded(cp, own=True, rank=rank)

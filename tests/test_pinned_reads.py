@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,31 +29,13 @@ from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import store_for
 
 from .reliability.backends import backend_pool  # noqa: F401
-from .reliability.gates import HANG
+from .reliability.gates import HANG, HoldAt
 from .spystore import SpyStore, spying
+from .test_partial import any_store  # noqa: F401
+from .test_sharded import save_with_threads
 
 MiB = 1024 * 1024
 STORES = ["file", "memory", "s3", "gcs", "azure"]
-
-
-class Hold:
-    """A spy hook that holds the ``nth`` call of one of ``ops`` until :attr:`release` is set."""
-
-    def __init__(self, ops: tuple[str, ...], nth: int) -> None:
-        self.ops, self.nth = ops, nth
-        self.reached, self.release = threading.Event(), threading.Event()
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, op: str, uri: str) -> None:
-        if op not in self.ops:
-            return
-        with self._lock:
-            self._count += 1
-            if self._count != self.nth:
-                return
-        self.reached.set()
-        assert self.release.wait(HANG), f"the hold was not released within {HANG}s"
 
 
 def write_tree(root: Path, tag: str, sizes: list[int]) -> dict[str, bytes]:
@@ -74,35 +56,37 @@ def read_tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(params=STORES)
-def where(request, backend_pool) -> Iterator[tuple[str, str]]:  # noqa: F811
-    """A fresh URI on each store, and the spy's target scheme for it."""
-    if request.param == "memory":
-        yield f"memory://reads/{uuid.uuid4().hex}/ckpt", "memory"
-        return
-    b = backend_pool.get(request.param)
-    with b.activated():
-        uri = b.fresh("ckpt")
-        yield uri, scheme(uri)
-
-
 def scheme(uri: str) -> str:
     return uri.split("://", 1)[0] if "://" in uri else "file"
 
 
-@pytest.fixture
-def trees(tmp_path) -> tuple[Path, dict[str, bytes], Path, dict[str, bytes]]:
-    """Two trees of the same names and other bytes and sizes (more than 4 MiB: a cloud stream is
-    many ranged reads, some after the commit)."""
-    old = write_tree(tmp_path / "old", "old", [3 * MiB, 100_000, 2 * MiB, 5_000])
-    new = write_tree(tmp_path / "new", "new", [2 * MiB + 77, 130_000, 3 * MiB, 9_000])
+Trees = tuple[Path, dict[str, bytes], Path, dict[str, bytes]]
+
+
+def two_trees(tmp_path: Path, scale: float) -> Trees:
+    """Two trees of the same names and other bytes and sizes: with ``scale`` 1, more than 4 MiB,
+    so that a cloud stream is many ranged reads and some are asked after the commit."""
+    sizes = [[3 * MiB, 100_000, 2 * MiB, 5_000], [2 * MiB + 77, 130_000, 3 * MiB, 9_000]]
+    old = write_tree(tmp_path / "old", "old", [int(n * scale) for n in sizes[0]])
+    new = write_tree(tmp_path / "new", "new", [int(n * scale) for n in sizes[1]])
     return tmp_path / "old", old, tmp_path / "new", new
+
+
+@pytest.fixture
+def trees(tmp_path) -> Trees:
+    """Two small trees (members of their own, several ranged reads of a partial load)."""
+    return two_trees(tmp_path, 0.2)
+
+
+@pytest.fixture
+def big_trees(tmp_path) -> Trees:
+    return two_trees(tmp_path, 1.0)
 
 
 def race(
     uri: str,
     target: str,
-    hold: Hold,
+    hold: HoldAt,
     load: Callable[[str], Any],
     commit: Callable[[], None],
     spy_setup: Callable[[SpyStore], None] | None = None,
@@ -152,25 +136,21 @@ def saved(uri: str, src: Path) -> Callable[[], None]:
 
 
 @pytest.mark.parametrize("nth", [2, 3], ids=["before-the-index", "before-the-members"])
-def test_a_partial_load_during_a_commit_gives_one_whole_version(where, trees, tmp_path, nth):
-    uri, target = where
+def test_a_partial_load_during_a_commit_gives_one_whole_version(any_store, trees, tmp_path, nth):  # noqa: F811
+    uri, target = any_store
     old_src, old, new_src, new = trees
     fc.Checkpoint(uri).save_sync(str(old_src))
     names = ["f0.bin", "f2.bin", "sub"]
 
-    def load(spy_uri: str) -> dict[str, bytes]:
-        with fc.Checkpoint(str(tmp_path / "ws"), spy_uri) as cp:
-            got = cp.load_sync(members=names)
-            assert got is not None
-            return read_tree(got)
+    load = partial_load(tmp_path, names)
 
-    got = race(uri, target, Hold(("read_range",), nth), load, saved(uri, new_src))
+    got = race(uri, target, HoldAt(("read_range",), nth), load, saved(uri, new_src))
     pick = lambda tree: {k: v for k, v in tree.items() if k in ("f0.bin", "f2.bin", "sub/meta.json")}  # noqa: E731
     expect_one_version(got, pick(old), pick(new), target)
 
 
-def test_load_file_during_a_commit_gives_one_whole_version(where, trees, tmp_path):
-    uri, target = where
+def test_load_file_during_a_commit_gives_one_whole_version(any_store, trees, tmp_path):  # noqa: F811
+    uri, target = any_store
     old_src, old, new_src, new = trees
     fc.Checkpoint(uri).save_sync(str(old_src))
 
@@ -180,11 +160,21 @@ def test_load_file_during_a_commit_gives_one_whole_version(where, trees, tmp_pat
         assert got is not None
         return {"f2.bin": got.read_bytes()}
 
-    got = race(uri, target, Hold(("read_range",), 3), load, saved(uri, new_src))
+    got = race(uri, target, HoldAt(("read_range",), 3), load, saved(uri, new_src))
     expect_one_version(got, {"f2.bin": old["f2.bin"]}, {"f2.bin": new["f2.bin"]}, target)
 
 
 # -- full loads ---------------------------------------------------------------------------
+
+
+def partial_load(tmp_path: Path, names: list[str]) -> Callable[[str], dict[str, bytes]]:
+    def load(spy_uri: str) -> dict[str, bytes]:
+        with fc.Checkpoint(str(tmp_path / f"ws-{uuid.uuid4().hex}"), spy_uri) as cp:
+            got = cp.load_sync(members=names)
+            assert got is not None
+            return read_tree(got)
+
+    return load
 
 
 def full_load(tmp_path: Path) -> Callable[[str], dict[str, bytes]]:
@@ -202,22 +192,27 @@ def full_load(tmp_path: Path) -> Callable[[str], dict[str, bytes]]:
     [(("open_read",), 1), (("read",), 3)],
     ids=["between-the-trailer-and-the-stream", "in-the-stream"],
 )
-def test_a_full_load_during_a_commit_gives_one_whole_version(where, trees, tmp_path, hold):
-    uri, target = where
-    old_src, old, new_src, new = trees
+def test_a_full_load_during_a_commit_gives_one_whole_version(any_store, big_trees, tmp_path, hold):  # noqa: F811
+    uri, target = any_store
+    old_src, old, new_src, new = big_trees
     fc.Checkpoint(uri).save_sync(str(old_src))
-    got = race(uri, target, Hold(*hold), full_load(tmp_path), saved(uri, new_src))
+    got = race(uri, target, HoldAt(*hold), full_load(tmp_path), saved(uri, new_src))
     expect_one_version(got, old, new, target)
 
 
-def test_a_parallel_full_load_during_a_commit_gives_one_whole_version(where, trees, tmp_path, monkeypatch):
+def test_a_parallel_full_load_during_a_commit_gives_one_whole_version(
+    any_store,  # noqa: F811
+    trees,
+    tmp_path,
+    monkeypatch,
+):
     """The parallel inflate reads the trailer, the index, then the stream: held after the index."""
-    uri, target = where
+    uri, target = any_store
     old_src, old, new_src, new = trees
     monkeypatch.setattr(inflate, "PARALLEL_MIN", 0)
     monkeypatch.setenv(inflate.THREADS_ENV, "2")
     fc.Checkpoint(uri).save_sync(str(old_src))
-    got = race(uri, target, Hold(("open_read",), 1), full_load(tmp_path), saved(uri, new_src))
+    got = race(uri, target, HoldAt(("open_read",), 1), full_load(tmp_path), saved(uri, new_src))
     expect_one_version(got, old, new, target)
 
 
@@ -243,9 +238,9 @@ def test_the_command_line_during_a_commit_reads_one_version(backend_pool, trees,
         # pull: held before its stream; pull --member: before its members; inspect: before the
         # index it reads after the stream
         hold = (
-            Hold(("open_read",), 1)
+            HoldAt(("open_read",), 1)
             if command == "pull"
-            else Hold(("read_range",), 3 if "member" in command else 1)
+            else HoldAt(("read_range",), 3 if "member" in command else 1)
         )
         status = race(
             uri, target, hold, lambda u: main([a.replace("{uri}", u) for a in argv]), saved(uri, new_src)
@@ -272,7 +267,7 @@ def test_inspect_never_reports_the_index_of_the_save_committed_after_its_stream(
     status = race(
         uri,
         "file",
-        Hold(("read_range",), 1),
+        HoldAt(("read_range",), 1),
         lambda u: main(["inspect", u, "--json"]),
         saved(uri, tmp_path / "b"),
     )
@@ -293,29 +288,16 @@ def test_own_files_of_a_sharded_save_come_from_the_version_whose_index_chose_the
     tmp_path,
     target,
 ):
-    from flyte_checkpoint.sharded import load_sharded, save_sharded
+    from flyte_checkpoint.sharded import load_sharded
 
     def sharded(uri: str, tag: str, sizes: list[int]) -> list[dict[str, bytes]]:
-        errors: list[BaseException] = []
         folders = []
         for rank, size in enumerate(sizes):
             folder = tmp_path / f"{tag}-{rank}"
             folder.mkdir()
             (folder / f"rank{rank}.bin").write_bytes(tag.encode() + os.urandom(size))
             folders.append(folder)
-
-        def save(rank: int) -> None:
-            try:
-                save_sharded(uri, folders[rank], rank=rank, world_size=len(folders), timeout=60)
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=save, args=(r,)) for r in range(len(folders))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
+        assert save_with_threads(uri, folders) == []
         return [read_tree(f) for f in folders]
 
     b = backend_pool.get(target)
@@ -333,7 +315,7 @@ def test_own_files_of_a_sharded_save_come_from_the_version_whose_index_chose_the
         got = race(
             uri,
             scheme(uri),
-            Hold(("read_range",), 3),
+            HoldAt(("read_range",), 3),
             load,
             lambda: new.extend(sharded(uri, "new", [250_000, 150_000])),
         )
@@ -361,13 +343,9 @@ def test_a_store_that_cannot_pin_never_calls_a_replaced_object_damaged(trees, tm
     old_src, _, new_src, new = trees
     fc.Checkpoint(uri).save_sync(str(old_src))
 
-    def load(spy_uri: str) -> dict[str, bytes]:
-        with fc.Checkpoint(str(tmp_path / "ws"), spy_uri) as cp:
-            got = cp.load_sync(members=["f0.bin", "f2.bin"])
-            assert got is not None
-            return read_tree(got)
+    load = partial_load(tmp_path, ["f0.bin", "f2.bin"])
 
-    got = race(uri, "memory", Hold(("read_range",), nth), load, saved(uri, new_src), spy_setup=no_pins)
+    got = race(uri, "memory", HoldAt(("read_range",), nth), load, saved(uri, new_src), spy_setup=no_pins)
     # the mixed read failed its checks, the object had changed: replaced, retried, the new tree
     assert got == {k: new[k] for k in ("f0.bin", "f2.bin")}
 
@@ -451,7 +429,7 @@ def test_pull_to_stdout_of_an_object_replaced_midway_says_what_went_out(
         status = race(
             uri,
             target,
-            Hold(("read",), 1),
+            HoldAt(("read",), 1),
             lambda u: main(["pull", u, "-"]),
             lambda: fc.Checkpoint(uri).save_sync(new),
         )
@@ -474,13 +452,9 @@ def test_debug_logging_keeps_loads_pinned(trees, tmp_path, caplog):
     old_src, old, new_src, _ = trees
     fc.Checkpoint(uri).save_sync(str(old_src))
 
-    def load(spy_uri: str) -> dict[str, bytes]:
-        with fc.Checkpoint(str(tmp_path / "ws"), spy_uri) as cp:
-            got = cp.load_sync(members=["f0.bin", "f2.bin"])
-            assert got is not None
-            return read_tree(got)
+    load = partial_load(tmp_path, ["f0.bin", "f2.bin"])
 
-    got = race(uri, "file", Hold(("read_range",), 3), load, saved(uri, new_src))
+    got = race(uri, "file", HoldAt(("read_range",), 3), load, saved(uri, new_src))
     assert got == {k: old[k] for k in ("f0.bin", "f2.bin")}
     lines = [r.getMessage() for r in caplog.records if r.name == "flyte_checkpoint.store"]
     assert any(line.startswith("LocalStore.pin(") and uri in line for line in lines), lines

@@ -74,3 +74,35 @@ async def cancel_then_close(
     returned_first = not gate.release.is_set()
     gate.release.set()
     return returned_first
+
+
+class HoldAt:
+    """A spy-store hook (tests/spystore.py) that holds the ``nth`` call of one of ``ops`` (the
+    spy's operation names: ``read_range``, ``open_read``, a stream's ``read``...) until
+    :attr:`release` is set: a load stopped between two of its reads, at a point it reports.
+
+    :attr:`reached` is set when it holds, and ``stopped`` too (an event the caller also sets when
+    the load ends first, so that it can wait for whichever comes)."""
+
+    def __init__(self, ops: str | tuple[str, ...], nth: int, stopped: threading.Event | None = None) -> None:
+        self.ops = (ops,) if isinstance(ops, str) else ops
+        self.nth = nth
+        self.stopped = stopped
+        self.reached, self.release = threading.Event(), threading.Event()
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, op: str, uri: str) -> None:
+        if op not in self.ops:
+            return
+        with self._lock:
+            self._count += 1
+            if self._count != self.nth:
+                return
+        self.reached.set()
+        if self.stopped is not None:
+            self.stopped.set()
+        assert self.release.wait(HANG), f"a held load was not released within {HANG}s"
+
+    def __repr__(self) -> str:
+        return f"{'/'.join(self.ops)} #{self.nth}"

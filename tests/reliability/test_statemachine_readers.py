@@ -63,7 +63,7 @@ from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.uri import scheme_of
 from tests.reliability.backends import backend_pool  # noqa: F401
-from tests.reliability.gates import HANG
+from tests.reliability.gates import HANG, HoldAt
 from tests.spystore import spying
 
 LONG_RUN = os.environ.get("FCP_READERS_EXAMPLES")
@@ -130,34 +130,13 @@ def read_tree(root: Path) -> tuple[tuple[str, bytes], ...]:
     return tuple(sorted((str(p.relative_to(root)), p.read_bytes()) for p in root.rglob("*") if p.is_file()))
 
 
-class Hold:
-    """Holds the ``nth`` call of ``op`` (a spy hook) until :attr:`release`; sets ``stopped`` then."""
-
-    def __init__(self, op: str, nth: int, stopped: threading.Event) -> None:
-        self.op, self.nth, self.stopped = op, nth, stopped
-        self.reached, self.release = threading.Event(), threading.Event()
-        self._count = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, op: str, uri: str) -> None:
-        if op != self.op:
-            return
-        with self._lock:
-            self._count += 1
-            if self._count != self.nth:
-                return
-        self.reached.set()
-        self.stopped.set()
-        assert self.release.wait(HANG), f"a held reader was not released within {HANG}s"
-
-
 @dataclass
 class Reader:
     number: int
     load: str
     names: tuple[str, ...]
     start: int  # the history's index when it started
-    hold: Hold
+    hold: HoldAt
     thread: threading.Thread
     stack: contextlib.ExitStack
     outcome: list[Any] = field(default_factory=list)
@@ -246,7 +225,7 @@ class Readers(RuleBasedStateMachine):
     def _start(self, load: str, names: tuple[str, ...], op: str, nth: int) -> Reader:
         self.count += 1
         stopped = threading.Event()
-        hold = Hold(op, nth, stopped)
+        hold = HoldAt(op, nth, stopped)
         stack = contextlib.ExitStack()
         spy = stack.enter_context(spying(self.target(), hook=hold, scheme=f"rd{self.count}"))
         uri = spy.uri_for(self.uri)
@@ -307,7 +286,7 @@ class Readers(RuleBasedStateMachine):
         new = self.history[end].expect(reader.load, reader.names)
         if isinstance(got, BaseException):
             assert isinstance(got, (ObjectReplacedError, TransientError)), (
-                f"reader {reader.load} {reader.names} held at {reader.hold.op} #{reader.hold.nth}:"
+                f"reader {reader.load} {reader.names} held at {reader.hold!r}:"
                 f" only a transient error may come of a race, not {got!r}"
             )
             assert end != reader.start, f"nothing was committed while it was held, yet {got!r}"
@@ -333,7 +312,7 @@ class Readers(RuleBasedStateMachine):
             return repr(x)[:120]
 
         return (
-            f"reader {reader.load} {reader.names} held at {reader.hold.op} #{reader.hold.nth}"
+            f"reader {reader.load} {reader.names} held at {reader.hold!r}"
             f" (reached: {reader.hold.reached.is_set()}) must give {what}; got {short(got)},"
             f" old {short(old)}, new {short(new)}"
         )
