@@ -168,9 +168,6 @@ def test_debug_on_the_store_logger_alone_shows_store_lines_only(flaky, caplog):
     assert any(
         line.startswith(f"FlakyStore.pin(flaky://host{target}) raised TransientError") for line in lines
     )  # a load pins the version it reads (its size, here), then reads through the pin
-    assert any(
-        line.startswith(f"FlakyStore.pinned open_read(flaky://host{target}): opened in ") for line in lines
-    )
 
     caplog.clear()  # the same with the library's logger at DEBUG: the retry line appears too
     FlakyStore.failures = 1
@@ -211,8 +208,7 @@ def test_store_calls_are_logged_only_when_debug_is_on(tmp_path, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "flyte_checkpoint.store"]
     assert any(line.startswith(f"LocalStore.open_write({uri}): opened in ") for line in lines), lines
     assert any(line.startswith(f"LocalStore commit of {uri}: ") and " bytes, " in line for line in lines)
-    assert any(line.startswith(f"LocalStore.pin({uri}): ") and " bytes in " in line for line in lines)
-    assert any(line.startswith(f"LocalStore.pinned open_read({uri}): opened in ") for line in lines)
+    assert any(line.startswith(f"LocalStore.pin({uri}): opened in ") for line in lines)
     assert any(line.startswith(f"LocalStore.list({tmp_path}/): 1 objects in ") for line in lines)
     assert any(line.startswith(f"LocalStore.delete({uri}): done in ") for line in lines)
     assert any(line.startswith(f"LocalStore.stat({uri}): absent in ") for line in lines)

@@ -443,8 +443,8 @@ def test_pull_to_stdout_of_an_object_replaced_midway_says_what_went_out(
 
 
 def test_debug_logging_keeps_loads_pinned(trees, tmp_path, caplog):
-    """At DEBUG the registry hands out logged stores: the pin goes through them (and its reads
-    are logged), so a load racing a commit reads the version it began with, as at WARNING."""
+    """At DEBUG the registry hands out logged stores: the pin is the wrapped store's own, so a
+    load racing a commit reads the version it began with, as at WARNING."""
     import logging
 
     caplog.set_level(logging.DEBUG, logger="flyte_checkpoint")
@@ -458,4 +458,3 @@ def test_debug_logging_keeps_loads_pinned(trees, tmp_path, caplog):
     assert got == {k: old[k] for k in ("f0.bin", "f2.bin")}
     lines = [r.getMessage() for r in caplog.records if r.name == "flyte_checkpoint.store"]
     assert any(line.startswith("LocalStore.pin(") and uri in line for line in lines), lines
-    assert any(line.startswith("LocalStore.pinned read_range[") for line in lines), lines

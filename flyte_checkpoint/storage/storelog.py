@@ -37,7 +37,6 @@ from typing import Any, BinaryIO, TypeVar
 from ..forksafe import lock
 from ..uri import redact
 from .blobstore import BlobStore, BlobWriter, CopyCheck, CopySource, ObjectInfo
-from .pinned import PinnedObject
 
 __all__ = ["LoggedStore", "capabilities", "enabled", "log", "operations", "unwrapped", "wrap"]
 
@@ -234,12 +233,6 @@ class LoggedStore(BlobStore):
             "write_bytes", uri, lambda: self.inner.write_bytes(uri, data), lambda _: f"{len(data)} bytes"
         )
 
-    def pin(self, uri: str) -> PinnedObject | None:
-        pinned = self._call(
-            "pin", uri, lambda: self.inner.pin(uri), lambda p: "absent" if p is None else f"{p.size} bytes"
-        )
-        return None if pinned is None else _LoggedPinned(pinned, self)
-
     def close(self) -> None:
         self.inner.close()
 
@@ -279,28 +272,6 @@ for _name in operations():
         setattr(LoggedStore, _name, _operation(_name))
 del _name
 abc.update_abstractmethods(LoggedStore)  # a required method added to BlobStore is passed on too
-
-
-class _LoggedPinned(PinnedObject):
-    """Logs each read of a pinned version as the store's calls are logged."""
-
-    def __init__(self, inner: PinnedObject, store: LoggedStore) -> None:
-        self.uri, self.size, self.version, self.exact = inner.uri, inner.size, inner.version, inner.exact
-        self._inner, self._store = inner, store
-
-    def read_range(self, start: int, length: int) -> bytes:
-        return self._store._call(
-            f"pinned read_range[{start}:+{length}]", self.uri, lambda: self._inner.read_range(start, length)
-        )
-
-    def open_read(self) -> BinaryIO:
-        return self._store._call("pinned open_read", self.uri, self._inner.open_read)
-
-    def changed(self) -> bool:
-        return self._store._call("pinned changed", self.uri, self._inner.changed, str)
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 class _LoggedWriter(BlobWriter):
