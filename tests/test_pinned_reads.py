@@ -97,7 +97,7 @@ def race(
     with spying(target, hook=hold) as spy:
         if spy_setup is not None:
             spy_setup(spy)
-        spy_uri = spy.uri_for(uri) if target != "memory" else "spy://" + uri.split("://", 1)[1]
+        spy_uri = spy.uri_for(uri) if target != "memory" else spy_uri_of(uri)
 
         def run() -> None:
             try:
@@ -132,42 +132,24 @@ def saved(uri: str, src: Path) -> Callable[[], None]:
     return lambda: fc.Checkpoint(uri).save_sync(str(src))
 
 
-# -- partial loads ------------------------------------------------------------------------
+def subset(tree: dict[str, bytes], names: tuple[str, ...]) -> dict[str, bytes]:
+    return {k: v for k, v in tree.items() if k in names}
 
 
-@pytest.mark.parametrize("nth", [2, 3], ids=["before-the-index", "before-the-members"])
-def test_a_partial_load_during_a_commit_gives_one_whole_version(any_store, trees, tmp_path, nth):  # noqa: F811
-    uri, target = any_store
-    old_src, old, new_src, new = trees
-    fc.Checkpoint(uri).save_sync(str(old_src))
-    names = ["f0.bin", "f2.bin", "sub"]
-
-    load = partial_load(tmp_path, names)
-
-    got = race(uri, target, HoldAt(("read_range",), nth), load, saved(uri, new_src))
-    pick = lambda tree: {k: v for k, v in tree.items() if k in ("f0.bin", "f2.bin", "sub/meta.json")}  # noqa: E731
-    expect_one_version(got, pick(old), pick(new), target)
+def spy_uri_of(uri: str) -> str:
+    """The spy store's URI of a ``memory://`` object (the spy passes its reads on to it)."""
+    return "spy://" + uri.split("://", 1)[1]
 
 
-def test_load_file_during_a_commit_gives_one_whole_version(any_store, trees, tmp_path):  # noqa: F811
-    uri, target = any_store
-    old_src, old, new_src, new = trees
-    fc.Checkpoint(uri).save_sync(str(old_src))
-
-    def load(spy_uri: str) -> dict[str, bytes]:
-        cp = fc.Checkpoint(str(tmp_path / "ws"), spy_uri)
-        got = cp.load_file_sync("f2.bin", tmp_path / "one.bin")
-        assert got is not None
-        return {"f2.bin": got.read_bytes()}
-
-    got = race(uri, target, HoldAt(("read_range",), 3), load, saved(uri, new_src))
-    expect_one_version(got, {"f2.bin": old["f2.bin"]}, {"f2.bin": new["f2.bin"]}, target)
+@pytest.fixture
+def memory_uri() -> str:
+    return f"memory://reads/{uuid.uuid4().hex}/ckpt"
 
 
-# -- full loads ---------------------------------------------------------------------------
+def loader(tmp_path: Path, names: list[str] | None = None) -> Callable[[str], dict[str, bytes]]:
+    """A load of the files ``names`` (a partial load), or of the whole tree (``None``), into a
+    fresh folder: the tree it restored."""
 
-
-def partial_load(tmp_path: Path, names: list[str]) -> Callable[[str], dict[str, bytes]]:
     def load(spy_uri: str) -> dict[str, bytes]:
         with fc.Checkpoint(str(tmp_path / f"ws-{uuid.uuid4().hex}"), spy_uri) as cp:
             got = cp.load_sync(members=names)
@@ -177,14 +159,42 @@ def partial_load(tmp_path: Path, names: list[str]) -> Callable[[str], dict[str, 
     return load
 
 
-def full_load(tmp_path: Path) -> Callable[[str], dict[str, bytes]]:
+def one_file(tmp_path: Path, name: str) -> Callable[[str], dict[str, bytes]]:
+    """``load_file_sync(name)``: the file it restored, as a tree of one."""
+
     def load(spy_uri: str) -> dict[str, bytes]:
-        with fc.Checkpoint(str(tmp_path / f"ws-{uuid.uuid4().hex}"), spy_uri) as cp:
-            got = cp.load_sync()
-            assert got is not None
-            return read_tree(got)
+        cp = fc.Checkpoint(str(tmp_path / "ws"), spy_uri)
+        got = cp.load_file_sync(name, tmp_path / f"one-{uuid.uuid4().hex}.bin")
+        assert got is not None
+        return {name: got.read_bytes()}
 
     return load
+
+
+# -- partial loads ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["members", "load_file"])
+@pytest.mark.parametrize(
+    "nth", [1, 2, 3], ids=["before-the-trailer", "before-the-index", "before-the-members"]
+)
+def test_a_partial_load_during_a_commit_gives_one_whole_version(any_store, trees, tmp_path, nth, kind):  # noqa: F811
+    """Replaced before the 1st, 2nd or 3rd ranged read (the trailer, the index, the members) of
+    ``load(members=...)`` and of ``load_file``: before, the 2nd and 3rd said 'damaged'."""
+    uri, target = any_store
+    old_src, old, new_src, new = trees
+    fc.Checkpoint(uri).save_sync(str(old_src))
+    if kind == "members":
+        names: tuple[str, ...] = ("f0.bin", "f2.bin", "sub/meta.json")
+        load = loader(tmp_path, ["f0.bin", "f2.bin", "sub"])
+    else:
+        names, load = ("f2.bin",), one_file(tmp_path, "f2.bin")
+
+    got = race(uri, target, HoldAt(("read_range",), nth), load, saved(uri, new_src))
+    expect_one_version(got, subset(old, names), subset(new, names), target)
+
+
+# -- full loads ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -196,7 +206,7 @@ def test_a_full_load_during_a_commit_gives_one_whole_version(any_store, big_tree
     uri, target = any_store
     old_src, old, new_src, new = big_trees
     fc.Checkpoint(uri).save_sync(str(old_src))
-    got = race(uri, target, HoldAt(*hold), full_load(tmp_path), saved(uri, new_src))
+    got = race(uri, target, HoldAt(*hold), loader(tmp_path), saved(uri, new_src))
     expect_one_version(got, old, new, target)
 
 
@@ -212,7 +222,7 @@ def test_a_parallel_full_load_during_a_commit_gives_one_whole_version(
     monkeypatch.setattr(inflate, "PARALLEL_MIN", 0)
     monkeypatch.setenv(inflate.THREADS_ENV, "2")
     fc.Checkpoint(uri).save_sync(str(old_src))
-    got = race(uri, target, HoldAt(("open_read",), 1), full_load(tmp_path), saved(uri, new_src))
+    got = race(uri, target, HoldAt(("open_read",), 1), loader(tmp_path), saved(uri, new_src))
     expect_one_version(got, old, new, target)
 
 
@@ -249,7 +259,7 @@ def test_the_command_line_during_a_commit_reads_one_version(backend_pool, trees,
         if command == "pull":
             expect_one_version(read_tree(out), old, new, target)
         elif command == "pull --member":
-            expect_one_version(read_tree(out), {"f2.bin": old["f2.bin"]}, {"f2.bin": new["f2.bin"]}, target)
+            expect_one_version(read_tree(out), subset(old, ("f2.bin",)), subset(new, ("f2.bin",)), target)
 
 
 def test_inspect_never_reports_the_index_of_the_save_committed_after_its_stream(tmp_path, capsys):
@@ -338,16 +348,16 @@ def no_pins(monkeypatch):
 
 
 @pytest.mark.parametrize("nth", [2, 3])
-def test_a_store_that_cannot_pin_never_calls_a_replaced_object_damaged(trees, tmp_path, nth, no_pins):
-    uri = f"memory://reads/{uuid.uuid4().hex}/ckpt"
+def test_a_store_that_cannot_pin_never_calls_a_replaced_object_damaged(
+    trees, tmp_path, nth, no_pins, memory_uri
+):
+    uri = memory_uri
     old_src, _, new_src, new = trees
     fc.Checkpoint(uri).save_sync(str(old_src))
-
-    load = partial_load(tmp_path, ["f0.bin", "f2.bin"])
-
+    load = loader(tmp_path, ["f0.bin", "f2.bin"])
     got = race(uri, "memory", HoldAt(("read_range",), nth), load, saved(uri, new_src), spy_setup=no_pins)
     # the mixed read failed its checks, the object had changed: replaced, retried, the new tree
-    assert got == {k: new[k] for k in ("f0.bin", "f2.bin")}
+    assert got == subset(new, ("f0.bin", "f2.bin"))
 
 
 def flip_a_byte_in_a_member(uri: str) -> None:
@@ -358,8 +368,8 @@ def flip_a_byte_in_a_member(uri: str) -> None:
 
 
 @pytest.mark.parametrize("pins", [True, False], ids=["pinned", "unpinned"])
-def test_a_damaged_object_that_nobody_replaced_is_still_damaged(trees, tmp_path, pins, no_pins):
-    uri = f"memory://reads/{uuid.uuid4().hex}/ckpt"
+def test_a_damaged_object_that_nobody_replaced_is_still_damaged(trees, tmp_path, pins, no_pins, memory_uri):
+    uri = memory_uri
     fc.Checkpoint(uri).save_sync(str(trees[0]))
     flip_a_byte_in_a_member(uri)
     with spying("memory") as spy:
@@ -370,9 +380,7 @@ def test_a_damaged_object_that_nobody_replaced_is_still_damaged(trees, tmp_path,
             lambda cp: cp.load_sync(),
         ):
             with (
-                fc.Checkpoint(
-                    str(tmp_path / f"ws-{uuid.uuid4().hex}"), "spy://" + uri.split("://", 1)[1]
-                ) as cp,
+                fc.Checkpoint(str(tmp_path / f"ws-{uuid.uuid4().hex}"), spy_uri_of(uri)) as cp,
                 pytest.raises(CorruptCheckpointError),
             ):
                 load(cp)
@@ -380,8 +388,8 @@ def test_a_damaged_object_that_nobody_replaced_is_still_damaged(trees, tmp_path,
         assert spy.count("changed" if pins else "copy_source") >= 2
 
 
-def test_saves_that_keep_replacing_it_end_in_object_replaced_error(trees, tmp_path, no_pins):
-    uri = f"memory://reads/{uuid.uuid4().hex}/ckpt"
+def test_saves_that_keep_replacing_it_end_in_object_replaced_error(trees, tmp_path, no_pins, memory_uri):
+    uri = memory_uri
     old_src, _, new_src, _ = trees
     fc.Checkpoint(uri).save_sync(str(old_src))
     sources = [old_src, new_src]
@@ -397,7 +405,7 @@ def test_saves_that_keep_replacing_it_end_in_object_replaced_error(trees, tmp_pa
         no_pins(spy)
         cp = fc.Checkpoint(
             str(tmp_path / "ws"),
-            "spy://" + uri.split("://", 1)[1],
+            spy_uri_of(uri),
             retry=RetryPolicy(attempts=2, base_delay=0),
         )
         with pytest.raises(ObjectReplacedError) as caught:
@@ -452,9 +460,8 @@ def test_debug_logging_keeps_loads_pinned(trees, tmp_path, caplog):
     old_src, old, new_src, _ = trees
     fc.Checkpoint(uri).save_sync(str(old_src))
 
-    load = partial_load(tmp_path, ["f0.bin", "f2.bin"])
-
+    load = loader(tmp_path, ["f0.bin", "f2.bin"])
     got = race(uri, "file", HoldAt(("read_range",), 3), load, saved(uri, new_src))
-    assert got == {k: old[k] for k in ("f0.bin", "f2.bin")}
+    assert got == subset(old, ("f0.bin", "f2.bin"))
     lines = [r.getMessage() for r in caplog.records if r.name == "flyte_checkpoint.store"]
     assert any(line.startswith("LocalStore.pin(") and uri in line for line in lines), lines
