@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopySource
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopyCheck, CopySource
 
 Normalize = Callable[[str], str]
 
@@ -107,8 +107,8 @@ def _record_writer(writer: BlobWriter, uri: str, calls: Calls) -> BlobWriter:
         real_write(data)
         pieces.wrote(data)
 
-    def copy(source: CopySource, start: int, length: int) -> None:
-        real_copy(source, start, length)
+    def copy(source: CopySource, start: int, length: int, expect: CopyCheck | None) -> None:
+        real_copy(source, start, length, expect)
         pieces.copied(source, start, length, calls.normalize)
 
     def commit() -> None:
@@ -158,9 +158,10 @@ class _RecordedShardedWrites:
         self._add("begin", token)
         return self._inner.begin(token)
 
-    def segment(self, session: Any, rank: int, world: int) -> Any:
+    def segment(self, session: Any, rank: int, world: int, joiner: str) -> Any:
         self._add("segment", rank, world)
-        return _RecordedSegment(self._inner.segment(session, rank, world), rank, self._calls)
+        segment = self._inner.segment(session, rank, world, joiner=joiner)
+        return _RecordedSegment(segment, rank, self._calls)
 
     def commit(self, session: Any, pieces: Any, tail: bytes) -> None:
         self._add("commit", len(pieces), tail)
