@@ -222,6 +222,7 @@ __all__ = [
     "InvalidURIError",
     "NoTaskContextError",
     "NotFoundError",
+    "ObjectReplacedError",
     "OperationCancelledError",
     "PathTooLongError",
     "RunInUseError",
