@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -38,7 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from . import __version__
-from .errors import CheckpointError, ContainerNotFoundError, NotFoundError, ObjectReplacedError
+from .errors import (
+    CheckpointError,
+    ContainerNotFoundError,
+    NotFoundError,
+    ObjectReplacedError,
+    PathTooLongError,
+)
 from .progress import ProgressBar, format_bytes, progress_bar
 from .uri import redact, redact_text
 from .workfiles import PULL, STAGED
@@ -456,14 +463,24 @@ def _pull_members(store: Any, uri: str, dest: Path, names: tuple[str, ...]) -> t
 def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
     """Restore the checkpoint at ``args.uri`` into the new or empty folder ``args.dir``, or
     write its bytes to stdout when ``args.dir`` is ``-``."""
-    from .checkpoint import log_transfer
-    from .format.restore import PAYLOAD
-    from .storage.registry import store_for
-
     uri = _normalize(args.uri, "URI")
     if args.dir == "-":
         return _pull_to_stdout(args, uri)
     dest = Path(args.dir).expanduser().absolute()
+    try:
+        return _pull_to_folder(args, uri, dest)
+    except OSError as exc:  # a DIR (or a working file beside it) over the system's limits
+        if exc.errno != errno.ENAMETOOLONG or isinstance(exc, CheckpointError):
+            raise
+        failed = exc.filename if isinstance(exc.filename, str) else None
+        raise PathTooLongError.for_path(str(dest), "pull into a shorter path", failed=failed) from exc
+
+
+def _pull_to_folder(args: argparse.Namespace, uri: str, dest: Path) -> dict[str, Any]:
+    from .checkpoint import log_transfer
+    from .format.restore import PAYLOAD
+    from .storage.registry import store_for
+
     if dest.exists() and not dest.is_dir():
         raise FileExistsError(f"{dest} exists and is not a folder: pull into a new or empty folder")
     if dest.is_dir() and any(dest.iterdir()):

@@ -275,3 +275,28 @@ def test_load_file_to_a_dest_whose_name_is_over_name_max_names_the_limit(inside:
     assert "has 256 bytes, more than the 255 a name may have" in message, message
     assert "pass a shorter dest" in message
     assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("where", ["dir", "dir-in-new-folder", "parent"])
+def test_pull_to_a_dir_whose_name_is_over_name_max_names_the_limit(
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Proves: ``flyte-checkpoint pull URI DIR`` with a name of 300 bytes in DIR (DIR itself, a
+    folder inside it, or its parent) exits 1 with PathTooLongError's message naming that name and
+    the 255 bytes a name may have (it printed a bare ``[Errno 36] File name too long``), and
+    writes nothing."""
+    from flyte_checkpoint.cli import main
+
+    src = data_folder(tmp_path / "data", "w.bin")
+    fc.Checkpoint(str(tmp_path / "ck")).save_sync(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    long = "d" * 300
+    dest = {"dir": out / long, "dir-in-new-folder": out / long / "x", "parent": out / "x" / long}[where]
+    assert main(["pull", str(tmp_path / "ck"), str(dest)]) == 1
+    message = capsys.readouterr().err
+    assert "has 300 bytes, more than the 255 a name may have" in message, message
+    assert "pull into a shorter path" in message
+    assert "Errno" not in message
+    assert no_working_files(out) == []
+    assert not [p for p in out.rglob("*") if p.is_file()]
