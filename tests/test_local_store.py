@@ -346,7 +346,7 @@ def _commit_by_sharded_join(store: LocalStore, target: Path, data: bytes, tmp: P
     session = {"token": "t0ken", **writes.begin("t0ken")}
     pieces = []
     for rank, part in enumerate((data[:5000], data[5000:])):
-        segment = writes.segment(session, rank, 2)
+        segment = writes.segment(session, rank, 2, "j0iner")
         segment.write(part)
         pieces.append(segment.finish())  # no fsync: a piece is temporary
     writes.commit(session, pieces, b"tail")
