@@ -20,8 +20,8 @@ PACKAGE = Path(flyte_checkpoint_gcs.__file__).parent
 MODULES = ["__init__", "client", "config", "copies", "errors", "integrity", "plugin", "reader", "redaction"]
 MODULES += ["shards", "store", "uris", "writer"]
 TEST_MODULES = ["__init__", "conftest", "helpers", "server", "test_config", "test_conformance"]
-TEST_MODULES += ["test_credentials", "test_errors", "test_integrity", "test_packaging", "test_reads"]
-TEST_MODULES += ["test_incremental", "test_sharded", "test_uris", "test_writes"]
+TEST_MODULES += ["test_credentials", "test_errors", "test_integrity", "test_packaging", "test_pinned"]
+TEST_MODULES += ["test_incremental", "test_reads", "test_sharded", "test_uris", "test_writes"]
 
 
 def test_the_plugin_has_the_shared_module_names_and_is_typed() -> None:
