@@ -10,6 +10,7 @@ from flyte_checkpoint.errors import (
     CheckpointPermissionError,
     ContainerNotFoundError,
     NotFoundError,
+    ObjectReplacedError,
     StoreError,
     TransientError,
 )
@@ -44,11 +45,20 @@ def test_not_found_is_an_object_not_found_never_a_missing_container():
     assert str(err) == "no object at s3://bucket/run/ckpt?X-Amz-Signature=<redacted> (HTTP 404)"
 
 
-@pytest.mark.parametrize("status", sorted(TRANSIENT_STATUS | {412}))
-def test_throttling_server_errors_and_a_changed_object_are_transient(status):
+@pytest.mark.parametrize("status", sorted(TRANSIENT_STATUS))
+def test_throttling_and_server_errors_are_transient(status):
     err = status_error(status)
     assert type(err) is TransientError and isinstance(err, ConnectionError)
     assert f"(HTTP {status})" in str(err) and "retried" in str(err)
+
+
+def test_a_changed_object_under_a_pinned_read_is_object_replaced_and_transient():
+    """412 answers a read pinned to a version (If-Match, a generation) that another save replaced:
+    ObjectReplacedError, a TransientError (retried), never "damaged" or "not found"."""
+    err = status_error(412)
+    assert type(err) is ObjectReplacedError and isinstance(err, TransientError)
+    assert isinstance(err, ConnectionError) and "(HTTP 412)" in str(err)
+    assert "s3://bucket/run/ckpt?X-Amz-Signature=<redacted>" in str(err)
 
 
 @pytest.mark.parametrize("status", [400, 405, 409, 416, 501, 505])
