@@ -48,6 +48,7 @@ STORES = ("file", "memory", *(b for b in BACKENDS if b != "file"))
 BIG = {"s3": 5 * 1024 * 1024 + 4096}
 BIG_DEFAULT = 300 * 1024
 TOKEN = re.compile(r"\b[0-9a-f]{16}\b")  # a sharded save's session token (secrets.token_hex(8))
+RANK_TOKEN = re.compile(r"((?:done|piece)-\d+\.)[0-9a-f]{16}\b")  # a rank's report: <kind>-<n>.<token>
 MTIME = 1_700_000_000
 
 
@@ -330,6 +331,9 @@ def _normalizer(root: str, here: Path) -> Callable[[str], str]:
     def normalize(text: str) -> str:
         text = text.replace(root, "<run>").replace(str(here), "<here>")
         text = staging.sub("<staging>", workspace.sub("<workspace>", text))
+        # a rank's own token in its report's name: numbered by first use, the ranks' threads
+        # would number them in the order they ran, which differs from run to run
+        text = RANK_TOKEN.sub(r"\1<rank token>", text)
         return TOKEN.sub(lambda m: tokens.setdefault(m.group(0), f"<token{len(tokens)}>"), text)
 
     return normalize
