@@ -183,12 +183,13 @@ class ToyStore(BlobStore):
         return n
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
-        size = self.stat(uri)
-        if size is None:
-            raise NotFoundError(f"no object at {redact(uri)}")
-        if start >= size or length <= 0:
+        if length <= 0:
+            if self.stat(uri) is None:
+                raise NotFoundError(f"no object at {redact(uri)}")
             return b""
-        buf = bytearray(min(length, size - start))
+        # one request: a size from a HEAD and bytes from a later GET may be of two versions
+        # (an overwrite between them gave the old size's count of the new version's bytes)
+        buf = bytearray(length)
         return bytes(buf[: self.fetch(uri, start, memoryview(buf))])
 
     def stat(self, uri: str) -> int | None:
