@@ -423,31 +423,32 @@ class Checkpoint(BaseCheckpoint):
             yield view if view is not None and view.size else None
 
     def _download(self) -> tuple[Path | None, int]:
+        import secrets
         import shutil
-        import tempfile
 
         from .format.restore import PAYLOAD, restore_object
 
-        with self._pinned_source() as store:
-            if store is None:
-                return None, 0
-            assert self._src is not None
-            size = store.size
-            workspace = self.path
-            staging = tempfile.mkdtemp(prefix=".restore-", dir=self._root)
-            try:
+        staging: str | None = None
+        try:
+            with self._pinned_source() as store:
+                if store is None:
+                    return None, 0
+                assert self._src is not None
+                size = store.size
+                workspace = self.path
+                # named before it is made, so that an interrupt anywhere (the pin's release
+                # included) removes it: mkdtemp's name is unknown until it returns
+                staging = os.path.join(workspace.parent, f".restore-{secrets.token_hex(8)}")
+                os.mkdir(staging, 0o700)
                 progress = self._progress
                 counter = _Counter(progress, size) if progress else None
                 # an indexed folder object inflates on several threads; anything else streams
                 is_tar = restore_object(store, self._src, size, staging, on_chunk=counter)
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
-        try:
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
             raise
         return (workspace if is_tar else workspace / PAYLOAD), size
 

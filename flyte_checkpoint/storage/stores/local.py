@@ -412,8 +412,8 @@ class _LocalPinned(PinnedObject):
     def __init__(self, uri: str, path: Path, fd: int, st: os.stat_result) -> None:
         self.uri, self.size, self.version = uri, st.st_size, _version(st)
         self._path = path
-        self._fd: int | None = fd
         self._lock = threading.Lock()
+        self._fd: int | None = fd  # last: until it is set, pin() closes fd if this raises
 
     def _held(self) -> int:
         fd = self._fd
@@ -445,8 +445,11 @@ class _LocalPinned(PinnedObject):
             os.close(fd)
 
     def __del__(self) -> None:
-        if getattr(self, "_fd", None) is not None:
-            self.close()
+        # no lock and no call of ours: a finalizer runs at any moment, in any thread
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            self._fd = None
+            os.close(fd)
 
 
 _PREADV = hasattr(os, "preadv")
@@ -557,10 +560,10 @@ class LocalStore(BlobStore):
                 raise _map_os_error(IsADirectoryError(errno.EISDIR, "is a directory"), path, "read")
             if not stat.S_ISREG(st.st_mode):
                 raise StoreError(f"{path} is not a regular file (not a checkpoint): point the URI at a file")
+            return _LocalPinned(uri, path, fd, st)
         except BaseException:
             os.close(fd)
             raise
-        return _LocalPinned(uri, path, fd, st)
 
     def delete(self, uri: str) -> None:
         path = local_path(uri)
