@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
 from .logs import logger
 from .uri import normalize, redact
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from .preemption import Registration, Saver
     from .runs import Run
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 ROOT_ENV = "FLYTE_CHECKPOINT_ROOT"
 CHECKPOINT_NAME = "_flytecheckpoints"
@@ -58,14 +59,21 @@ class TaskContext:
         return True
 
     @property
-    def checkpoint(self) -> Checkpoint | None:
-        """This attempt's checkpoint (made on first use), or ``None`` without a destination."""
+    def checkpoint(self) -> Checkpoint:
+        """This attempt's checkpoint (made on first use).
+
+        Raises:
+            NoCheckpointDestinationError: (a ``NoTaskContextError`` and a ``ValueError``) this
+                attempt has no destination to save to (a Flyte task given none).
+        """
         if self._checkpoint is None and self.checkpoint_paths.checkpoint_path:
             from .checkpoint import Checkpoint
 
             self._checkpoint = Checkpoint(
                 self.checkpoint_paths.checkpoint_path, self.checkpoint_paths.prev_checkpoint_path
             )
+        if self._checkpoint is None:
+            raise no_destination()
         return self._checkpoint
 
     def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
@@ -82,10 +90,7 @@ class TaskContext:
         """
         from .preemption import terminate_entries
 
-        cp = self.checkpoint
-        if cp is None:
-            raise ValueError("on_terminate(): this attempt has no checkpoint destination to save to")
-        return terminate_entries(cp, fn, wait_background=wait_background, owner=self)
+        return terminate_entries(self.checkpoint, fn, wait_background=wait_background, owner=self)
 
     def close(self) -> None:
         """End the attempt: its final-save registrations go, its checkpoint's workspace too."""
@@ -101,6 +106,18 @@ class TaskContext:
             forget(self)
             if self._checkpoint is not None:
                 forget(self._checkpoint)
+
+
+def no_destination() -> Exception:
+    """The error of ``checkpoint`` in a task attempt that was given no destination."""
+    from .errors import NoCheckpointDestinationError
+
+    return NoCheckpointDestinationError(
+        "fc.ctx().checkpoint: this task attempt has no checkpoint destination (Flyte gave it no"
+        " checkpoint path), so there is nothing to save to or load from: run it where Flyte sets"
+        " checkpoint paths, or make one yourself: fc.Checkpoint(destination_uri, previous_uri);"
+        " test first with 'if fc.ctx().checkpoint_paths.checkpoint_path:'"
+    )
 
 
 class NoContext:
@@ -218,14 +235,36 @@ def _run(
         run.close(succeeded=succeeded)
 
 
+@overload
 def task(
-    fn: F | None = None,
+    fn: Callable[P, R],
     *,
     retries: int | None = None,
     checkpoint_root: str | None = None,
     run_name: str | None = None,
     keep_checkpoints: bool | None = None,
-) -> Any:
+) -> Callable[P, R]: ...
+
+
+@overload
+def task(
+    fn: None = None,
+    *,
+    retries: int | None = None,
+    checkpoint_root: str | None = None,
+    run_name: str | None = None,
+    keep_checkpoints: bool | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def task(
+    fn: Callable[P, R] | None = None,
+    *,
+    retries: int | None = None,
+    checkpoint_root: str | None = None,
+    run_name: str | None = None,
+    keep_checkpoints: bool | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Run a function as a local task: up to ``retries + 1`` attempts, each with a checkpoint.
 
     Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets as its source the
@@ -266,14 +305,14 @@ def task(
 
     check_run_name(run_name)
 
-    def decorate(target: Any) -> Any:
+    def decorate(target: Callable[P, R]) -> Callable[P, R]:
         flyte_task = _function_task(target)
         if flyte_task is None:
             return _local_runner(target, retries, checkpoint_root, run_name, keep_checkpoints, None)
         flyte_task.func = _local_runner(
             flyte_task.func, retries, checkpoint_root, run_name, keep_checkpoints, flyte_task
         )
-        return flyte_task
+        return target  # the Flyte task itself (its function now run by the local runner)
 
     return decorate(fn) if fn is not None else decorate
 
@@ -299,13 +338,13 @@ def _local_retries(wrapper: Callable[..., Any], retries: int | None, flyte_task:
 
 
 def _local_runner(
-    func: Callable[..., Any],
+    func: Callable[P, R],
     retries: int | None,
     root: str | None,
     run_name: str | None,
     keep: bool | None,
     flyte_task: Any | None,
-) -> Callable[..., Any]:
+) -> Callable[P, R]:
     """``func`` wrapped: retried by the local runner outside Flyte, run once inside a Flyte task.
 
     Raises:
@@ -332,7 +371,8 @@ def _local_runner(
                         return await func(*args, **kwargs)
                 raise failures[-1]
 
-        return run_async
+        # A coroutine function's wrapper is one too: it returns what ``func`` returns, a coroutine.
+        return cast("Callable[P, R]", run_async)
 
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -195,6 +195,11 @@ class NoTaskContextError(CheckpointError, RuntimeError):
     """``fc.ctx().checkpoint`` was used outside a task: there is no attempt, so no checkpoint."""
 
 
+class NoCheckpointDestinationError(NoTaskContextError, ValueError):
+    """``fc.ctx().checkpoint`` in a task attempt given no checkpoint destination (a Flyte task
+    run without checkpoint paths): there is nothing to save to."""
+
+
 class BackendConflictError(CheckpointError, RuntimeError):
     """A backend registration is invalid (for example, a name registered twice)."""
 
@@ -220,6 +225,7 @@ __all__ = [
     "CopySourceChangedError",
     "CorruptCheckpointError",
     "InvalidURIError",
+    "NoCheckpointDestinationError",
     "NoTaskContextError",
     "NotFoundError",
     "ObjectReplacedError",

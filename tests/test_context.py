@@ -224,3 +224,22 @@ def test_default_root_is_a_folder_in_the_temp_dir_and_the_variable_overrides_it(
     monkeypatch.setenv("FLYTE_CHECKPOINT_ROOT", "memory://elsewhere/runs")
     where()
     assert seen[-1] == "memory://elsewhere/runs/r/where/0/_flytecheckpoints"
+
+
+def test_a_task_attempt_without_a_destination_says_so_rather_than_give_none():
+    """Proves: ``checkpoint`` of an attempt given no destination (a Flyte task run without
+    checkpoint paths; here our own context and the Flyte adapter's) raises a
+    NoCheckpointDestinationError (a NoTaskContextError and a ValueError) that says so and what to
+    do, as its type (``Checkpoint``, never ``None``) promises; ``on_terminate`` still raises a
+    ValueError there."""
+    from flyte_checkpoint.context import CheckpointPaths, TaskContext
+    from flyte_checkpoint.errors import NoCheckpointDestinationError, NoTaskContextError
+    from flyte_checkpoint.integrations.flyte import FlyteTaskContext
+
+    for tctx in (TaskContext(0, CheckpointPaths(None)), FlyteTaskContext(1, CheckpointPaths("", "/x"))):
+        with pytest.raises(NoCheckpointDestinationError, match="has no checkpoint destination") as info:
+            tctx.checkpoint.load_sync()
+        assert isinstance(info.value, NoTaskContextError) and isinstance(info.value, ValueError)
+        assert "fc.Checkpoint(destination_uri, previous_uri)" in str(info.value)
+        with pytest.raises(ValueError, match="has no checkpoint destination"):
+            tctx.on_terminate(lambda: b"x")

@@ -69,7 +69,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..context import CheckpointPaths, TaskContext
+from ..context import CheckpointPaths, TaskContext, no_destination
 from ..paths import points_at_same_attempt
 from ..uri import redact
 
@@ -111,12 +111,14 @@ class FlyteTaskContext(TaskContext):
     local_mode: bool = False
 
     @property
-    def checkpoint(self) -> Checkpoint | None:
-        """This attempt's checkpoint, made on first use; ``None`` when Flyte gave no destination.
+    def checkpoint(self) -> Checkpoint:
+        """This attempt's checkpoint, made on first use.
 
         Saves go to Flyte's destination; loads read what :func:`resolve_source` picks.
 
         Raises:
+            NoCheckpointDestinationError: (a ``NoTaskContextError`` and a ``ValueError``) Flyte
+                gave this attempt no checkpoint destination.
             OSError: deciding whether a restarted pod resumes from the destination needed
                 the size of the object there and the store could not tell (only when
                 ``JOBSET_RESTART_ATTEMPT > 0`` or ``TORCHELASTIC_RESTART_COUNT > 0``; with a
@@ -140,6 +142,8 @@ class FlyteTaskContext(TaskContext):
                         local_mode=self.local_mode,
                     )
                     self._checkpoint = Checkpoint(dest, src)
+        if self._checkpoint is None:
+            raise no_destination()
         return self._checkpoint
 
 

@@ -53,11 +53,20 @@ log = logging.getLogger("flyte_checkpoint")
 LAST_CKPT = "**/last.ckpt"
 
 
-def _current_checkpoint(what: str) -> BaseCheckpoint:
+def _task_checkpoint() -> BaseCheckpoint | None:
+    """The running task attempt's checkpoint; ``None`` outside a task or without a destination."""
     from ..context import ctx
+    from ..errors import NoCheckpointDestinationError
 
     current = ctx()
-    cp = current.checkpoint if current else None
+    try:
+        return current.checkpoint if current else None
+    except NoCheckpointDestinationError:
+        return None
+
+
+def _current_checkpoint(what: str) -> BaseCheckpoint:
+    cp = _task_checkpoint()
     if cp is None:
         raise RuntimeError(
             f"{what}: no checkpoint to use. Pass checkpoint=fc.Checkpoint(dest, src), or run "
@@ -187,10 +196,7 @@ def resume_path(checkpoint: BaseCheckpoint | None = None, glob_pattern: str = LA
         whatever ``load()`` raises: a damaged or unreadable checkpoint is never "start fresh".
     """
     if checkpoint is None:
-        from ..context import ctx
-
-        current = ctx()
-        checkpoint = current.checkpoint if current else None
+        checkpoint = _task_checkpoint()
         if checkpoint is None:
             return None
     restored = checkpoint.load_sync()
