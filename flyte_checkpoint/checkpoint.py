@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .saveorder import Turn
     from .storage.blobstore import BlobStore
     from .storage.pinned import PinnedView
+    from .transfers import SaveFigures
 
 Data = bytes | bytearray | memoryview | str | os.PathLike
 #: ``progress(done, total)``: bytes done so far, and the total when it is known.
@@ -124,6 +125,8 @@ class Checkpoint(BaseCheckpoint):
         self._stale: list[Callable[[], object]] = []  # workspaces it removes when it stops
         # Background saves (flyte_checkpoint.background): a forked child gets an empty lane.
         self._lane: PerProcess[Lane] = PerProcess(_new_lane)
+        #: The figures and seconds of the last save that ended (the CLI prints them as logged).
+        self._last_save: tuple[SaveFigures, float] | None = None
 
     # -- properties ------------------------------------------------------------
 
@@ -494,11 +497,15 @@ class Checkpoint(BaseCheckpoint):
         with turn:
             self._upload(self._prepare(data), turn, scope)
 
-    def _upload(self, action: Callable[[], int], turn: Turn, scope: Scope) -> None:
-        log_transfer("saved", self._dest, *self._transfer(action, turn, scope))
+    def _upload(self, action: Callable[[], SaveFigures], turn: Turn, scope: Scope) -> None:
+        figures, seconds = self._transfer(action, turn, scope)
+        self._last_save = (figures, seconds)
+        log_transfer("saved", self._dest, figures, seconds)
 
-    def _transfer(self, action: Callable[[], int], turn: Turn, scope: Scope) -> tuple[int, float]:
-        """Run the upload in its turn; its size and seconds (not logged: the final save on
+    def _transfer(
+        self, action: Callable[[], SaveFigures], turn: Turn, scope: Scope
+    ) -> tuple[SaveFigures, float]:
+        """Run the upload in its turn; its figures and seconds (not logged: the final save on
         SIGTERM logs from the handler's thread, as a logging handler's lock may be held by the
         thread the signal stopped)."""
         from .cancellation import using
@@ -507,14 +514,14 @@ class Checkpoint(BaseCheckpoint):
         started = time.monotonic()
         with using(scope):
             try:
-                size = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
+                figures = self._retry.call(action, f"save to {redact(self._dest)}", scope=scope)
             except Exception as exc:
                 if scope.cancelled and not isinstance(exc, OperationCancelledError):
                     # What follows a cancel (close() removes the staging copy being read) is
                     # not the save's failure: it was cancelled, and committed nothing.
                     raise scope.error() from exc
                 raise
-        return size, time.monotonic() - started
+        return figures, time.monotonic() - started
 
     # -- background saves ------------------------------------------------------
 
@@ -658,14 +665,15 @@ class Checkpoint(BaseCheckpoint):
     def _prepare(self, data: Data):
         """Check ``data`` now (so errors are not retried) and return the upload to run."""
         from .storage.registry import store_for
+        from .transfers import SaveFigures
 
         dest = self._dest
         if isinstance(data, (bytes, bytearray, memoryview)):
             blob = bytes(data)
 
-            def put_bytes() -> int:
+            def put_bytes() -> SaveFigures:
                 store_for(dest).write_bytes(dest, blob)
-                return len(blob)
+                return SaveFigures(len(blob), len(blob))
 
             return put_bytes
         if not isinstance(data, (str, os.PathLike)):
@@ -677,13 +685,13 @@ class Checkpoint(BaseCheckpoint):
         progress = self._progress
         if is_dir:
 
-            def put_tree() -> int:
+            def put_tree() -> SaveFigures:
                 from .format.incremental import save_checked
 
                 store = store_for(dest)  # copied bytes found damaged: warned, and saved again
                 return save_checked(lambda: self._reuse(store), lambda reuse: write_tree(store, reuse))
 
-            def write_tree(store: BlobStore, reuse: Reuse | None) -> int:
+            def write_tree(store: BlobStore, reuse: Reuse | None) -> SaveFigures:
                 from .format.archive import pack_directory, tree_size
                 from .format.index import IndexBuilder
                 from .format.pipeline import ParallelGzipWriter
@@ -706,20 +714,16 @@ class Checkpoint(BaseCheckpoint):
                         )
                     if counter is not None:
                         counter.finish()
-                if reuse is not None:
-                    logger().debug(
-                        "incremental save to %s: %d files (%d bytes) copied from %s, %d bytes sent",
-                        redact(dest),
-                        reuse.files_copied,
-                        writer.bytes_copied,
-                        redact(reuse.source.uri),
-                        writer.bytes_written,
-                    )
-                return writer.bytes_written
+                sent = writer.bytes_written
+                if reuse is None:
+                    return SaveFigures(sent, sent)
+                copied = reuse.files_copied
+                base = redact(reuse.source.uri)
+                return SaveFigures(sent + writer.bytes_copied, sent, index.file_count - copied, copied, base)
 
             return put_tree
 
-        def put_file() -> int:
+        def put_file() -> SaveFigures:
             from .sources import SourceFile
             from .storage.blobstore import COPY_CHUNK
 
@@ -735,7 +739,7 @@ class Checkpoint(BaseCheckpoint):
                             counter(len(chunk))
                 if not source.verified:
                     _verify_after_upload(source, store, dest)
-                return source.size
+                return SaveFigures(source.size, source.size)
 
         return put_file
 
@@ -904,7 +908,10 @@ class _Counter:
             self._progress(self.done, self._total)
 
 
-def log_transfer(verb: str, uri: str, size: int, seconds: float) -> None:
-    """The one info line per save or load: URI without credentials, size, time, throughput."""
-    rate = size / seconds / 1e6 if seconds > 0 else 0.0
-    logger().info("%s checkpoint %s: %d bytes in %.2fs (%.1f MB/s)", verb, redact(uri), size, seconds, rate)
+def log_transfer(verb: str, uri: str, size: int | SaveFigures, seconds: float) -> None:
+    """The one info line per save or load: URI without credentials, size, time, throughput;
+    for an incremental save, the bytes and files sent and copied too (see :mod:`.transfers`)."""
+    from .transfers import SaveFigures, describe
+
+    figures = size if isinstance(size, SaveFigures) else SaveFigures(size, size)
+    logger().info("%s checkpoint %s: %s", verb, redact(uri), describe(figures, seconds))

@@ -539,9 +539,10 @@ def show_pull(r: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- push
 
 
-def _push_stream(args: argparse.Namespace, uri: str, stream: BinaryIO) -> int:
+def _push_stream(args: argparse.Namespace, uri: str, stream: BinaryIO) -> tuple[int, float]:
     """Stream ``stream`` into the object at ``uri`` (memory bounded by one chunk and the store's
-    writer); returns the bytes stored. Read once, so not retried: a failure stores nothing.
+    writer); returns the bytes stored and the seconds taken (as logged). Read once, so not
+    retried: a failure stores nothing.
 
     Raises:
         EmptySaveError: the stream was empty and ``--allow-empty`` was not given.
@@ -565,8 +566,9 @@ def _push_stream(args: argparse.Namespace, uri: str, stream: BinaryIO) -> int:
             if bar is not None:
                 bar(done, None)
             chunk = stream.read(COPY_CHUNK)
-    log_transfer("saved", uri, done, time.monotonic() - started)
-    return done
+    seconds = time.monotonic() - started
+    log_transfer("saved", uri, done, seconds)
+    return done, seconds
 
 
 def _empty_save(what: str, uri: str) -> EmptySaveError:
@@ -580,19 +582,19 @@ def _empty_save(what: str, uri: str) -> EmptySaveError:
 def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
     """Save ``args.path`` (a file, a folder, or ``-`` for stdin) as the checkpoint at ``args.uri``."""
     from .checkpoint import Checkpoint
-    from .storage.registry import store_for
     from .uri import local_path
 
     uri = _normalize(args.uri, "URI")
-    started = time.monotonic()
     if args.path == "-":
-        size = _push_stream(args, uri, sys.stdin.buffer)
-        seconds = time.monotonic() - started
+        size, seconds = _push_stream(args, uri, sys.stdin.buffer)
         return {
             "uri": redact(uri),
             "source": "-",
             "kind": "payload",
             "size": size,
+            "sent": size,
+            "files_sent": None,
+            "files_copied": None,
             "seconds": round(seconds, 3),
         }
     src = local_path(args.path)
@@ -604,14 +606,31 @@ def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
         raise _empty_save(f"{src} is empty", uri)
     with _bar(args, "push") as bar, Checkpoint(uri, progress=bar) as cp:
         cp.save_sync(src)
-    seconds = time.monotonic() - started
-    size = _retry().call(lambda: store_for(uri).stat(uri), f"stat of {redact(uri)}")
-    return {"uri": redact(uri), "source": str(src), "kind": kind, "size": size, "seconds": round(seconds, 3)}
+    assert cp._last_save is not None  # save_sync returned: its save ended
+    figures, seconds = cp._last_save  # the figures the INFO line gave
+    return {
+        "uri": redact(uri),
+        "source": str(src),
+        "kind": kind,
+        "size": figures.size,
+        "sent": figures.sent,
+        "files_sent": figures.files_sent,
+        "files_copied": figures.files_copied,
+        "seconds": round(seconds, 3),
+    }
 
 
 def show_push(r: dict[str, Any]) -> None:
+    """One line with the figures of the INFO line, sizes also in binary units."""
     source = "stdin" if r["source"] == "-" else r["source"]
-    print(f"saved {source} as {r['kind']} {r['uri']} ({format_bytes(r['size'])}) in {r['seconds']:.2f}s")
+    line = f"saved {source} as {r['kind']} {r['uri']}: {r['size']} bytes ({format_bytes(r['size'])})"
+    if r.get("files_copied") is not None:
+        copied = r["size"] - r["sent"]
+        line += (
+            f"; sent {r['sent']} bytes ({format_bytes(r['sent'])}) and {r['files_sent']} files,"
+            f" copied {copied} bytes ({format_bytes(copied)}) and {r['files_copied']} files"
+        )
+    print(f"{line} in {r['seconds']:.2f}s")
 
 
 # --------------------------------------------------------------------------- ls, rm

@@ -22,9 +22,10 @@ import logging
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import CheckpointPermissionError, CorruptCheckpointError, UnsafeArchiveError
+from ..forksafe import lock
 from ..uri import redact
 from . import digests
 from . import tarstream as ts
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore, CopyLimits, CopySource
 
 log = logging.getLogger("flyte_checkpoint")
+T = TypeVar("T")
+_limit_lock = lock()
 
 #: The most bytes of small members (headers, small files) fetched to compare with what the
 #: save would write there, where the store needs long copies (S3).
@@ -67,10 +70,14 @@ class Reuse:
         #: copy would be read back and sent by the writer anyway).
         self.min_copy = max(limits.min_part, limits.min_copy, 1)
         self._by_size: dict[int, dict[str, tuple[int, int]]] = {}
+        #: Files of the base that would be copies but for ``min_copy`` (too short to copy).
+        self.too_short = 0
         for entry in index.files.values():
-            span = self._members_of(entry)
+            span = self._members_of(entry, self.min_copy)
             if span is not None:
                 self._by_size.setdefault(entry.size, {}).setdefault(entry.digest, span)
+            elif self.min_copy > 1 and self._members_of(entry, 1) is not None:
+                self.too_short += 1
         #: How long a run of adjacent copies grows before the store is given it (None: as long
         #: as it gets, for a store whose parts have a minimum, where one long copy beats several).
         self.copy_run: int | None = None if limits.min_part else _COPY_RUN
@@ -80,10 +87,10 @@ class Reuse:
         #: Members found damaged by an earlier try of this save: never copied.
         self._damaged: set[int] = set()
 
-    def _members_of(self, e: FileEntry) -> tuple[int, int] | None:
+    def _members_of(self, e: FileEntry, minimum: int) -> tuple[int, int] | None:
         """The members that hold the entry's data from their first byte and its tar padding,
-        nothing else (the padding may be a member of its own after the data's), if they are
-        long enough to copy."""
+        nothing else (the padding may be a member of its own after the data's), if they hold
+        ``minimum`` compressed bytes or more."""
         if e.offset != 0 or e.size == 0:
             return None
         members = self.index.members
@@ -94,7 +101,7 @@ class Reuse:
             last += 1
         elif data != e.size + pad:
             return None
-        if sum(m.clen for m in members[e.first : last + 1]) < self.min_copy:
+        if sum(m.clen for m in members[e.first : last + 1]) < minimum:
             return None
         return e.first, last
 
@@ -128,6 +135,11 @@ class Reuse:
         return [
             e.name for e in self.index.files.values() if not wanted.isdisjoint(range(e.first, e.last + 1))
         ]
+
+    @property
+    def copyable(self) -> int:
+        """How many distinct files of the base (by size and hash) a save may copy."""
+        return sum(len(by_digest) for by_digest in self._by_size.values())
 
     def wants(self, size: int) -> bool:
         """Whether a file of ``size`` bytes may be a copy (a copyable file has that size)."""
@@ -234,7 +246,10 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
             from ..storage.blobstore import copy_source_changed
 
             raise copy_source_changed(source, "while its index was read")
-        return Reuse(store, source, index, limits)
+        reuse = Reuse(store, source, index, limits)
+        if not reuse.copyable and reuse.too_short:
+            _say_limit_once(store, reuse, uri)
+        return reuse
     return None
 
 
@@ -245,7 +260,7 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
 REDOS = 2
 
 
-def save_checked(plan: Callable[[], Reuse | None], write: Callable[[Reuse | None], int]) -> int:
+def save_checked(plan: Callable[[], Reuse | None], write: Callable[[Reuse | None], T]) -> T:
     """``write(plan())``: a folder save, copying from the base ``plan`` finds (None: none).
 
     Where its copies turn out damaged (:class:`~flyte_checkpoint.errors.CopyDamagedError`:
@@ -277,6 +292,39 @@ def save_checked(plan: Callable[[], Reuse | None], write: Callable[[Reuse | None
                 *(("them", "them") if attempt + 1 < REDOS else ("every file", "any")),
             )
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+_limit_said_in: int | None = None  # the process that said it (a forked child says it again)
+
+
+def _say_limit_once(store: BlobStore, reuse: Reuse, uri: str) -> None:
+    """Say, once per process at INFO, that an incremental save copies nothing from ``uri``
+    because each of its files is shorter than the store's shortest copy (S3's 5 MiB part)."""
+    import os
+
+    global _limit_said_in
+    with _limit_lock.get():
+        if _limit_said_in == os.getpid():
+            return
+        _limit_said_in = os.getpid()
+    from ..progress import format_bytes
+    from ..storage.storelog import unwrapped
+
+    limits = reuse.limits
+    what = "minimum part" if limits.min_part >= limits.min_copy else "shortest copy worth a request"
+    least = format_bytes(reuse.min_copy)
+    log.info(
+        "an incremental save copies nothing from %s: the %d files it could copy are each stored in"
+        " less than %s (%d bytes), the %s of %s, so every file is sent again; files stored in %s or"
+        " more are copied (said once per process)",
+        redact(uri),
+        reuse.too_short,
+        least,
+        reuse.min_copy,
+        what,
+        type(unwrapped(store)).__name__,
+        least,
+    )
 
 
 __all__ = ["Copy", "Reuse", "find_base", "save_checked"]

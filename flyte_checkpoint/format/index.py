@@ -169,6 +169,7 @@ class IndexBuilder:
         self._uoff = 0
         self._files: list[tuple[str, int, int, int, int, str | Callable[[], str]]] = []
         self._gaps: list[tuple[int, int, bytes]] = []
+        self._aliases = 0
         #: Members per rank of a sharded save (:mod:`flyte_checkpoint.sharded`), recorded in the index.
         self.shards: list[int] | None = None
 
@@ -195,11 +196,17 @@ class IndexBuilder:
         if data:
             self._gaps.append((offset + len(data), len(data), digests.of_bytes(data)))
 
+    @property
+    def file_count(self) -> int:
+        """The regular files added (a hard link to one added before is not counted again)."""
+        return len(self._files) - self._aliases
+
     def add_alias(self, name: str, target: str) -> None:
         """A hard link ``name`` to the file ``target`` added before: the same data."""
         for entry in reversed(self._files):
             if entry[0] == target:
                 self._files.append((name, *entry[1:]))
+                self._aliases += 1
                 return
 
     def encode(self) -> bytes:
