@@ -218,6 +218,9 @@ def test_installing_from_the_checkout_folders_works_and_the_hint_names_them(user
     (which names a distribution no index holds); installed from wheels it was the extra."""
     before = user.sh("flyte-checkpoint inspect gs://my-bucket/x", check=False)
     assert "Install it with: pip install 'flyte-checkpoint[gcs]' (" in before.stderr, before.stderr
+    # installed with --find-links dist: the hint's second form is the command that works there
+    assert "pip install --find-links DIR 'flyte-checkpoint[gcs]'" in before.stderr, before.stderr
+    assert user.sh("pip install -q --find-links dist 'flyte-checkpoint[gcs]' --dry-run").returncode == 0
     for command in commands(blocks(section("Install", QUICKSTART), "bash")[1]):
         user.sh(command)
     after = user.sh("flyte-checkpoint inspect gs://my-bucket/x", check=False)

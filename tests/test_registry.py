@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import types
@@ -99,10 +100,10 @@ def test_install_hint():
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_install_command_is_the_extra_from_an_index_and_the_plugin_folder_from_a_checkout(tmp_path):
-    """Proves: installed from an index or a folder of wheels (no direct_url.json), the hint is
-    the extra; installed from a checkout (pip records the folder) it is that checkout's plugin
-    folder, with -e when the core is editable, as the extra names a distribution no index holds."""
+def test_install_command_is_the_plugin_folder_from_a_checkout_and_the_extra_from_another_url(tmp_path):
+    """Proves: installed from a checkout (pip records the folder) the hint is that checkout's
+    plugin folder, with -e when the core is editable, as the extra names a distribution no index
+    holds; installed from a URL that is no checkout and no local wheel, it is the extra."""
     checkout = json.dumps({"url": ROOT.as_uri(), "dir_info": {"editable": True}})
     assert install_command("s3", direct_url=checkout) == f"pip install -e {ROOT}/plugins/s3"
     plain = json.dumps({"url": ROOT.as_uri(), "dir_info": {}})
@@ -113,18 +114,130 @@ def test_install_command_is_the_extra_from_an_index_and_the_plugin_folder_from_a
     spaced_url = json.dumps({"url": spaced.as_uri(), "dir_info": {}})
     assert install_command("gcs", direct_url=spaced_url) == f"pip install '{spaced}/plugins/gcs'"
     for other in (
-        None,  # an index, or --find-links to a folder of wheels
-        "",
-        "not json",
         json.dumps({"url": "https://example.com/x.whl", "archive_info": {}}),
         json.dumps({"url": tmp_path.as_uri(), "dir_info": {}}),  # a folder that is no checkout
     ):
         assert install_command("s3", direct_url=other, read=False) == "pip install 'flyte-checkpoint[s3]'"
 
 
+def test_install_command_from_a_wheel_file_names_its_folder_with_find_links(tmp_path):
+    """Proves: installed from a wheel file (``pip install dist/flyte_checkpoint-....whl``: pip
+    records its file URL), the hint is ``pip install --find-links FOLDER 'flyte-checkpoint[gcs]'``
+    (the extra alone fails where no index holds the plugin), with an odd folder name quoted."""
+    wheels = tmp_path / "my wheels"
+    wheels.mkdir()
+    record = json.dumps(
+        {"url": (wheels / "flyte_checkpoint-1.0-py3-none-any.whl").as_uri(), "archive_info": {}}
+    )
+    assert (
+        install_command("gcs", direct_url=record)
+        == f"pip install --find-links '{wheels}' 'flyte-checkpoint[gcs]'"
+    )
+    plain = tmp_path / "dist"
+    record = json.dumps(
+        {"url": (plain / "flyte_checkpoint-1.0-py3-none-any.whl").as_uri(), "archive_info": {"hashes": {}}}
+    )
+    assert (
+        install_command("s3", direct_url=record) == f"pip install --find-links {plain} 'flyte-checkpoint[s3]'"
+    )
+
+
+def test_install_command_without_a_record_gives_the_extra_and_its_find_links_form():
+    """Proves: installed from an index or with ``--find-links DIR`` (pip records no URL, so
+    the two cannot be told apart), the hint is the extra, then the ``--find-links`` command that
+    works for a folder of wheels (the quick start's way)."""
+    for none in (None, "", "not json", "[]"):
+        assert install_command("gcs", direct_url=none, read=False) == (
+            "pip install 'flyte-checkpoint[gcs]' (installed from a folder of wheels:"
+            " pip install --find-links DIR 'flyte-checkpoint[gcs]', DIR that folder)"
+        )
+
+
 def test_this_test_environment_gets_the_checkout_hint():
     """``make setup`` installs the core editable from this checkout: its hint is the plugin folder."""
     assert install_command("s3") == f"pip install -e {ROOT}/plugins/s3"
+
+
+@pytest.fixture(scope="module")
+def core_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheel of this checkout's core, alone in a folder with a space in its name."""
+    folder = tmp_path_factory.mktemp("wheels") / "my wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(folder),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (wheel,) = folder.glob("flyte_checkpoint-*.whl")
+    return wheel
+
+
+def hint_when_installed(target: Path, *pip_args: str) -> str:
+    """The message of a gs:// URI with no backend, from the core as ``pip install --target
+    TARGET PIP_ARGS`` installs it (imported from there: its own install record)."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            *pip_args,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    code = (
+        "import flyte_checkpoint as fc, flyte_checkpoint.install as i\n"
+        f"assert i.__file__.startswith({str(target)!r}), i.__file__\n"
+        "from flyte_checkpoint.storage.registry import Registry\n"
+        "try:\n    Registry(autoload=False).store_for('gs://b/k')\n"
+        "except fc.errors.BackendNotInstalledError as e:\n    print(e)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    # run from elsewhere: ``python -c`` puts the working folder (this checkout) first on sys.path
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=target, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.mark.slow
+def test_the_missing_backend_hint_of_a_core_installed_from_a_wheel_works_for_that_install(
+    core_wheel, tmp_path
+):
+    """Proves, with the core really installed: from its wheel file, the hint is ``pip install
+    --find-links FOLDER 'flyte-checkpoint[gcs]'`` (the folder quoted); with ``--find-links
+    FOLDER flyte-checkpoint`` (the quick start's way: pip records nothing) it gives that form too,
+    after the extra."""
+    folder = core_wheel.parent
+    from_file = hint_when_installed(tmp_path / "a", str(core_wheel))
+    assert (
+        f"Install it with: pip install --find-links '{folder}' 'flyte-checkpoint[gcs]' (installed"
+        in from_file
+    )
+    from_folder = hint_when_installed(tmp_path / "b", "--find-links", str(folder), "flyte-checkpoint")
+    assert (
+        "Install it with: pip install 'flyte-checkpoint[gcs]' (installed from a folder of wheels:"
+        " pip install --find-links DIR 'flyte-checkpoint[gcs]', DIR that folder)"
+    ) in from_folder
 
 
 def test_plugin_object_registers_stores_lazily(reg):
