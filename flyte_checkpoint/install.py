@@ -40,17 +40,10 @@ def _direct_url() -> str | None:
 def checkout_of(direct_url: str | None) -> tuple[Path, bool] | None:
     """(the checkout's folder, whether installed editable) for a ``direct_url.json`` that names a
     local folder holding this repository's plugins; ``None`` for any other install."""
-    if not direct_url:
+    found = _local_record(direct_url, "dir_info")
+    if found is None:
         return None
-    try:
-        info = json.loads(direct_url)
-        url = urlparse(info["url"])
-        dir_info = info.get("dir_info")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if url.scheme != "file" or not isinstance(dir_info, dict):
-        return None
-    root = Path(unquote(url.path))
+    root, dir_info = found
     if not (root / "plugins").is_dir():
         return None
     return root, bool(dir_info.get("editable"))
@@ -58,17 +51,26 @@ def checkout_of(direct_url: str | None) -> tuple[Path, bool] | None:
 
 def wheel_folder_of(direct_url: str | None) -> Path | None:
     """The local folder of the wheel file a ``direct_url.json`` names; ``None`` for any other install."""
+    found = _local_record(direct_url, "archive_info")
+    if found is None or found[0].suffix != ".whl":
+        return None
+    return found[0].parent
+
+
+def _local_record(direct_url: str | None, kind: str) -> tuple[Path, dict[str, object]] | None:
+    """(the local path, the ``kind`` part: ``dir_info`` or ``archive_info``) of a
+    ``direct_url.json`` naming a ``file:`` URL with that part; ``None`` for any other."""
     if not direct_url:
         return None
     try:
         info = json.loads(direct_url)
         url = urlparse(info["url"])
-        archive_info = info.get("archive_info")
+        part = info.get(kind)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    if url.scheme != "file" or not isinstance(archive_info, dict) or not url.path.endswith(".whl"):
+    if url.scheme != "file" or not isinstance(part, dict):
         return None
-    return Path(unquote(url.path)).parent
+    return Path(unquote(url.path)), part
 
 
 def install_command(extra: str, *, direct_url: str | None = None, read: bool = True) -> str:

@@ -148,13 +148,8 @@ def test_the_blocks_of_each_page_run_as_written(
         )
 
 
-def mypy_errors(blocks: list[Block], folder: Path) -> list[tuple[Block, str, str, str]]:
-    """(block, error code, message, the line's text) for each error mypy --strict reports."""
-    files = {}
-    for n, block in enumerate(blocks):
-        name = f"block_{n:03d}_{re.sub(r'[^a-z0-9]+', '_', block.source.lower())}_{block.line}.py"
-        (folder / name).write_text(block.code)
-        files[name] = block
+def mypy_strict(folder: Path, files: list[str]) -> list[str]:
+    """The lines of ``mypy --strict`` (with :data:`MYPY_INI`) on these files of ``folder``."""
     (folder / "mypy.ini").write_text(MYPY_INI)
     out = subprocess.run(
         [
@@ -173,8 +168,18 @@ def mypy_errors(blocks: list[Block], folder: Path) -> list[tuple[Block, str, str
         timeout=900,
     )
     assert out.returncode in (0, 1), out.stdout + out.stderr
+    return out.stdout.splitlines()
+
+
+def mypy_errors(blocks: list[Block], folder: Path) -> list[tuple[Block, str, str, str]]:
+    """(block, error code, message, the line's text) for each error mypy --strict reports."""
+    files = {}
+    for n, block in enumerate(blocks):
+        name = f"block_{n:03d}_{re.sub(r'[^a-z0-9]+', '_', block.source.lower())}_{block.line}.py"
+        (folder / name).write_text(block.code)
+        files[name] = block
     errors = []
-    for line in out.stdout.splitlines():
+    for line in mypy_strict(folder, list(files)):
         found = re.match(r"^(block_\S+\.py):(\d+): error: (.*?)  \[([\w-]+)\]$", line)
         if found:
             block = files[found.group(1)]

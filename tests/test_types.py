@@ -7,13 +7,11 @@ or with arguments, on ``def`` and ``async def``) keeps the function's signature.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_docs_blocks import MYPY_INI
+from tests.test_docs_blocks import mypy_strict
 
 QUICK_START = """\
 import asyncio
@@ -67,26 +65,8 @@ WRONG = [
 
 
 def mypy(folder: Path, code: str) -> list[str]:
-    (folder / "mypy.ini").write_text(MYPY_INI)
     (folder / "snippet.py").write_text(code)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--config-file",
-            "mypy.ini",
-            "--cache-dir",
-            str(folder / ".cache"),
-            "snippet.py",
-        ],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode in (0, 1), out.stdout + out.stderr
-    return [line for line in out.stdout.splitlines() if ": error:" in line]
+    return [line for line in mypy_strict(folder, ["snippet.py"]) if ": error:" in line]
 
 
 @pytest.mark.slow
