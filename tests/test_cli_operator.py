@@ -88,7 +88,7 @@ def test_push_stdin_shows_progress_and_reports_the_bytes_it_stored(tmp_path):
     frames = [f for f in out.stderr.split("\r") if f.startswith("push ")]
     assert frames and frames[-1].startswith("push 3 MiB") and " in 0:" in frames[-1], out.stderr
     assert "%" not in out.stderr
-    assert out.stdout.startswith(f"saved stdin as payload {tmp_path / 'ckpt'} (3 MiB) in ")
+    assert out.stdout.startswith(f"saved stdin as payload {tmp_path / 'ckpt'}: {len(data)} bytes (3 MiB) in ")
     assert (tmp_path / "ckpt").read_bytes() == data
     doc = cli_json("push", "-", str(tmp_path / "ckpt2"), input=data)
     assert (doc["size"], doc["source"], doc["kind"]) == (len(data), "-", "payload")
