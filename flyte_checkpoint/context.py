@@ -55,6 +55,12 @@ class TaskContext:
     action_name: str = ""
     _checkpoint: Checkpoint | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        # Flyte's TaskContext takes checkpoint_paths=None for an attempt given no paths: the
+        # same as paths without a destination, so ``checkpoint`` says so (not AttributeError).
+        if self.checkpoint_paths is None:
+            self.checkpoint_paths = CheckpointPaths(None)
+
     def __bool__(self) -> bool:
         return True
 

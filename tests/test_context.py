@@ -236,7 +236,12 @@ def test_a_task_attempt_without_a_destination_says_so_rather_than_give_none():
     from flyte_checkpoint.errors import NoCheckpointDestinationError, NoTaskContextError
     from flyte_checkpoint.integrations.flyte import FlyteTaskContext
 
-    for tctx in (TaskContext(0, CheckpointPaths(None)), FlyteTaskContext(1, CheckpointPaths("", "/x"))):
+    contexts = [TaskContext(0, CheckpointPaths(None)), FlyteTaskContext(1, CheckpointPaths("", "/x"))]
+    # Flyte's own TaskContext(attempt_number=0, checkpoint_paths=None): no paths at all, the same
+    # error (it raised AttributeError on None.checkpoint_path)
+    contexts += [TaskContext(attempt_number=0, checkpoint_paths=None), FlyteTaskContext(0, None)]  # type: ignore[arg-type]
+    assert contexts[2].checkpoint_paths == contexts[3].checkpoint_paths == CheckpointPaths(None)
+    for tctx in contexts:
         with pytest.raises(NoCheckpointDestinationError, match="has no checkpoint destination") as info:
             tctx.checkpoint.load_sync()
         assert isinstance(info.value, NoTaskContextError) and isinstance(info.value, ValueError)
