@@ -29,7 +29,9 @@ def normalize(uri: str, *, param: str = "uri") -> str:
     ``file:///abs``, ``file://localhost/abs``) becomes an absolute path.
 
     Raises:
-        InvalidURIError: the URI is blank, or a ``file:`` URI names another host.
+        InvalidURIError: the URI is blank, a ``file:`` URI names another host, or a relative
+            path looks like a URI that lost its colon (``s3//bucket/key``: did you mean
+            ``s3://bucket/key``?).
     """
     if not isinstance(uri, (str, os.PathLike)):
         raise InvalidURIError(f"{param} must be a string URI or a path, not {type(uri).__name__}")
@@ -38,8 +40,47 @@ def normalize(uri: str, *, param: str = "uri") -> str:
         raise InvalidURIError(f"{param} is blank: pass a URI such as 's3://bucket/run/ckpt' or a local path")
     scheme = scheme_of(text)
     if scheme == LOCAL_SCHEME:
+        _refuse_lost_colon(text)
         return str(local_path(text))
     return scheme + text[len(scheme) :]
+
+
+# A relative path "NAME//rest": a URI whose colon was lost when NAME is a scheme.
+_LOST_COLON_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+)//+(.*)$", re.DOTALL)
+
+
+def _refuse_lost_colon(text: str) -> None:
+    """Refuse ``s3//bucket/key`` (a relative path whose first folder is a scheme's name followed
+    by ``//``): it is a mistyped URI, which would otherwise be saved under ``./s3/`` (``./s3//b/k``
+    or ``s3/b/k`` stay local paths).
+
+    Raises:
+        InvalidURIError: naming the URI it may have meant.
+    """
+    m = _LOST_COLON_RE.match(text)
+    if m is None or m.group(1).lower() not in _scheme_names():
+        return
+    name, rest = m.group(1), m.group(2)
+    scheme = name.lower()
+    meant = redact(f"{scheme}:///{rest}" if scheme == LOCAL_SCHEME else f"{scheme}://{rest}")
+    # as typed, unless that shows credentials
+    shown = text if meant.endswith(rest) else name + "//" + meant.partition("://")[2].lstrip("/")
+    raise InvalidURIError(
+        f"{shown} is a relative path whose first folder is {name!r}, the name of a URI scheme:"
+        f" did you mean {meant}? (for a local folder named {name!r}, write ./{shown})"
+    )
+
+
+def _scheme_names() -> set[str]:
+    """Every scheme this project ships a backend for, and those of the backends registered."""
+    from .storage import registry
+
+    names = set(registry.KNOWN_SCHEMES) | {LOCAL_SCHEME, "memory"}
+    try:
+        names.update(s.lower() for backend in registry.get_registry().backends() for s in backend.schemes)
+    except Exception:  # a broken plugin is reported when its scheme is used, not here
+        pass
+    return names
 
 
 def local_path(uri: str) -> Path:

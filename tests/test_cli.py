@@ -689,6 +689,28 @@ def every_command_refuses(root: str, char: str, tmp_path: Path, capsys: pytest.C
     return runs
 
 
+def test_a_uri_that_lost_its_colon_is_refused_by_every_command_and_nothing_is_written(tmp_path):
+    """Proves: ``push a.txt s3//bucket/key`` (a relative path whose first folder is a scheme's
+    name) exits 1 with "did you mean s3://bucket/key?" and writes nothing under ./s3/ (it saved
+    there with exit 0); push, pull, inspect, ls and rm say the same; ``./s3//bucket/key`` is
+    still the local path."""
+    (tmp_path / "a.txt").write_bytes(b"state")
+    commands = [
+        ["push", "a.txt", "s3//bucket/key"],
+        ["pull", "s3//bucket/key", "out"],
+        ["inspect", "s3//bucket/key"],
+        ["ls", "s3//bucket/"],
+        ["rm", "s3//bucket/key"],
+    ]
+    for args in commands:
+        out = cli(*args, cwd=tmp_path, ok=False)
+        assert out.returncode == 1, (args, out.stderr)
+        assert "did you mean s3://bucket" in one_line_error(out), (args, out.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+    cli("push", "a.txt", "./s3//bucket/key", cwd=tmp_path)
+    assert (tmp_path / "s3" / "bucket" / "key").read_bytes() == b"state"
+
+
 @pytest.mark.parametrize("char", list(SPECIAL.values()), ids=list(SPECIAL))
 def test_a_password_in_a_local_uri_never_shows_in_any_command(char, tmp_path, capsys):
     """Proves: ``file://KEY:SECRET@localhost/...`` with SECRET holding ``char`` is refused by

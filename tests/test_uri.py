@@ -142,3 +142,47 @@ def test_a_remote_file_host_is_still_named():
 def test_redact_text_can_keep_query_values():
     text = "PUT s3://K:se/cr@b/k?partNumber=3 and https://h/o?uploadId=7"
     assert redact_text(text, query=False) == "PUT s3://<redacted>@b/k?partNumber=3 and https://h/o?uploadId=7"
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("s3//bucket/key", "s3://bucket/key"),
+        ("S3//bucket/key", "s3://bucket/key"),
+        ("s3a//bucket/key", "s3a://bucket/key"),
+        ("gs//b/k", "gs://b/k"),
+        ("gcs///b/k", "gcs://b/k"),
+        ("abfss//container@account/k", "abfss://container@account/k"),
+        ("az//c@a/k", "az://c@a/k"),
+        ("memory//b/k", "memory://b/k"),
+        ("file//tmp/x", "file:///tmp/x"),
+    ],
+)
+def test_a_relative_path_that_is_a_uri_without_its_colon_is_refused_naming_the_uri(
+    typed, meant, tmp_path, monkeypatch
+):
+    """Proves: ``s3//bucket/key`` (a relative path whose first folder is a scheme's name, then
+    ``//``) is an InvalidURIError asking "did you mean s3://bucket/key?" and saying how to write
+    a local folder of that name, not a path under ./s3/."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidURIError) as info:
+        normalize(typed)
+    message = str(info.value)
+    assert f"did you mean {meant}?" in message, message
+    assert message.startswith(f"{typed} is a relative path") and f"write ./{typed})" in message, message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_uri_without_its_colon_keeps_its_credentials_out_of_the_message():
+    with pytest.raises(InvalidURIError) as info:
+        normalize("s3//KEY:SECRET@bucket/key")
+    assert "SECRET" not in str(info.value) and "KEY" not in str(info.value)
+    assert "did you mean s3://<redacted>@bucket/key?" in str(info.value)
+
+
+@pytest.mark.parametrize("local", ["./s3//b/k", "s3/b/k", "runs//ckpt", "s3", "s3x//b/k", "/s3//b/k"])
+def test_local_paths_that_only_resemble_a_uri_stay_local(local, tmp_path, monkeypatch):
+    """Proves: the check takes only NAME// with NAME a scheme: an explicit ``./``, one slash, an
+    absolute path, or a folder that is no scheme's name are local paths as before."""
+    monkeypatch.chdir(tmp_path)
+    assert normalize(local) == os.path.abspath(local)
