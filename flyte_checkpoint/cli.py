@@ -636,9 +636,30 @@ def show_push(r: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- ls, rm
 
 
+def _is_marker(uri: str, prefix: str) -> bool:
+    """Whether ``uri`` (listed under ``prefix``) is one of the library's own files rather than a
+    checkpoint: a named run's attempt marker ``.attempt`` or lock ``.FUNCTION.lock``, a sharded
+    save's folder ``NAME.fcp-shard/`` (or locally ``.fcp-tmp-NAME.shard/``), or another working
+    file (:mod:`flyte_checkpoint.workfiles`: staging folders, temporary files)."""
+    from .runs import MARKER
+    from .workfiles import is_working_file
+
+    parts = uri[len(prefix) :].rstrip("/").split("/") if uri.startswith(prefix) else [uri.rstrip("/")]
+    last = parts[-1]
+    if last == MARKER or (last.startswith(".") and last.endswith(".lock") and len(last) > len("..lock")):
+        return True
+    return any(p.endswith(".fcp-shard") or is_working_file(p) for p in parts)
+
+
 def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
     """The objects whose URI starts with ``args.prefix``; with ``--long`` their sizes and
-    modification times (from the store's listing), with ``--no-recursive`` one level, folders too."""
+    modification times (from the store's listing), with ``--no-recursive`` one level, folders too.
+    The library's own files (named runs' markers and locks, sharded saves' folders, temporary
+    files) are left out unless ``--all``.
+
+    Raises:
+        NoCheckpointError: nothing is listed under the prefix (exit status 3).
+    """
     from .storage.registry import store_for
 
     prefix = _normalize(args.prefix, "PREFIX")
@@ -647,12 +668,24 @@ def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
     store = store_for(prefix)
     where = f"listing of {redact(prefix)}"
     objects: list[dict[str, Any]] = []
+    hidden = 0
+
+    def shown(uri: str) -> bool:
+        nonlocal hidden
+        if args.all or not _is_marker(uri, prefix):
+            return True
+        hidden += 1
+        return False
+
     if args.recursive and not args.long:
         for u in _retry().call(lambda: list(store.list(prefix)), where):
-            objects.append({"uri": redact(u)})
-        return {"prefix": redact(prefix), "count": len(objects), "objects": objects}
+            if shown(u):
+                objects.append({"uri": redact(u)})
+        return _listed(prefix, objects, hidden)
     infos = _retry().call(lambda: list(store.list_details(prefix, recursive=args.recursive)), where)
     for info in infos:
+        if not shown(info.uri):
+            continue
         item: dict[str, Any] = {"uri": redact(info.uri)}
         if info.is_folder:
             item["folder"] = True
@@ -660,7 +693,18 @@ def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
             item["size"] = info.size
             item["modified"] = info.modified.isoformat() if info.modified is not None else None
         objects.append(item)
-    return {"prefix": redact(prefix), "count": len(objects), "objects": objects}
+    return _listed(prefix, objects, hidden)
+
+
+def _listed(prefix: str, objects: list[dict[str, Any]], hidden: int) -> dict[str, Any]:
+    """``ls``'s document; an empty listing is an error that says so (as ``pull`` of no object)."""
+    if not objects:
+        what = f"only {hidden} of the library's own files (--all lists them)" if hidden else "no object"
+        raise NoCheckpointError(
+            f"nothing under {redact(prefix)}: {what} has a URI that starts with it; check the"
+            " prefix (end it with '/' for a folder)"
+        )
+    return {"prefix": redact(prefix), "count": len(objects), "hidden": hidden, "objects": objects}
 
 
 def _when(iso: str | None) -> str:
@@ -868,6 +912,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="every object under the prefix (the default); --no-recursive: one level, each deeper"
         " folder once (ending with '/'; PRE in the -l column)",
+    )
+    p.add_argument(
+        "-a",
+        "--all",
+        action="store_true",
+        help="list the library's own files too: named runs' .attempt markers and .FUNCTION.lock"
+        " files, sharded saves' NAME.fcp-shard/ folders, temporary files (hidden by default)",
     )
     p = command("rm", "remove one checkpoint object", cmd_rm, show_rm)
     p.add_argument("uri", metavar="URI", help="the object to remove: a local path or a URI (s3://...)")

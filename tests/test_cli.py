@@ -385,7 +385,8 @@ def test_ls_lists_a_prefix_and_rm_removes_one_object(tmp_path):
     first = listed["objects"][0]
     assert (first["uri"], first["size"]) == (str(tmp_path / "run/1/ckpt"), len("run/1/ckpt"))
     assert first["modified"].endswith("+00:00")
-    assert cli_json("ls", str(tmp_path / "nowhere/"))["objects"] == []
+    out = cli("ls", str(tmp_path / "nowhere/"), ok=False)
+    assert out.returncode == 3 and "nothing under" in one_line_error(out), out.stderr
 
     removed = cli_json("rm", str(tmp_path / "run/1/ckpt"))
     assert removed["removed"] and removed["size"] == len("run/1/ckpt")
@@ -394,6 +395,56 @@ def test_ls_lists_a_prefix_and_rm_removes_one_object(tmp_path):
     assert out.returncode == 3 and "nothing to remove at" in one_line_error(out)
     assert cli_json("rm", "-f", str(tmp_path / "run/1/ckpt"))["removed"] is False
     assert cli("ls", prefix).stdout.splitlines() == [str(tmp_path / "run/2/ckpt")]
+
+
+def test_ls_of_a_prefix_with_nothing_under_it_says_so_with_exit_3(tmp_path):
+    """Proves: ``ls`` of an empty folder, of a prefix nothing starts with, and of one holding only
+    the library's own files exits 3 (as ``pull`` of no object) with one line that names the prefix,
+    in --json too (its error document), instead of printing nothing with exit 0."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "only-markers").mkdir()
+    (tmp_path / "only-markers" / ".train.lock").write_bytes(b"")
+    for prefix in (tmp_path / "empty", tmp_path / "nowhere", tmp_path / "only-markers"):
+        for args in ([], ["-l"], ["-l", "--no-recursive"]):
+            out = cli("ls", *args, f"{prefix}/", ok=False)
+            assert out.returncode == 3, (prefix, args, out.stderr)
+            assert f"nothing under {prefix}/: " in one_line_error(out), out.stderr
+        doc = json.loads(cli("ls", f"{prefix}/", "--json", ok=False).stdout)
+        assert (doc["ok"], doc["type"], doc["exit"]) == (False, "NoCheckpointError", 3)
+    out = cli("ls", f"{tmp_path / 'only-markers'}/", ok=False)
+    assert "only 1 of the library's own files (--all lists them)" in one_line_error(out)
+    assert cli("ls", "--all", f"{tmp_path / 'only-markers'}/").stdout.splitlines() == [
+        str(tmp_path / "only-markers" / ".train.lock")
+    ]
+
+
+def test_ls_hides_the_librarys_own_files_unless_all(tmp_path):
+    """Proves: a named run's lock (``.train.lock``) and attempt markers (``.attempt``) and a
+    sharded save's ``NAME.fcp-shard/`` folder are left out of ``ls`` (recursive, -l, one level)
+    and counted in --json's ``hidden``; ``--all`` (``-a``) lists them; a user's ``.lockfile`` or
+    ``notes.lock`` is listed."""
+    run = tmp_path / "run"
+    for name in ("1/ckpt", "2/ckpt", "notes.lock", ".lockfile"):
+        cli("push", "-", str(run / name), input=b"x")
+    for name in (".train.lock", "1/.attempt", "2/.attempt", "2/ckpt.fcp-shard/rank-0"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"")
+    objects = [str(run / n) for n in (".lockfile", "1/ckpt", "2/ckpt", "notes.lock")]
+    assert cli("ls", f"{run}/").stdout.splitlines() == objects
+    assert [line.split()[-1] for line in cli("ls", "-l", f"{run}/").stdout.splitlines()] == objects
+    one_level = [
+        line.split()[-1] for line in cli("ls", "-l", "--no-recursive", f"{run}/").stdout.splitlines()
+    ]
+    assert one_level == [f"{run}/{n}" for n in (".lockfile", "1/", "2/", "notes.lock")]
+    doc = cli_json("ls", f"{run}/")
+    assert (doc["count"], doc["hidden"]) == (4, 4)
+    every = sorted(
+        objects
+        + [str(run / n) for n in (".train.lock", "1/.attempt", "2/.attempt", "2/ckpt.fcp-shard/rank-0")]
+    )
+    assert sorted(cli("ls", "--all", f"{run}/").stdout.splitlines()) == every
+    assert sorted(cli("ls", "-a", f"{run}/").stdout.splitlines()) == every
+    assert cli_json("ls", "--all", f"{run}/")["hidden"] == 0
 
 
 # --------------------------------------------------------------------------- errors, logging
