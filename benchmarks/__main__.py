@@ -208,9 +208,10 @@ def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool
     rows = [("model", "file", background.suite("model", data, work, runs, measure, warm, None))]
     if s3:
         sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
-        from flyte_checkpoint_s3_tests.server import moto_s3_server
+        from flyte_checkpoint_s3_tests.server import run_server
 
-        with moto_s3_server(min_part_size=None) as endpoint:
+        with run_server(min_part_size=None) as server:
+            endpoint = server.endpoint
             env, _ = moto_bench(endpoint)
             rows.append(
                 ("model", "s3 (moto)", background.suite("model", data, work, runs, measure, warm, env))
@@ -221,10 +222,11 @@ def background_suites(cache: Path, work: Path, scale: float, runs: int, s3: bool
 def s3_suite(name: str, data: Path, work: Path, runs: int) -> list[dict]:
     """On moto's S3 server: our directory save/load against boto3 on the same tarball."""
     sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
-    from flyte_checkpoint_s3_tests.server import moto_s3_server
+    from flyte_checkpoint_s3_tests.server import run_server
 
     rows = []
-    with moto_s3_server(min_part_size=None) as endpoint:
+    with run_server(min_part_size=None) as server:
+        endpoint = server.endpoint
         env, client = moto_bench(endpoint)
         # boto3 moves the very bytes our save writes: made once, kept as a local file
         tarball = work / f"{name}-ours.tgz"

@@ -187,9 +187,9 @@ def row(name: str, r: dict) -> str:
 def moto(work: Path):
     """moto's S3 server (AWS's 5 MiB minimum part) and a FaultProxy in front of it."""
     sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
-    from flyte_checkpoint_s3_tests.server import moto_s3_server
+    from flyte_checkpoint_s3_tests.server import run_server
 
-    return moto_s3_server(min_part_size=None)
+    return run_server(min_part_size=None)
 
 
 def s3_setup(endpoint: str):
@@ -245,9 +245,9 @@ def copy_through_client(uri: str, src: Path, proxy) -> dict:
 def azurite(work: Path):
     """Azurite's blob service (in memory), as the Azure plugin's tests start it."""
     sys.path.insert(0, str(ROOT.parent / "plugins" / "azure"))
-    from flyte_checkpoint_azure_tests.server import azurite as start
+    from flyte_checkpoint_azure_tests.server import run_server
 
-    return start()
+    return run_server()
 
 
 def azure_setup(server):
@@ -259,7 +259,7 @@ def azure_setup(server):
     with BlobServiceClient.from_connection_string(server.connection_string) as svc:
         svc.create_container("bench")
     os.environ["AZURE_STORAGE_CONNECTION_STRING"] = server.connection_string
-    proxy = FaultProxy(server.blob_endpoint)
+    proxy = FaultProxy(server.endpoint)
     proxy.__enter__()
     fc.configure_store("azure", endpoint_url=proxy.url)
     return proxy
@@ -494,8 +494,8 @@ def main(argv: list[str] | None = None) -> None:
                 ("file", lightning_case(work, 6, width, str(work / "lightning.tgz"), sent_bytes))
             )
         if args.s3:
-            with moto(work) as endpoint:
-                _client, proxy = s3_setup(endpoint)
+            with moto(work) as server:
+                _client, proxy = s3_setup(server.endpoint)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
                 key = uuid.uuid4().hex
                 r = pair(
@@ -508,9 +508,9 @@ def main(argv: list[str] | None = None) -> None:
                 proxy.__exit__(None, None, None)
         if args.gcs:
             sys.path.insert(0, str(ROOT.parent / "plugins" / "gcs"))
-            from flyte_checkpoint_gcs_tests.server import GcsEmulator
+            from flyte_checkpoint_gcs_tests.server import run_server
 
-            with GcsEmulator() as emu:
+            with run_server() as emu:
                 emu.create_bucket("bench")
                 proxy = gcs_setup(emu.endpoint)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731

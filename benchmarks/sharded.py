@@ -156,12 +156,12 @@ def main() -> None:
         rows.append(measure("file", lambda name: str(out / name), folders, gathered, args.runs, env))
         if args.s3:
             sys.path.insert(0, str(ROOT / "plugins" / "s3"))
-            from flyte_checkpoint_s3_tests.server import moto_s3_server
+            from flyte_checkpoint_s3_tests.server import run_server
 
             from benchmarks.__main__ import moto_bench
 
-            with moto_s3_server(min_part_size=None) as endpoint:
-                s3_env, _ = moto_bench(endpoint)
+            with run_server(min_part_size=None) as server:
+                s3_env, _ = moto_bench(server.endpoint)
                 s3_env = {**s3_env, "PYTHONPATH": env["PYTHONPATH"]}
                 rows.append(
                     measure(

@@ -567,12 +567,11 @@ def s3_server(bucket: str = "cli-tests") -> Iterator[tuple[dict[str, str], str]]
     except ImportError:
         require(False, "the S3 plugin's test package (flyte_checkpoint_s3_tests) is not installed")
         raise
-    require(server.moto_available(), "moto[server] is not installed")
-    import boto3
-
-    with server.moto_s3_server() as endpoint:
+    require(server.server_installed(), f"moto's S3 server is not installed: {server.INSTALL_HINT}")
+    with server.run_server() as running:
+        running.create_bucket(bucket)
         env = base_env(
-            AWS_ENDPOINT_URL_S3=endpoint,
+            AWS_ENDPOINT_URL_S3=running.endpoint,
             AWS_ACCESS_KEY_ID="AKIATESTCLI000000000",
             AWS_SECRET_ACCESS_KEY=SECRET,
             AWS_DEFAULT_REGION="us-east-1",
@@ -580,55 +579,34 @@ def s3_server(bucket: str = "cli-tests") -> Iterator[tuple[dict[str, str], str]]
             AWS_CONFIG_FILE=os.devnull,
             AWS_SHARED_CREDENTIALS_FILE=os.devnull,
         )
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=SECRET,
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket=bucket)
-        client.close()
         yield env, f"s3://{bucket}"
 
 
 def gcs_server() -> Iterator[tuple[dict[str, str], str]]:
     try:
-        from flyte_checkpoint_gcs_tests.server import GcsEmulator, emulator_installed
+        from flyte_checkpoint_gcs_tests import server
     except ImportError:
         require(False, "the GCS plugin's test package (flyte_checkpoint_gcs_tests) is not installed")
         raise
-    require(emulator_installed(), "gcp-storage-emulator is not installed")
-    with GcsEmulator() as emu:
+    require(server.server_installed(), f"gcp-storage-emulator is not installed: {server.INSTALL_HINT}")
+    with server.run_server() as emu:
         emu.create_bucket("cli-tests")
         yield base_env(STORAGE_EMULATOR_HOST=emu.endpoint), "gs://cli-tests"
 
 
 def azure_server() -> Iterator[tuple[dict[str, str], str]]:
     try:
-        from flyte_checkpoint_azure_tests.server import (
-            INSTALL_HINT,
-            AzuriteUnavailable,
-            azurite,
-            find_executable,
-        )
+        from flyte_checkpoint_azure_tests import server
     except ImportError:
         require(False, "the Azure plugin's test package (flyte_checkpoint_azure_tests) is not installed")
         raise
-    require(find_executable() is not None, f"azurite-blob is not installed: {INSTALL_HINT}")
+    require(server.server_installed(), f"azurite-blob is not installed: {server.INSTALL_HINT}")
     try:
-        cm = azurite()
-        server = cm.__enter__()
-    except AzuriteUnavailable as exc:  # installed but not started: a failure, CI or not
+        with server.run_server() as running:
+            running.create_bucket("cli-tests")
+            yield base_env(AZURE_STORAGE_CONNECTION_STRING=running.connection_string), "az://cli-tests"
+    except server.ServerStartError as exc:  # installed but not started: a failure, CI or not
         pytest.fail(str(exc), pytrace=False)
-    try:
-        from azure.storage.blob import BlobServiceClient
-
-        with BlobServiceClient.from_connection_string(server.connection_string) as svc:
-            svc.create_container("cli-tests")
-        yield base_env(AZURE_STORAGE_CONNECTION_STRING=server.connection_string), "az://cli-tests"
-    finally:
-        cm.__exit__(None, None, None)
 
 
 SERVERS = {"s3": s3_server, "gcs": gcs_server, "azure": azure_server}

@@ -222,17 +222,18 @@ def s3_bucket():
     """A bucket on moto's S3 server on 127.0.0.1, with Flyte and our S3 backend both pointed at it."""
     try:
         import boto3
-        from flyte_checkpoint_s3_tests.server import moto_available, moto_s3_server
+        from flyte_checkpoint_s3_tests.server import run_server, server_installed
     except ImportError:
         boto3 = None
     require(
-        boto3 is not None and moto_available(), "the S3 plugin, its test server module or moto is missing"
+        boto3 is not None and server_installed(), "the S3 plugin, its test server module or moto is missing"
     )
     require(flyte is not None, "flyte is not installed (pip install flyte==2.12.1)")
     from flyte.storage import S3
 
     keys = {"access_key_id": "testing", "secret_access_key": "testing"}
-    with moto_s3_server() as endpoint, pytest.MonkeyPatch.context() as mp:
+    with run_server() as server, pytest.MonkeyPatch.context() as mp:
+        endpoint = server.endpoint
         mp.setenv("FLYTE_AWS_ENDPOINT", endpoint)
         mp.setenv("FLYTE_AWS_ACCESS_KEY_ID", keys["access_key_id"])
         mp.setenv("FLYTE_AWS_SECRET_ACCESS_KEY", keys["secret_access_key"])

@@ -47,6 +47,15 @@ def run_plugin_fixture(pytester: pytest.Pytester, fixture: str, conftest_module:
     return pytester.runpytest_subprocess("-p", "no:cacheprovider")
 
 
+def assert_start_failed(result: pytest.RunResult, server: str) -> None:
+    """The one test errored with the same message in every plugin: the server named, its tries,
+    how the last one ended and its output."""
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    assert f"{server}" in out and "did not start after 3 tries" in out, out
+    assert "exited with 3" in out and MARKER in out, out
+
+
 @pytest.fixture
 def no_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CI", raising=False)
@@ -58,9 +67,8 @@ def test_gcs_emulator_that_does_not_start_fails_its_tests(
     monkeypatch.setenv(
         "PYTHONPATH", str(broken_python_module(pytester.path, "gcp_storage_emulator", "__main__"))
     )
-    result = run_plugin_fixture(pytester, "gcs_emulator", "flyte_checkpoint_gcs_tests.conftest")
-    result.assert_outcomes(errors=1)
-    assert "the GCS emulator could not start" in result.stdout.str() and MARKER in result.stdout.str()
+    result = run_plugin_fixture(pytester, "gcs_server", "flyte_checkpoint_gcs_tests.conftest")
+    assert_start_failed(result, "the GCS emulator")
 
 
 def test_azurite_that_does_not_start_fails_its_tests(
@@ -72,18 +80,16 @@ def test_azurite_that_does_not_start_fails_its_tests(
         import flyte_checkpoint_azure_tests.server as _server
         _server.LOCAL_EXECUTABLE = pathlib.Path({str(script)!r})
     """
-    result = run_plugin_fixture(pytester, "azurite_server", "flyte_checkpoint_azure_tests.conftest", patch)
-    result.assert_outcomes(errors=1)
-    assert "exited with 3" in result.stdout.str() and MARKER in result.stdout.str()
+    result = run_plugin_fixture(pytester, "azure_server", "flyte_checkpoint_azure_tests.conftest", patch)
+    assert_start_failed(result, "Azurite")
 
 
 def test_moto_that_does_not_start_fails_its_tests(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, no_ci: None
 ):
     monkeypatch.setenv("PYTHONPATH", str(broken_python_module(pytester.path, "moto", "server")))
-    result = run_plugin_fixture(pytester, "s3_endpoint", "flyte_checkpoint_s3_tests.conftest")
-    result.assert_outcomes(errors=1)
-    assert "did not start after 3 tries" in result.stdout.str() and MARKER in result.stdout.str()
+    result = run_plugin_fixture(pytester, "s3_server", "flyte_checkpoint_s3_tests.conftest")
+    assert_start_failed(result, "moto's S3 server")
 
 
 @pytest.mark.parametrize("name", ["s3", "gcs", "azure"])

@@ -191,10 +191,10 @@ class BackendPool:
             from flyte_checkpoint_s3_tests import server
         except ImportError:
             raise _Unavailable("the S3 plugin's test package (flyte_checkpoint_s3_tests) is not installed")
-        if not server.moto_available():
-            raise _Unavailable("moto[server] is not installed")
+        if not server.server_installed():
+            raise _Unavailable(f"moto's S3 server is not installed: {server.INSTALL_HINT}")
         try:
-            endpoint = self._stack.enter_context(server.moto_s3_server())
+            endpoint = self._stack.enter_context(server.run_server()).endpoint
         except server.ServerStartError as exc:
             raise _StartFailed(str(exc))
         env = {
@@ -222,15 +222,15 @@ class BackendPool:
 
     def _start_gcs(self) -> Backend:
         try:
-            from flyte_checkpoint_gcs_tests.server import EmulatorError, GcsEmulator, emulator_installed
+            from flyte_checkpoint_gcs_tests import server
         except ImportError:
             raise _Unavailable("the GCS plugin's test package (flyte_checkpoint_gcs_tests) is not installed")
-        if not emulator_installed():
-            raise _Unavailable("gcp-storage-emulator is not installed")
+        if not server.server_installed():
+            raise _Unavailable(f"gcp-storage-emulator is not installed: {server.INSTALL_HINT}")
         try:
-            emu = self._stack.enter_context(GcsEmulator())
-        except EmulatorError as exc:
-            raise _StartFailed(f"the GCS emulator could not start: {exc}")
+            emu = self._stack.enter_context(server.run_server())
+        except server.ServerStartError as exc:
+            raise _StartFailed(str(exc))
         emu.create_bucket(BUCKET)
         env = {"STORAGE_EMULATOR_HOST": emu.endpoint, **GCS_TUNING}
         return Backend(
@@ -243,26 +243,18 @@ class BackendPool:
 
     def _start_azure(self) -> Backend:
         try:
-            from flyte_checkpoint_azure_tests.server import (
-                INSTALL_HINT,
-                AzuriteUnavailable,
-                azurite,
-                find_executable,
-            )
+            from flyte_checkpoint_azure_tests import server
         except ImportError:
             raise _Unavailable(
                 "the Azure plugin's test package (flyte_checkpoint_azure_tests) is not installed"
             )
-        if find_executable() is None:
-            raise _Unavailable(f"azurite-blob is not installed: {INSTALL_HINT}")
+        if not server.server_installed():
+            raise _Unavailable(f"azurite-blob is not installed: {server.INSTALL_HINT}")
         try:
-            srv = self._stack.enter_context(azurite())
-        except AzuriteUnavailable as exc:
+            srv = self._stack.enter_context(server.run_server())
+        except server.ServerStartError as exc:
             raise _StartFailed(str(exc))
-        from azure.storage.blob import BlobServiceClient
-
-        with BlobServiceClient.from_connection_string(srv.connection_string) as svc:
-            svc.create_container(BUCKET)
+        srv.create_bucket(BUCKET)
         env = {"AZURE_STORAGE_CONNECTION_STRING": srv.connection_string, **AZURE_TUNING}
         return Backend(
             "azure",
@@ -271,7 +263,7 @@ class BackendPool:
             (srv.account_key,),
             {
                 "connection_string": srv.connection_string,
-                "blob_endpoint": srv.blob_endpoint,
+                "blob_endpoint": srv.endpoint,
                 "account_name": srv.account_name,
                 "account_key": srv.account_key,
                 "container": BUCKET,

@@ -122,20 +122,12 @@ def _s3() -> Iterator[Server]:
     except ImportError:
         require(False, "the S3 plugin's test package (flyte_checkpoint_s3_tests) is not installed")
         raise
-    require(server.moto_available(), "moto[server] is not installed")
-    import boto3
+    require(server.server_installed(), f"moto's S3 server is not installed: {server.INSTALL_HINT}")
     from flyte_checkpoint_s3.store import S3Store
 
-    with server.moto_s3_server() as endpoint:
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=KEY_ID,
-            aws_secret_access_key=SECRET,
-            region_name="us-east-1",
-        )
-        client.create_bucket(Bucket="reliability")
-        client.close()
+    with server.run_server() as running:
+        running.create_bucket("reliability")
+        endpoint = running.endpoint
 
         def env_for(url: str, timeout: float) -> dict[str, str]:
             return {
@@ -165,14 +157,14 @@ def _s3() -> Iterator[Server]:
 
 def _gcs() -> Iterator[Server]:
     try:
-        from flyte_checkpoint_gcs_tests.server import GcsEmulator, emulator_installed
+        from flyte_checkpoint_gcs_tests import server
     except ImportError:
         require(False, "the GCS plugin's test package (flyte_checkpoint_gcs_tests) is not installed")
         raise
-    require(emulator_installed(), "gcp-storage-emulator is not installed")
+    require(server.server_installed(), f"gcp-storage-emulator is not installed: {server.INSTALL_HINT}")
     from flyte_checkpoint_gcs.store import GCSStore
 
-    with GcsEmulator() as emu:
+    with server.run_server() as emu:
         emu.create_bucket("reliability")
 
         def env_for(url: str, timeout: float) -> dict[str, str]:
@@ -194,27 +186,20 @@ def _gcs() -> Iterator[Server]:
 
 def _azure() -> Iterator[Server]:
     try:
-        from flyte_checkpoint_azure_tests.server import (
-            INSTALL_HINT,
-            AzuriteUnavailable,
-            azurite,
-            find_executable,
-        )
+        from flyte_checkpoint_azure_tests import server
     except ImportError:
         require(False, "the Azure plugin's test package (flyte_checkpoint_azure_tests) is not installed")
         raise
-    require(find_executable() is not None, f"azurite-blob is not installed: {INSTALL_HINT}")
+    require(server.server_installed(), f"azurite-blob is not installed: {server.INSTALL_HINT}")
+    from flyte_checkpoint_azure.store import AzureStore
+
     try:
-        cm = azurite()
-        srv = cm.__enter__()
-    except AzuriteUnavailable as exc:  # installed but not started: a failure, CI or not
+        running = server.run_server()
+        srv = running.__enter__()
+    except server.ServerStartError as exc:  # installed but not started: a failure, CI or not
         pytest.fail(str(exc), pytrace=False)
     try:
-        from azure.storage.blob import BlobServiceClient
-        from flyte_checkpoint_azure.store import AzureStore
-
-        with BlobServiceClient.from_connection_string(srv.connection_string) as svc:
-            svc.create_container("reliability")
+        srv.create_bucket("reliability")
 
         def conn(endpoint: str, key: str = srv.account_key) -> str:
             return (
@@ -237,11 +222,9 @@ def _azure() -> Iterator[Server]:
         def direct() -> BlobStore:
             return AzureStore(connection_string=srv.connection_string)
 
-        yield Server(
-            "azure", srv.blob_endpoint, "az://reliability", "az://no-such-container-rel", env_for, direct
-        )
+        yield Server("azure", srv.endpoint, "az://reliability", "az://no-such-container-rel", env_for, direct)
     finally:
-        cm.__exit__(None, None, None)
+        running.__exit__(None, None, None)
 
 
 SERVERS = {"s3": _s3, "gcs": _gcs, "azure": _azure}

@@ -1,4 +1,4 @@
-"""Fixtures: one Azurite for the whole session, its containers, and stores that use it."""
+"""Fixtures: one Azurite per session with the container ``BUCKET``, and stores pointed at it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from .helpers import AZURE_VARS, CONTAINER, SMALL, clean_environ
-from .server import INSTALL_HINT, AzuriteServer, AzuriteUnavailable, azurite, find_executable
+from .helpers import AZURE_VARS, BUCKET, SMALL, clean_environ
+from .server import INSTALL_HINT, AzureServer, ServerStartError, run_server, server_installed
 
 try:  # the repository's root conftest, when pytest runs from the repository
     from conftest import require
@@ -24,30 +24,24 @@ except ImportError:  # pragma: no cover - run from elsewhere
 
 
 @pytest.fixture(scope="session")
-def azurite_server() -> Iterator[AzuriteServer]:
-    """Azurite's blob service on 127.0.0.1, in memory, for the whole session.
+def azure_server() -> Iterator[AzureServer]:
+    """Azurite's blob service on 127.0.0.1, in memory, for the whole session, with the
+    container ``BUCKET``.
 
     Not installed: the test skips (a failure with CI=true). Installed but not started: the
     test fails, CI or not, with Azurite's output.
     """
-    require(find_executable() is not None, f"azurite-blob is not installed: {INSTALL_HINT}")
+    require(server_installed(), f"azurite-blob is not installed: {INSTALL_HINT}")
     try:
-        cm = azurite()
-        server = cm.__enter__()
-    except AzuriteUnavailable as exc:
+        with run_server() as server:
+            server.create_bucket(BUCKET)
+            yield server
+    except ServerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
-    try:
-        from azure.storage.blob import BlobServiceClient
-
-        with BlobServiceClient.from_connection_string(server.connection_string) as svc:
-            svc.create_container(CONTAINER)
-        yield server
-    finally:
-        cm.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
-def azure_env(azurite_server: AzuriteServer) -> Iterator[AzuriteServer]:
+def azure_env(azure_server: AzureServer) -> Iterator[AzureServer]:
     """The process environment pointing at Azurite by connection string, with small blocks,
     and the registry's stores rebuilt from it; restored after the test module."""
     from flyte_checkpoint.storage.registry import get_registry
@@ -56,10 +50,10 @@ def azure_env(azurite_server: AzuriteServer) -> Iterator[AzuriteServer]:
     for k in AZURE_VARS:
         os.environ.pop(k, None)
     os.environ.update(SMALL)
-    os.environ["AZURE_STORAGE_CONNECTION_STRING"] = azurite_server.connection_string
+    os.environ["AZURE_STORAGE_CONNECTION_STRING"] = azure_server.connection_string
     get_registry().close()  # stores are rebuilt, from this environment, on next use
     try:
-        yield azurite_server
+        yield azure_server
     finally:
         get_registry().close()
         for k, v in saved.items():
@@ -82,16 +76,16 @@ def prefix() -> str:
 
 
 @pytest.fixture(scope="session")
-def blob_service(azurite_server: AzuriteServer):
+def blob_service(azure_server: AzureServer):
     """A plain SDK client of Azurite, to look at what the store did."""
     from azure.storage.blob import BlobServiceClient
 
-    with BlobServiceClient.from_connection_string(azurite_server.connection_string) as svc:
+    with BlobServiceClient.from_connection_string(azure_server.connection_string) as svc:
         yield svc
 
 
 @pytest.fixture
-def make_store(azurite_server: AzuriteServer, clean_env: dict[str, str]):
+def make_store(azure_server: AzureServer, clean_env: dict[str, str]):
     """Build stores on Azurite's account by key (overridable), from their settings and no
     Azure variable, closed after the test."""
     from flyte_checkpoint_azure.config import AzureConfig
@@ -106,7 +100,7 @@ def make_store(azurite_server: AzuriteServer, clean_env: dict[str, str]):
             kwargs.setdefault("account_name", ACCOUNT_NAME)
             kwargs.setdefault("account_key", ACCOUNT_KEY)
         if "connection_string" not in kwargs:
-            kwargs.setdefault("endpoint_url", azurite_server.blob_endpoint)
+            kwargs.setdefault("endpoint_url", azure_server.endpoint)
         store = AzureStore(AzureConfig.resolve(env=clean_env | (env or {}), **kwargs))
         made.append(store)
         return store

@@ -6,8 +6,10 @@ import os
 import threading
 from typing import Any
 
-#: The container every test writes under (each test in its own unique prefix).
-CONTAINER = "checkpoints"
+#: The bucket every test writes under (each test under its own unique prefix) (Azure: a container).
+BUCKET = "fcp-tests"
+#: A bucket the test server does not have (the recipes' ``missing_container``).
+MISSING_BUCKET = "fcp-no-such-bucket"
 #: Small blocks and ranges, so a few MiB cross many block and range boundaries. Blocks stay
 #: above the suite's 256 KiB concurrent-writer payloads: concurrent multi-block writers of
 #: one blob conflict on Azure (see test_writes.py), single-request writers do not.

@@ -1,14 +1,18 @@
-"""Start and stop Azurite's blob service on 127.0.0.1, for tests.
+"""Start and stop Azurite's blob service on 127.0.0.1, for tests and benchmarks.
 
-Reusable outside this package's fixtures::
+The same shape in the three plugins' test packages (``server_installed()``,
+``run_server()`` yielding a server with ``endpoint`` and ``create_bucket``,
+``ServerStartError``)::
 
-    from flyte_checkpoint_azure_tests.server import azurite
+    from flyte_checkpoint_azure_tests.server import run_server
 
-    with azurite() as server:
+    with run_server() as server:        # server.endpoint: "http://127.0.0.1:<port>/devstoreaccount1"
+        server.create_bucket("b")       # Azure calls it a container
         print(server.connection_string)
 
 The executable is ``plugins/azure/node_modules/.bin/azurite-blob`` (installed by
-``npm ci --prefix plugins/azure``), else ``azurite-blob`` on ``PATH``.
+``npm ci --prefix plugins/azure``), else ``azurite-blob`` on ``PATH``. See
+:func:`flyte_checkpoint.testing.servers.server_process` for how it is started and stopped.
 """
 
 from __future__ import annotations
@@ -16,8 +20,6 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -25,21 +27,30 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from flyte_checkpoint.testing.servers import ServerStartError, server_process
+
+__all__ = [
+    "ACCOUNT_KEY",
+    "ACCOUNT_NAME",
+    "INSTALL_HINT",
+    "AzureServer",
+    "ServerStartError",
+    "run_server",
+    "server_installed",
+]
+
 #: Azurite's well-known development account and its published key (not a secret).
 ACCOUNT_NAME = "devstoreaccount1"
 ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 LOCAL_EXECUTABLE = PLUGIN_DIR / "node_modules" / ".bin" / "azurite-blob"
-INSTALL_HINT = "run `npm ci --prefix plugins/azure` (needs Node.js and npm)"
-
-
-class AzuriteUnavailable(RuntimeError):
-    """Azurite is not installed, or it did not start."""
+#: What to install when :func:`server_installed` is false.
+INSTALL_HINT = "npm ci --prefix plugins/azure (needs Node.js and npm)"
 
 
 @dataclass(frozen=True)
-class AzuriteServer:
+class AzureServer:
     """A running Azurite blob service."""
 
     host: str
@@ -48,19 +59,32 @@ class AzuriteServer:
     account_key: str = ACCOUNT_KEY
 
     @property
-    def blob_endpoint(self) -> str:
-        """The account's path-style blob endpoint, e.g. ``http://127.0.0.1:PORT/devstoreaccount1``."""
+    def endpoint(self) -> str:
+        """The account's path-style blob endpoint, ``http://127.0.0.1:PORT/devstoreaccount1``
+        (a store's ``endpoint_url``; Azure's endpoints name the account, the other clouds' do not)."""
         return f"http://{self.host}:{self.port}/{self.account_name}"
 
     @property
     def connection_string(self) -> str:
+        """The account's connection string, key included (Azure only: its SDK's usual form)."""
         return (
             f"DefaultEndpointsProtocol=http;AccountName={self.account_name};"
-            f"AccountKey={self.account_key};BlobEndpoint={self.blob_endpoint};"
+            f"AccountKey={self.account_key};BlobEndpoint={self.endpoint};"
         )
 
+    def create_bucket(self, name: str) -> None:
+        """Create the container ``name`` (no error if it exists already)."""
+        from azure.core.exceptions import ResourceExistsError
+        from azure.storage.blob import BlobServiceClient
+
+        with BlobServiceClient.from_connection_string(self.connection_string) as svc:
+            try:
+                svc.create_container(name)
+            except ResourceExistsError:
+                pass
+
     def __repr__(self) -> str:  # the key is public, but keep habits safe
-        return f"AzuriteServer({self.blob_endpoint!r})"
+        return f"AzureServer({self.endpoint!r})"
 
 
 def find_executable() -> str | None:
@@ -70,15 +94,13 @@ def find_executable() -> str | None:
     return shutil.which("azurite-blob")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def server_installed() -> bool:
+    """True if ``azurite-blob`` is found (see :func:`find_executable`)."""
+    return find_executable() is not None
 
 
-def _answers(host: str, port: int) -> bool:
-    conn = http.client.HTTPConnection(host, port, timeout=2)
+def _answers(port: int) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
     try:
         conn.request("GET", f"/{ACCOUNT_NAME}?comp=list")
         conn.getresponse().read()
@@ -90,60 +112,42 @@ def _answers(host: str, port: int) -> bool:
 
 
 @contextmanager
-def azurite(
-    *, host: str = "127.0.0.1", start_timeout: float = 180.0, extra_args: Sequence[str] = ()
-) -> Iterator[AzuriteServer]:
-    """Run Azurite's blob service, in memory, on a free port of ``host``; stop it on exit.
-
-    Waits until the service answers a request; ``start_timeout`` only guards against a hang.
+def run_server(*, start_timeout: float = 180.0, extra_args: Sequence[str] = ()) -> Iterator[AzureServer]:
+    """Run Azurite's blob service, in memory, on a free port of 127.0.0.1; yield it.
 
     Raises:
-        AzuriteUnavailable: no executable was found, or the server did not answer
-            within ``start_timeout`` seconds (the message holds its output).
+        ServerStartError: no executable was found, or it did not answer (after three tries on
+            fresh ports), with its output.
     """
     exe = find_executable()
     if exe is None:
-        raise AzuriteUnavailable(f"azurite-blob is not installed: {INSTALL_HINT}")
-    with tempfile.TemporaryDirectory(prefix="azurite-") as workdir:
-        port = free_port(host)
-        log_path = Path(workdir) / "azurite.log"
-        cmd = [
-            exe,
-            "--blobHost", host,
-            "--blobPort", str(port),
-            "--inMemoryPersistence",
-            "--skipApiVersionCheck",
-            "--disableTelemetry",
-            "--silent",
-            *extra_args,
-        ]  # fmt: skip
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        try:
-            deadline = time.monotonic() + start_timeout
-            while not _answers(host, port):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    output = log_path.read_text(errors="replace")[-4000:]
-                    state = f"exited with {proc.returncode}" if proc.poll() is not None else "did not answer"
-                    raise AzuriteUnavailable(
-                        f"Azurite ({exe}) {state} on {host}:{port} within {start_timeout:.0f}s."
-                        f" Its output:\n{output}"
-                    )
-                time.sleep(0.1)
-            yield AzuriteServer(host, port)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        raise ServerStartError(f"azurite-blob is not installed: {INSTALL_HINT}")
+    with (
+        tempfile.TemporaryDirectory(prefix="azurite-") as workdir,
+        server_process(
+            lambda port: [
+                exe,
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--disableTelemetry",
+                "--silent",
+                *extra_args,
+            ],
+            name=f"Azurite ({exe})",
+            answers=_answers,
+            start_timeout=start_timeout,
+            cwd=workdir,
+        ) as port,
+    ):
+        yield AzureServer("127.0.0.1", port)
 
 
 if __name__ == "__main__":  # manual use: python -m flyte_checkpoint_azure_tests.server
-    with azurite() as srv:
+    with run_server() as srv:
         print(srv.connection_string, flush=True)
         try:
             while True:

@@ -19,8 +19,8 @@ from flyte_checkpoint.testing import (
     StoreRecipe,
 )
 
-from .helpers import CONTAINER, fault_store
-from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
+from .helpers import BUCKET, MISSING_BUCKET, fault_store
+from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzureServer
 
 pytestmark = pytest.mark.integration
 
@@ -33,35 +33,35 @@ class TestAzureConformance(BlobStoreSuite, CheckpointSuite, CopySuite, CopyCheck
     large_object_size = 3 * 1024 * 1024 + 12_345
 
     @pytest.fixture
-    def store(self, azure_env: AzuriteServer) -> AzureStore:
-        store = store_for(f"az://{CONTAINER}/x")
+    def store(self, azure_env: AzureServer) -> AzureStore:
+        store = store_for(f"az://{BUCKET}/x")
         assert isinstance(store, AzureStore)
         assert get_registry().backend_for("az://c/x").distribution == "flyte-checkpoint-azure"
         return store
 
     @pytest.fixture
     def store_root(self) -> str:
-        return f"az://{CONTAINER}/{uuid.uuid4().hex}"
+        return f"az://{BUCKET}/{uuid.uuid4().hex}"
 
 
 class TestAzureFaults(FaultSuite, CrashSuite):
     """Through the fault proxy in front of Azurite, and a child process killed mid-upload."""
 
     @pytest.fixture
-    def store_recipe(self, azurite_server: AzuriteServer) -> StoreRecipe:
+    def store_recipe(self, azure_server: AzureServer) -> StoreRecipe:
         return StoreRecipe(
-            azurite_server.blob_endpoint, fault_store, missing_container="az://fcp-no-such-container/ckpt"
+            azure_server.endpoint, fault_store, missing_container=f"az://{MISSING_BUCKET}/ckpt"
         )
 
     @pytest.fixture
     def store_root(self) -> str:
-        return f"az://{CONTAINER}/{uuid.uuid4().hex}"
+        return f"az://{BUCKET}/{uuid.uuid4().hex}"
 
 
 def test_list_details_comes_from_the_listing(make_store, prefix: str) -> None:
     """Native: modification times are given, and no object is stat'ed (the default would)."""
     store = make_store()
-    root = f"az://{CONTAINER}/{prefix}"
+    root = f"az://{BUCKET}/{prefix}"
     store.write_bytes(f"{root}/a/1", b"1")
     store.write_bytes(f"{root}/b", b"22")
     store.stat = None  # type: ignore[assignment,method-assign]  # any stat call would fail
@@ -79,13 +79,13 @@ class TestAzureConformanceAccountHostUri(BlobStoreSuite):
     large_object_size = 2 * 1024 * 1024 + 7  # 6 blocks of 384 KiB, 21 ranges of 100 kB
 
     @pytest.fixture
-    def store(self, azurite_server: AzuriteServer):
+    def store(self, azure_server: AzureServer):
         store = AzureStore(
             AzureConfig.resolve(
                 env={},
                 account_name=ACCOUNT_NAME,
                 account_key=ACCOUNT_KEY,
-                endpoint_url=azurite_server.blob_endpoint,
+                endpoint_url=azure_server.endpoint,
                 part_size=384 * 1024,
                 max_concurrency=3,
                 read_range_size=100_000,
@@ -99,4 +99,4 @@ class TestAzureConformanceAccountHostUri(BlobStoreSuite):
 
     @pytest.fixture
     def store_root(self) -> str:
-        return f"abfss://{CONTAINER}@{ACCOUNT_NAME}.dfs.core.windows.net/{uuid.uuid4().hex}"
+        return f"abfss://{BUCKET}@{ACCOUNT_NAME}.dfs.core.windows.net/{uuid.uuid4().hex}"

@@ -13,7 +13,7 @@ from flyte_checkpoint_azure.store import AzureStore
 
 from flyte_checkpoint.errors import CheckpointPermissionError, CopySourceChangedError, StoreError
 
-from .helpers import CONTAINER, config
+from .helpers import BUCKET, config
 from .server import ACCOUNT_KEY, ACCOUNT_NAME
 from .test_credentials import container_sas
 
@@ -47,7 +47,7 @@ def _copied(store: Any, root: str, data: bytes) -> bytes:
 
 def test_a_key_credential_lets_the_service_read_by_a_read_only_sas(make_store, prefix: str) -> None:
     store = make_store()
-    root = f"az://{CONTAINER}/{prefix}"
+    root = f"az://{BUCKET}/{prefix}"
     data = random.Random(1).randbytes(2 * MiB)
     assert _copied(store, root, data) == b"head" + data[1000 : 1000 + MiB]
     url, kwargs = copies.source_access(store, store.copy_source(f"{root}/src"))
@@ -58,7 +58,7 @@ def test_a_key_credential_lets_the_service_read_by_a_read_only_sas(make_store, p
 def test_a_sas_credential_lends_its_own_token(make_store, prefix: str) -> None:
     sas = container_sas(read=True, write=True, delete=True, list=True, create=True)
     store = make_store(account_name=ACCOUNT_NAME, sas_token=sas)
-    root = f"az://{CONTAINER}/{prefix}"
+    root = f"az://{BUCKET}/{prefix}"
     data = random.Random(2).randbytes(2 * MiB)
     assert _copied(store, root, data) == b"head" + data[1000 : 1000 + MiB]
     url, kwargs = copies.source_access(store, store.copy_source(f"{root}/src"))
@@ -72,9 +72,9 @@ def test_a_token_credential_sends_a_bearer_token_as_copy_source_authorization() 
     store = AzureStore(
         config(account_name=ACCOUNT_NAME, endpoint_url="https://127.0.0.1:9/x", credential=token)
     )
-    source = copies.CopySource(f"az://{CONTAINER}/p/src", 10, '"0x1"')
+    source = copies.CopySource(f"az://{BUCKET}/p/src", 10, '"0x1"')
     url, kwargs = copies.source_access(store, source)
-    assert urlsplit(url).query == "" and url.endswith(f"/{CONTAINER}/p/src")
+    assert urlsplit(url).query == "" and url.endswith(f"/{BUCKET}/p/src")
     assert kwargs == {"source_authorization": "Bearer t0ken-value"}
     assert token.scopes == ["https://storage.azure.com/.default"]
     store.close()
@@ -84,14 +84,14 @@ def test_a_source_the_service_may_not_read_is_a_permission_error(make_store, pre
     """The source URL without authorization: Azurite's own read of it is refused (403
     CannotVerifyCopySource), which is a CheckpointPermissionError saying how copies authorize."""
     store = make_store()
-    root = f"az://{CONTAINER}/{prefix}"
+    root = f"az://{BUCKET}/{prefix}"
     monkeypatch.setattr(
         copies, "source_access", lambda s, src: (s.clients.blob(copies.parse(src.uri)).url, {})
     )
     with pytest.raises(CheckpointPermissionError) as info:
         _copied(store, root, random.Random(3).randbytes(2 * MiB))
     text = str(info.value)
-    assert f"cannot copy a range of az://{CONTAINER}/{prefix}/src into" in text
+    assert f"cannot copy a range of az://{BUCKET}/{prefix}/src into" in text
     assert "SAS made from the account key" in text and "CannotVerifyCopySource" in text
     assert store.stat(f"{root}/dest") is None
 
@@ -102,7 +102,7 @@ def test_an_unchanged_source_the_service_cannot_find_is_not_called_replaced(make
     URL, not a CopySourceChangedError that the retry layer would retry; the SAS made for the
     request is in no message or cause."""
     store = make_store()
-    root = f"az://{CONTAINER}/{prefix}"
+    root = f"az://{BUCKET}/{prefix}"
     real = copies.source_access
     made: list[str] = []
 
@@ -117,7 +117,7 @@ def test_an_unchanged_source_the_service_cannot_find_is_not_called_replaced(make
     assert not isinstance(info.value, CopySourceChangedError)
     text = str(info.value)
     assert "could not read the source (HTTP 412 SourceConditionNotMet) although it is unchanged" in text
-    assert f"/{CONTAINER}/{prefix}/src must be reachable from the service" in text
+    assert f"/{BUCKET}/{prefix}/src must be reachable from the service" in text
     seen, exc = [], info.value  # the message and every cause
     while exc is not None:
         seen.append(f"{exc} {exc.args!r}")

@@ -18,8 +18,8 @@ from flyte_checkpoint_azure.store import AzureStore
 
 from flyte_checkpoint.errors import CheckpointError, CheckpointPermissionError
 
-from .helpers import CONTAINER
-from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
+from .helpers import BUCKET
+from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzureServer
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ def container_sas(expiry_hours: float = 1, **permissions: bool) -> str:
     """A container SAS token made from Azurite's key."""
     return generate_container_sas(
         ACCOUNT_NAME,
-        CONTAINER,
+        BUCKET,
         account_key=ACCOUNT_KEY,
         permission=ContainerSasPermissions(**permissions),
         expiry=datetime.now(timezone.utc) + timedelta(hours=expiry_hours),
@@ -48,7 +48,7 @@ def container_sas(expiry_hours: float = 1, **permissions: bool) -> str:
 
 
 def _round_trip(store: AzureStore, prefix: str) -> None:
-    root = f"az://{CONTAINER}/{prefix}"
+    root = f"az://{BUCKET}/{prefix}"
     small, large = f"{root}/small", f"{root}/large"
     store.write_bytes(small, b"small")
     data = bytes(range(256)) * 2000  # several blocks with the stores' small block size
@@ -66,20 +66,20 @@ ENV_FORMS = {
     "account name + key + endpoint": lambda s: {
         "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME,
         "AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY,
-        "AZURE_STORAGE_ENDPOINT": s.blob_endpoint,
+        "AZURE_STORAGE_ENDPOINT": s.endpoint,
     },
     "account name + account SAS + endpoint": lambda s: {
         "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT_NAME,
         "AZURE_STORAGE_SAS_TOKEN": account_sas(),
-        "AZURE_STORAGE_ENDPOINT": s.blob_endpoint,
+        "AZURE_STORAGE_ENDPOINT": s.endpoint,
     },
     "container SAS with '?' + endpoint (account from the endpoint)": lambda s: {
         "AZURE_STORAGE_SAS_TOKEN": "?" + container_sas(read=True, write=True, delete=True, list=True),
-        "AZURE_STORAGE_ENDPOINT": s.blob_endpoint,
+        "AZURE_STORAGE_ENDPOINT": s.endpoint,
     },
     "connection string with a SAS": lambda s: {
         "AZURE_STORAGE_CONNECTION_STRING": (
-            f"BlobEndpoint={s.blob_endpoint};SharedAccessSignature={account_sas()}"
+            f"BlobEndpoint={s.endpoint};SharedAccessSignature={account_sas()}"
         )
     },
 }
@@ -87,9 +87,9 @@ ENV_FORMS = {
 
 @pytest.mark.parametrize("form", list(ENV_FORMS))
 def test_environment_forms(
-    azurite_server: AzuriteServer, clean_env: dict[str, str], prefix: str, form: str
+    azure_server: AzureServer, clean_env: dict[str, str], prefix: str, form: str
 ) -> None:
-    env = clean_env | ENV_FORMS[form](azurite_server) | {"FLYTE_CHECKPOINT_AZURE_PART_SIZE": "100000"}
+    env = clean_env | ENV_FORMS[form](azure_server) | {"FLYTE_CHECKPOINT_AZURE_PART_SIZE": "100000"}
     store = AzureStore(AzureConfig.resolve(env=env))
     try:
         _round_trip(store, prefix)
@@ -106,17 +106,17 @@ ARG_FORMS = {
 
 
 @pytest.mark.parametrize("form", list(ARG_FORMS))
-def test_argument_forms(make_store, azurite_server: AzuriteServer, prefix: str, form: str) -> None:
-    _round_trip(make_store(part_size=100_000, **ARG_FORMS[form](azurite_server)), prefix)
+def test_argument_forms(make_store, azure_server: AzureServer, prefix: str, form: str) -> None:
+    _round_trip(make_store(part_size=100_000, **ARG_FORMS[form](azure_server)), prefix)
 
 
 def test_arguments_win_over_a_broken_environment(
-    azurite_server: AzuriteServer, clean_env: dict[str, str], prefix: str
+    azure_server: AzureServer, clean_env: dict[str, str], prefix: str
 ) -> None:
     env = clean_env | {
         "AZURE_STORAGE_CONNECTION_STRING": "BlobEndpoint=http://127.0.0.1:1/nobody;AccountKey=eA=="
     }
-    store = AzureStore(AzureConfig.resolve(env=env, connection_string=azurite_server.connection_string))
+    store = AzureStore(AzureConfig.resolve(env=env, connection_string=azure_server.connection_string))
     try:
         _round_trip(store, prefix)
     finally:
@@ -124,7 +124,7 @@ def test_arguments_win_over_a_broken_environment(
 
 
 def test_anonymous_reads_a_public_container_with_no_credential(
-    make_store, blob_service, azurite_server: AzuriteServer, prefix: str
+    make_store, blob_service, azure_server: AzureServer, prefix: str
 ) -> None:
     """``anonymous`` sends no credential even though azure-identity is installed here: nothing
     configured picks DefaultAzureCredential, whose bearer token the SDK refuses to send over
@@ -142,7 +142,7 @@ def test_anonymous_reads_a_public_container_with_no_credential(
         assert store.config.auth.kind == "anonymous"
         assert store.read_bytes(f"az://{public}/obj") == b"for everyone"
         with pytest.raises(CheckpointPermissionError):
-            store.stat(f"az://{CONTAINER}/{prefix}/private")
+            store.stat(f"az://{BUCKET}/{prefix}/private")
     default = make_store(account_name=ACCOUNT_NAME, credential=None)
     assert default.config.auth.kind == "default"
     with pytest.raises(CheckpointError):

@@ -30,8 +30,8 @@ from flyte_checkpoint.errors import (
 )
 from flyte_checkpoint.storage.kit.redaction import scrub_values
 
-from .helpers import CONTAINER, config
-from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteServer
+from .helpers import BUCKET, config
+from .server import ACCOUNT_KEY, ACCOUNT_NAME, AzureServer
 from .test_credentials import account_sas, container_sas
 
 URI = "az://ckpts/run/attempt-1/state"
@@ -158,7 +158,7 @@ def test_missing_container_names_it_and_the_account(make_store, prefix: str) -> 
 @pytest.mark.integration
 def test_missing_object_and_missing_delete(make_store, prefix: str) -> None:
     store = make_store()
-    uri = f"az://{CONTAINER}/{prefix}/absent"
+    uri = f"az://{BUCKET}/{prefix}/absent"
     with pytest.raises(NotFoundError, match=f"no object at {uri}"):
         store.open_read(uri)
     store.delete(uri)
@@ -184,7 +184,7 @@ def all_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixt
 def test_wrong_key_is_a_permission_error_without_the_key(make_store, prefix: str, all_logs) -> None:
     wrong_key = "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ=="
     store = make_store(account_key=wrong_key)
-    uri = f"az://{CONTAINER}/{prefix}/x"
+    uri = f"az://{BUCKET}/{prefix}/x"
     for call in (lambda: store.stat(uri), lambda: store.write_bytes(uri, b"x" * 200_000)):
         with pytest.raises(CheckpointPermissionError, match="permission denied") as info:
             call()
@@ -197,7 +197,7 @@ def test_sas_never_shows_in_errors_logs_or_repr(make_store, prefix: str, all_log
     read_only = container_sas(read=True, list=True)
     store = make_store(account_name=ACCOUNT_NAME, sas_token=read_only, part_size=64 * 1024)
     secrets = (read_only, _sig_of(read_only))
-    uri = f"az://{CONTAINER}/{prefix}/x"
+    uri = f"az://{BUCKET}/{prefix}/x"
     assert store.stat(uri) is None  # reading is allowed
     for data in (b"small", b"x" * 200_000):  # a single put, then blocks
         with pytest.raises(CheckpointPermissionError, match="permission denied") as info:
@@ -212,19 +212,19 @@ def test_expired_sas_is_a_permission_error(make_store, prefix: str) -> None:
     expired = container_sas(expiry_hours=-1, read=True)
     store = make_store(account_name=ACCOUNT_NAME, sas_token=expired)
     with pytest.raises(CheckpointPermissionError) as info:
-        store.stat(f"az://{CONTAINER}/{prefix}/x")
+        store.stat(f"az://{BUCKET}/{prefix}/x")
     _secret_free(str(info.value), expired, _sig_of(expired))
 
 
 @pytest.mark.integration
 def test_account_sas_in_connection_string_never_shows(
-    azurite_server: AzuriteServer, make_store, prefix: str
+    azure_server: AzureServer, make_store, prefix: str
 ) -> None:
     sas = account_sas(read=True, list=True)
-    cs = f"BlobEndpoint={azurite_server.blob_endpoint};SharedAccessSignature={sas}"
+    cs = f"BlobEndpoint={azure_server.endpoint};SharedAccessSignature={sas}"
     store = make_store(connection_string=cs)
     with pytest.raises(CheckpointPermissionError) as info:
-        store.write_bytes(f"az://{CONTAINER}/{prefix}/x", b"x")
+        store.write_bytes(f"az://{BUCKET}/{prefix}/x", b"x")
     _secret_free(str(info.value) + repr(store), sas, _sig_of(sas))
 
 
@@ -258,7 +258,7 @@ def test_stalled_server_times_out_as_transient(make_store) -> None:
             endpoint_url=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", read_timeout=1, request_attempts=1
         )
         with pytest.raises(TransientError, match="connection to"):
-            store.stat(f"az://{CONTAINER}/x")
+            store.stat(f"az://{BUCKET}/x")
 
 
 def test_refused_connection_is_transient(make_store) -> None:
@@ -266,5 +266,5 @@ def test_refused_connection_is_transient(make_store) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
         store = make_store(endpoint_url=f"http://127.0.0.1:{port}/{ACCOUNT_NAME}", request_attempts=1)
-        with pytest.raises(TransientError, match=f"az://{CONTAINER}/x"):
-            store.stat(f"az://{CONTAINER}/x")
+        with pytest.raises(TransientError, match=f"az://{BUCKET}/x"):
+            store.stat(f"az://{BUCKET}/x")

@@ -12,8 +12,8 @@ from flyte_checkpoint_azure.uris import parse
 
 from flyte_checkpoint.testing import IncrementalSuite, StoreRecipe
 
-from .helpers import CONTAINER, fault_store
-from .server import AzuriteServer
+from .helpers import BUCKET, fault_store
+from .server import AzureServer
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +28,22 @@ class TestAzureIncremental(IncrementalSuite):
     abort_removes_pieces = False
 
     @pytest.fixture
-    def store_recipe(self, azurite_server: AzuriteServer) -> StoreRecipe:
-        return StoreRecipe(azurite_server.blob_endpoint, fault_store)
+    def store_recipe(self, azure_server: AzureServer) -> StoreRecipe:
+        return StoreRecipe(azure_server.endpoint, fault_store)
 
     @pytest.fixture
-    def store_root(self, azure_env: AzuriteServer) -> str:
-        return f"az://{CONTAINER}/{uuid.uuid4().hex}"
+    def store_root(self, azure_env: AzureServer) -> str:
+        return f"az://{BUCKET}/{uuid.uuid4().hex}"
 
     def pieces_left(self, server: Any, uri: str) -> list[Any]:
         return list(server.clients.blob(parse(uri)).get_block_list("uncommitted")[1])
 
 
-def test_copied_blocks_store_no_md5(azure_env: AzuriteServer, make_store, prefix: str) -> None:
+def test_copied_blocks_store_no_md5(azure_env: AzureServer, make_store, prefix: str) -> None:
     """MD5 cannot be combined from blocks: an object with copied blocks is committed without
     one (a stale or wrong MD5 would fail every read), one without copies keeps it."""
     store = make_store()
-    src, dest = f"az://{CONTAINER}/{prefix}/src", f"az://{CONTAINER}/{prefix}/dest"
+    src, dest = f"az://{BUCKET}/{prefix}/src", f"az://{BUCKET}/{prefix}/dest"
     store.write_bytes(src, bytes(range(256)) * 4096)
     assert store.clients.blob(parse(src)).get_blob_properties().content_settings.content_md5
     source = store.copy_source(src)

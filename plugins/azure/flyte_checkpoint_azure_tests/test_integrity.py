@@ -11,7 +11,7 @@ from azure.storage.blob import ContentSettings
 
 from flyte_checkpoint.errors import CorruptCheckpointError
 
-from .helpers import CONTAINER
+from .helpers import BUCKET
 
 pytestmark = pytest.mark.integration
 
@@ -22,33 +22,33 @@ BLOCK = 64 * 1024
 def test_blob_md5_is_stored(make_store, blob_service, prefix: str, size: int) -> None:
     store = make_store(part_size=BLOCK)
     data = os.urandom(size)
-    store.write_bytes(f"az://{CONTAINER}/{prefix}/obj", data)
-    props = blob_service.get_blob_client(CONTAINER, f"{prefix}/obj").get_blob_properties()
+    store.write_bytes(f"az://{BUCKET}/{prefix}/obj", data)
+    props = blob_service.get_blob_client(BUCKET, f"{prefix}/obj").get_blob_properties()
     assert bytes(props.content_settings.content_md5) == hashlib.md5(data).digest()
 
 
 def _damage(blob_service, name: str) -> None:
     """Store a wrong MD5 with the blob: what a damaged object looks like to a reader."""
-    blob = blob_service.get_blob_client(CONTAINER, name)
+    blob = blob_service.get_blob_client(BUCKET, name)
     blob.set_http_headers(ContentSettings(content_md5=bytearray(hashlib.md5(b"other bytes").digest())))
 
 
 @pytest.mark.parametrize("size", [1000, 5 * BLOCK + 3], ids=["one-range", "many-ranges"])
 def test_mismatch_is_a_corruption_error(make_store, blob_service, prefix: str, size: int) -> None:
     store = make_store(part_size=BLOCK, read_range_size=BLOCK)
-    uri = f"az://{CONTAINER}/{prefix}/bad"
+    uri = f"az://{BUCKET}/{prefix}/bad"
     store.write_bytes(uri, os.urandom(size))
     _damage(blob_service, f"{prefix}/bad")
     with pytest.raises(CorruptCheckpointError, match="is damaged") as info, store.open_read(uri) as r:
         r.read()
-    assert f"az://{CONTAINER}/{prefix}/bad" in str(info.value)
+    assert f"az://{BUCKET}/{prefix}/bad" in str(info.value)
 
 
 def test_download_file_of_a_damaged_blob_leaves_nothing(
     make_store, blob_service, prefix: str, tmp_path: Path
 ) -> None:
     store = make_store(part_size=BLOCK, read_range_size=BLOCK)
-    uri = f"az://{CONTAINER}/{prefix}/bad"
+    uri = f"az://{BUCKET}/{prefix}/bad"
     store.write_bytes(uri, os.urandom(3 * BLOCK))
     _damage(blob_service, f"{prefix}/bad")
     with pytest.raises(CorruptCheckpointError):
@@ -58,7 +58,7 @@ def test_download_file_of_a_damaged_blob_leaves_nothing(
 
 def test_verify_checksums_off_does_not_check(make_store, blob_service, prefix: str) -> None:
     store = make_store(part_size=BLOCK, verify_checksums=False)
-    uri = f"az://{CONTAINER}/{prefix}/unchecked"
+    uri = f"az://{BUCKET}/{prefix}/unchecked"
     data = os.urandom(2 * BLOCK)
     store.write_bytes(uri, data)
     _damage(blob_service, f"{prefix}/unchecked")
@@ -67,6 +67,6 @@ def test_verify_checksums_off_does_not_check(make_store, blob_service, prefix: s
 
 def test_blob_without_md5_reads_fine(make_store, blob_service, prefix: str) -> None:
     """Objects written by other tools may carry no MD5: nothing to check, no error."""
-    blob_service.get_blob_client(CONTAINER, f"{prefix}/foreign").upload_blob(b"from elsewhere")
-    blob_service.get_blob_client(CONTAINER, f"{prefix}/foreign").set_http_headers(ContentSettings())
-    assert make_store().read_bytes(f"az://{CONTAINER}/{prefix}/foreign") == b"from elsewhere"
+    blob_service.get_blob_client(BUCKET, f"{prefix}/foreign").upload_blob(b"from elsewhere")
+    blob_service.get_blob_client(BUCKET, f"{prefix}/foreign").set_http_headers(ContentSettings())
+    assert make_store().read_bytes(f"az://{BUCKET}/{prefix}/foreign") == b"from elsewhere"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .server import AzuriteServer
+from .server import AzureServer
 
 try:
     from conftest import make_venv
@@ -44,9 +44,9 @@ def test_plugin_and_registry_listing_import_no_azure_sdk() -> None:
 
 
 @pytest.mark.integration
-def test_key_configuration_never_imports_azure_identity(azurite_server: AzuriteServer) -> None:
+def test_key_configuration_never_imports_azure_identity(azure_server: AzureServer) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AZURE_")}
-    env["AZURE_STORAGE_CONNECTION_STRING"] = azurite_server.connection_string
+    env["AZURE_STORAGE_CONNECTION_STRING"] = azure_server.connection_string
     done = _run(
         """
         import sys
@@ -92,7 +92,7 @@ print("ok")
 @pytest.mark.integration
 @pytest.mark.network
 def test_pip_install_azure_extra_into_an_empty_venv(
-    wheelhouse: Path, azurite_server: AzuriteServer, tmp_path: Path, prefix: str
+    wheelhouse: Path, azure_server: AzureServer, tmp_path: Path, prefix: str
 ) -> None:
     """Needs the package index: pip installs the extra's dependencies from it (marked
     ``network``; ``-m "not network"`` leaves it out of an offline run)."""
@@ -110,7 +110,7 @@ def test_pip_install_azure_extra_into_an_empty_venv(
     script = tmp_path / "smoke.py"
     script.write_text(SCRIPT)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "FLYTE_CHECKPOINT_"))}
-    env["AZURE_STORAGE_CONNECTION_STRING"] = azurite_server.connection_string
+    env["AZURE_STORAGE_CONNECTION_STRING"] = azure_server.connection_string
     env.pop("PYTHONPATH", None)
     done = subprocess.run(
         [str(python), str(script), prefix], capture_output=True, text=True, env=env, cwd=tmp_path, check=False

@@ -9,7 +9,7 @@ import pytest
 from flyte_checkpoint.errors import NotFoundError, TransientError
 from flyte_checkpoint.storage.kit.reads import RangedReader
 
-from .helpers import CONTAINER, pool_threads
+from .helpers import BUCKET, pool_threads
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ CHUNK = 50_000
 def test_small_reads_across_many_ranges(make_store, prefix: str) -> None:
     others = frozenset(pool_threads())
     store = make_store(read_range_size=CHUNK, read_concurrency=3)
-    uri = f"az://{CONTAINER}/{prefix}/ranged"
+    uri = f"az://{BUCKET}/{prefix}/ranged"
     data = os.urandom(20 * CHUNK + 17)
     store.write_bytes(uri, data)
     out = bytearray()
@@ -38,7 +38,7 @@ def test_small_reads_across_many_ranges(make_store, prefix: str) -> None:
 
 def test_readinto_and_read_all(make_store, prefix: str) -> None:
     store = make_store(read_range_size=CHUNK)
-    uri = f"az://{CONTAINER}/{prefix}/into"
+    uri = f"az://{BUCKET}/{prefix}/into"
     data = os.urandom(3 * CHUNK + 1)
     store.write_bytes(uri, data)
     with store.open_read(uri) as r:
@@ -51,7 +51,7 @@ def test_readinto_and_read_all(make_store, prefix: str) -> None:
 
 def test_closing_early_stops_the_prefetch(make_store, prefix: str) -> None:
     store = make_store(read_range_size=CHUNK, read_concurrency=4)
-    uri = f"az://{CONTAINER}/{prefix}/early"
+    uri = f"az://{BUCKET}/{prefix}/early"
     store.write_bytes(uri, os.urandom(30 * CHUNK))
     r = store.open_read(uri)
     r.read(10)
@@ -62,7 +62,7 @@ def test_closing_early_stops_the_prefetch(make_store, prefix: str) -> None:
 
 def test_an_object_replaced_while_read_is_a_retryable_error(make_store, prefix: str) -> None:
     store = make_store(read_range_size=CHUNK, read_concurrency=2)
-    uri = f"az://{CONTAINER}/{prefix}/moving"
+    uri = f"az://{BUCKET}/{prefix}/moving"
     store.write_bytes(uri, os.urandom(12 * CHUNK))
     with store.open_read(uri) as r:
         r.read(CHUNK)
@@ -73,7 +73,7 @@ def test_an_object_replaced_while_read_is_a_retryable_error(make_store, prefix: 
 
 def test_empty_blob(make_store, prefix: str) -> None:
     store = make_store()
-    uri = f"az://{CONTAINER}/{prefix}/empty"
+    uri = f"az://{BUCKET}/{prefix}/empty"
     store.write_bytes(uri, b"")
     with store.open_read(uri) as r:
         assert r.read() == b""
@@ -82,7 +82,7 @@ def test_empty_blob(make_store, prefix: str) -> None:
 
 def test_read_range_edges(make_store, prefix: str) -> None:
     store = make_store(read_range_size=CHUNK)
-    uri = f"az://{CONTAINER}/{prefix}/edges"
+    uri = f"az://{BUCKET}/{prefix}/edges"
     data = os.urandom(4 * CHUNK)
     store.write_bytes(uri, data)
     assert store.read_range(uri, 0, 0) == b""
@@ -95,4 +95,4 @@ def test_read_range_of_an_absent_object_is_not_found(make_store, prefix: str) ->
     store = make_store()
     for length in (10, 0):
         with pytest.raises(NotFoundError):
-            store.read_range(f"az://{CONTAINER}/{prefix}/absent", 0, length)
+            store.read_range(f"az://{BUCKET}/{prefix}/absent", 0, length)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from flyte_checkpoint_azure.uris import parse
 
-from .helpers import CONTAINER
+from .helpers import BUCKET
 
 try:
     from tests import shardranks as sr
@@ -25,11 +25,11 @@ WORLD = 4
 
 @pytest.fixture
 def dest(azure_env: Any) -> str:
-    return f"az://{CONTAINER}/{uuid.uuid4().hex}/ckpt"
+    return f"az://{BUCKET}/{uuid.uuid4().hex}/ckpt"
 
 
 def blob(blob_service: Any, uri: str) -> Any:
-    return blob_service.get_blob_client(CONTAINER, parse(uri).key)
+    return blob_service.get_blob_client(BUCKET, parse(uri).key)
 
 
 def untar(blob_service: Any, uri: str) -> dict[str, bytes]:
@@ -39,7 +39,7 @@ def untar(blob_service: Any, uri: str) -> dict[str, bytes]:
 def leftovers(blob_service: Any, uri: str) -> list[str]:
     """Uncommitted blocks of the blob, and coordination objects but the session marker and the
     last result (no temporary piece: the ranks' segments are blocks, not objects)."""
-    container = blob_service.get_container_client(CONTAINER)
+    container = blob_service.get_container_client(BUCKET)
     names = [b.name.rsplit("/", 1)[1] for b in container.list_blobs(parse(uri).key + ".fcp-shard/")]
     staged = blob(blob_service, uri).get_block_list("uncommitted")[1]
     return [n for n in names if n != "open" and not n.endswith(".result")] + [b.id for b in staged]

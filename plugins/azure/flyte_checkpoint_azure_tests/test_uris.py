@@ -8,7 +8,7 @@ from flyte_checkpoint_azure.uris import parse
 from flyte_checkpoint.errors import CheckpointPermissionError, ConfigurationError, InvalidURIError
 from flyte_checkpoint.storage.kit.locations import Location
 
-from .helpers import CONTAINER, config
+from .helpers import BUCKET, config
 from .server import ACCOUNT_KEY, ACCOUNT_NAME
 
 
@@ -92,7 +92,7 @@ def test_key_of_one_account_is_not_sent_to_another(make_store) -> None:
 def test_a_container_uri_is_not_an_object(make_store) -> None:
     store = make_store()
     with pytest.raises(InvalidURIError, match="names a container but no object"):
-        store.open_read(f"az://{CONTAINER}")
+        store.open_read(f"az://{BUCKET}")
 
 
 FORMS = [
@@ -111,14 +111,14 @@ FORMS = [
 def test_each_form_reaches_the_same_object(make_store, prefix: str, form: str) -> None:
     """Writes through one form are read through every other; listings keep the form."""
     store = make_store()
-    store.write_bytes(f"az://{CONTAINER}/{prefix}/obj", b"same object")
-    uri = form.format(c=CONTAINER, a=ACCOUNT_NAME, p=f"{prefix}/obj")
+    store.write_bytes(f"az://{BUCKET}/{prefix}/obj", b"same object")
+    uri = form.format(c=BUCKET, a=ACCOUNT_NAME, p=f"{prefix}/obj")
     assert store.stat(uri) == 11
     assert store.read_bytes(uri) == b"same object"
-    listed_root = form.format(c=CONTAINER, a=ACCOUNT_NAME, p=f"{prefix}/")
+    listed_root = form.format(c=BUCKET, a=ACCOUNT_NAME, p=f"{prefix}/")
     assert list(store.list(listed_root)) == [uri]
     store.write_bytes(uri, b"written back")
-    assert store.read_bytes(f"az://{CONTAINER}/{prefix}/obj") == b"written back"
+    assert store.read_bytes(f"az://{BUCKET}/{prefix}/obj") == b"written back"
 
 
 def test_location_rebuilds_uris_in_the_form_parsed() -> None:

@@ -15,7 +15,7 @@ from flyte_checkpoint_azure.writer import DOUBLE_EVERY, MAX_BLOCKS, AzureWriter
 
 from flyte_checkpoint.errors import ContainerNotFoundError, NotFoundError, StoreError, TransientError
 
-from .helpers import CONTAINER, config, pool_threads
+from .helpers import BUCKET, config, pool_threads
 
 BLOCK = 64 * 1024
 
@@ -24,12 +24,12 @@ BLOCK = 64 * 1024
 def test_many_blocks_commit_as_one_blob(make_store, blob_service, prefix: str) -> None:
     others = frozenset(pool_threads())
     store = make_store(part_size=BLOCK, max_concurrency=4)
-    uri = f"az://{CONTAINER}/{prefix}/many"
+    uri = f"az://{BUCKET}/{prefix}/many"
     data = os.urandom(50 * BLOCK + 1234)
     with store.open_write(uri) as w:
         for i in range(0, len(data), 10_007):  # odd write sizes cross block boundaries
             w.write(data[i : i + 10_007])
-    committed, uncommitted = blob_service.get_blob_client(CONTAINER, f"{prefix}/many").get_block_list("all")
+    committed, uncommitted = blob_service.get_blob_client(BUCKET, f"{prefix}/many").get_block_list("all")
     assert [b.size for b in committed] == [BLOCK] * 50 + [1234]
     assert uncommitted == []
     assert store.read_bytes(uri) == data
@@ -41,9 +41,9 @@ def test_many_blocks_commit_as_one_blob(make_store, blob_service, prefix: str) -
 @pytest.mark.integration
 def test_small_blob_goes_in_one_request(make_store, blob_service, prefix: str) -> None:
     store = make_store(part_size=BLOCK)
-    uri = f"az://{CONTAINER}/{prefix}/small"
+    uri = f"az://{BUCKET}/{prefix}/small"
     store.write_bytes(uri, b"x" * (BLOCK - 1))
-    blob = blob_service.get_blob_client(CONTAINER, f"{prefix}/small")
+    blob = blob_service.get_blob_client(BUCKET, f"{prefix}/small")
     committed, uncommitted = blob.get_block_list("all")
     assert (committed, uncommitted) == ([], [])  # Put Blob, not a block list
     assert (
@@ -55,12 +55,12 @@ def test_small_blob_goes_in_one_request(make_store, blob_service, prefix: str) -
 @pytest.mark.integration
 def test_blocks_are_invisible_until_close(make_store, prefix: str) -> None:
     store = make_store(part_size=BLOCK)
-    uri = f"az://{CONTAINER}/{prefix}/pending"
+    uri = f"az://{BUCKET}/{prefix}/pending"
     w = store.open_write(uri)
     w.write(os.urandom(5 * BLOCK))
     w._wait_parts()  # the five blocks are staged on the server
     assert store.stat(uri) is None
-    assert list(store.list(f"az://{CONTAINER}/{prefix}/")) == []
+    assert list(store.list(f"az://{BUCKET}/{prefix}/")) == []
     w.close()
     assert store.stat(uri) == 5 * BLOCK
 
@@ -68,7 +68,7 @@ def test_blocks_are_invisible_until_close(make_store, prefix: str) -> None:
 @pytest.mark.integration
 def test_exception_mid_write_commits_nothing(make_store, prefix: str) -> None:
     store = make_store(part_size=BLOCK)
-    uri = f"az://{CONTAINER}/{prefix}/kept"
+    uri = f"az://{BUCKET}/{prefix}/kept"
     store.write_bytes(uri, b"previous checkpoint")
     with pytest.raises(RuntimeError, match="crash"), store.open_write(uri) as w:
         w.write(os.urandom(6 * BLOCK + 5))
@@ -80,9 +80,9 @@ def test_exception_mid_write_commits_nothing(make_store, prefix: str) -> None:
 def test_server_refusing_blocks_mid_write_commits_nothing(make_store, blob_service, prefix: str) -> None:
     """A lease taken while blocks are uploading makes the rest fail: the old blob stays."""
     store = make_store(part_size=BLOCK, max_concurrency=2)
-    uri = f"az://{CONTAINER}/{prefix}/leased"
+    uri = f"az://{BUCKET}/{prefix}/leased"
     store.write_bytes(uri, b"old")
-    blob = blob_service.get_blob_client(CONTAINER, f"{prefix}/leased")
+    blob = blob_service.get_blob_client(BUCKET, f"{prefix}/leased")
     lease = None
     try:
         with pytest.raises(StoreError, match="locked by a lease") as info, store.open_write(uri) as w:
@@ -101,8 +101,8 @@ def test_missing_container_fails_the_write_and_says_so(make_store, prefix: str) 
     store = make_store(part_size=BLOCK)
     for size in (10, 3 * BLOCK):  # single request, and blocks
         with (
-            pytest.raises(ContainerNotFoundError, match="'no-such-container' does not exist"),
-            store.open_write(f"az://no-such-container/{prefix}/x") as w,
+            pytest.raises(ContainerNotFoundError, match="'fcp-no-such-bucket' does not exist"),
+            store.open_write(f"az://fcp-no-such-bucket/{prefix}/x") as w,
         ):
             w.write(b"y" * size)
 
@@ -112,7 +112,7 @@ def test_concurrent_multi_block_writers_leave_one_whole_object(make_store, prefi
     """Azure discards a blob's other uncommitted blocks when one block list commits: the
     second writer fails with a retryable error, and the blob is the first writer's, whole."""
     store = make_store(part_size=BLOCK)
-    uri = f"az://{CONTAINER}/{prefix}/race"
+    uri = f"az://{BUCKET}/{prefix}/race"
     a, b = b"A" * (3 * BLOCK), b"B" * (3 * BLOCK + 1)
     wa, wb = store.open_write(uri), store.open_write(uri)
     wa.write(a)
@@ -129,7 +129,7 @@ def test_upload_and_download_file_many_blocks(make_store, tmp_path: Path, prefix
     store = make_store(part_size=BLOCK, read_range_size=50_000)
     src = tmp_path / "src.bin"
     src.write_bytes(os.urandom(20 * BLOCK + 3))
-    uri = f"az://{CONTAINER}/{prefix}/file"
+    uri = f"az://{BUCKET}/{prefix}/file"
     store.upload_file(src, uri)
     dst = tmp_path / "dst.bin"
     store.download_file(uri, dst)
@@ -143,7 +143,7 @@ def test_failed_download_leaves_the_target_alone(make_store, tmp_path: Path, pre
     dst = tmp_path / "dst.bin"
     dst.write_bytes(b"mine")
     with pytest.raises(NotFoundError, match="no object at"):
-        store.download_file(f"az://{CONTAINER}/{prefix}/absent", dst)
+        store.download_file(f"az://{BUCKET}/{prefix}/absent", dst)
     assert dst.read_bytes() == b"mine"
     assert [p.name for p in tmp_path.iterdir()] == ["dst.bin"]
 

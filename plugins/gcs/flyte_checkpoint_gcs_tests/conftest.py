@@ -1,4 +1,4 @@
-"""Fixtures: one GCS emulator per session, and stores pointed at it."""
+"""Fixtures: one GCS emulator per session with the bucket ``BUCKET``, and stores pointed at it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from flyte_checkpoint_gcs.store import GCSStore
 from flyte_checkpoint.storage.registry import get_registry
 
 from .helpers import BUCKET, CHUNK, RANGE, RecordingSession, make_store
-from .server import EmulatorError, GcsEmulator, emulator_installed
+from .server import INSTALL_HINT, GCSServer, ServerStartError, run_server, server_installed
 
 try:
     from conftest import require  # the repository's root conftest
@@ -33,35 +33,31 @@ STORE_ENV = {
 
 
 @pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[GcsEmulator]:
-    """A running emulator with the bucket ``fcp-test``; the environment points the
-    registry's ``gs://`` store at it (small chunks, see ``STORE_ENV``).
+def gcs_server() -> Iterator[GCSServer]:
+    """A GCS emulator on 127.0.0.1 for the whole session, with the bucket ``BUCKET``; the
+    environment points the registry's ``gs://`` store at it (small chunks, see ``STORE_ENV``).
 
     Not installed: the test skips (a failure with CI=true). Installed but not started: the
     test fails, CI or not, with the emulator's output.
     """
-    require(emulator_installed(), "gcp-storage-emulator is not installed (pip install gcp-storage-emulator)")
-    emu = GcsEmulator()
+    require(server_installed(), f"gcp-storage-emulator is not installed: {INSTALL_HINT}")
     try:
-        emu.start()
-    except EmulatorError as exc:
-        emu.stop()
-        pytest.fail(f"the GCS emulator could not start: {exc}", pytrace=False)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("STORAGE_EMULATOR_HOST", emu.endpoint)
-        for key, value in STORE_ENV.items():
-            mp.setenv(key, value)
-        try:
-            emu.create_bucket(BUCKET)
+        with run_server() as server, pytest.MonkeyPatch.context() as mp:
+            server.create_bucket(BUCKET)
+            mp.setenv("STORAGE_EMULATOR_HOST", server.endpoint)
+            for key, value in STORE_ENV.items():
+                mp.setenv(key, value)
             get_registry().close()  # stores built before this point do not know the emulator
-            yield emu
-        finally:
-            get_registry().close()
-            emu.stop()
+            try:
+                yield server
+            finally:
+                get_registry().close()
+    except ServerStartError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture
-def gcs_root(gcs_emulator: GcsEmulator) -> str:
+def gcs_root(gcs_server: GCSServer) -> str:
     """A fresh, empty ``gs://`` prefix."""
     return f"gs://{BUCKET}/{uuid.uuid4().hex}"
 
@@ -73,8 +69,8 @@ def session() -> RecordingSession:
 
 
 @pytest.fixture
-def store(gcs_emulator: GcsEmulator, session: RecordingSession) -> Iterator[GCSStore]:
+def store(gcs_server: GCSServer, session: RecordingSession) -> Iterator[GCSStore]:
     """A store on the emulator through ``session``, with one SDK try per request."""
-    s = make_store(gcs_emulator.endpoint, session=session)
+    s = make_store(gcs_server.endpoint, session=session)
     yield s
     s.close()

@@ -13,7 +13,10 @@ from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from requests.structures import CaseInsensitiveDict
 
-BUCKET = "fcp-test"
+#: The bucket every test writes under (each test under its own unique prefix).
+BUCKET = "fcp-tests"
+#: A bucket the test server does not have (the recipes' ``missing_container``).
+MISSING_BUCKET = "fcp-no-such-bucket"
 #: Small sizes so that a few MiB cross many chunk and range boundaries.
 CHUNK = 256 * 1024
 RANGE = 384 * 1024

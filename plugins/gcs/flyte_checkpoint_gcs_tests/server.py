@@ -1,114 +1,48 @@
-"""Start and stop a GCS emulator (``gcp-storage-emulator`` from PyPI) on 127.0.0.1.
+"""Start and stop a GCS emulator (``gcp-storage-emulator`` from PyPI) on 127.0.0.1, for tests
+and benchmarks.
 
-Reusable by any test suite::
+The same shape in the three plugins' test packages (``server_installed()``,
+``run_server()`` yielding a server with ``endpoint`` and ``create_bucket``,
+``ServerStartError``)::
 
-    with GcsEmulator() as emu:
-        emu.create_bucket("b")
-        store = GCSStore(endpoint_url=emu.endpoint, anonymous=True)
+    with run_server() as server:        # server.endpoint: "http://127.0.0.1:<free port>"
+        server.create_bucket("b")
+        store = GCSStore(endpoint_url=server.endpoint, anonymous=True)
+
+See :func:`flyte_checkpoint.testing.servers.server_process` for how it is started and stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
-from pathlib import Path
-from types import TracebackType
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from flyte_checkpoint.testing.servers import ServerStartError, server_process
+
+__all__ = ["INSTALL_HINT", "GCSServer", "ServerStartError", "run_server", "server_installed"]
+
+#: What to install when :func:`server_installed` is false.
+INSTALL_HINT = "pip install gcp-storage-emulator"
 
 
-class EmulatorError(RuntimeError):
-    """The emulator could not be started (the message carries its stderr)."""
+@dataclass(frozen=True)
+class GCSServer:
+    """A running, in-memory ``gcp-storage-emulator``."""
 
-
-def emulator_installed() -> bool:
-    """Whether the ``gcp_storage_emulator`` package can be imported."""
-    return importlib.util.find_spec("gcp_storage_emulator") is not None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class GcsEmulator:
-    """An in-memory ``gcp-storage-emulator`` process on a free port of 127.0.0.1."""
-
-    def __init__(self, start_timeout: float = 180.0) -> None:
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._start_timeout = start_timeout
-        self._proc: subprocess.Popen[bytes] | None = None
-        fd, log = tempfile.mkstemp(prefix="gcs-emulator-", suffix=".log")
-        os.close(fd)
-        self._log = Path(log)
-
-    def start(self) -> GcsEmulator:
-        """Start the process and wait until it answers its health check.
-
-        ``start_timeout`` only guards against a hang: it is far above the usual start-up
-        time, even on a loaded machine, so a slow start is waited for, not failed.
-
-        Raises:
-            EmulatorError: it exited or did not answer in time (with its stderr).
-        """
-        cmd = [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--in-memory",
-            "--quiet",
-        ]
-        with self._log.open("wb") as log:
-            self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + self._start_timeout
-        while True:
-            if self._proc.poll() is not None:
-                raise EmulatorError(f"the GCS emulator exited with {self._proc.returncode}: {self.output()}")
-            if self._answers():
-                return self
-            if time.monotonic() > deadline:
-                output = self.output()  # before stop(), which removes the log
-                self.stop()
-                raise EmulatorError(
-                    f"the GCS emulator did not answer on {self.endpoint} within "
-                    f"{self._start_timeout:.0f}s: {output}"
-                )
-            time.sleep(0.1)
-
-    def _answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.endpoint + "/", timeout=1) as r:
-                return r.status == 200
-        except (OSError, urllib.error.URLError):
-            return False
-
-    def output(self) -> str:
-        """What the emulator printed so far (the last 4000 characters)."""
-        try:
-            return self._log.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
+    #: Its URL, ``http://127.0.0.1:PORT`` (a store's ``endpoint_url``, or ``STORAGE_EMULATOR_HOST``).
+    endpoint: str
 
     def create_bucket(self, name: str) -> None:
-        """Create a bucket (no error if it already exists)."""
-        body = json.dumps({"name": name}).encode()
+        """Create the bucket ``name`` (no error if it exists already)."""
         req = urllib.request.Request(
             f"{self.endpoint}/storage/v1/b?project=test",
-            data=body,
+            data=json.dumps({"name": name}).encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
         )
@@ -118,22 +52,42 @@ class GcsEmulator:
             if exc.code != 409:
                 raise
 
-    def stop(self) -> None:
-        """Terminate the process and wait for it; remove its log."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        self._log.unlink(missing_ok=True)
 
-    def __enter__(self) -> GcsEmulator:
-        return self.start()
+def server_installed() -> bool:
+    """True if the ``gcp_storage_emulator`` package can be imported by this Python."""
+    return importlib.util.find_spec("gcp_storage_emulator") is not None
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+
+@contextlib.contextmanager
+def run_server(*, start_timeout: float = 180.0) -> Iterator[GCSServer]:
+    """Run ``python -m gcp_storage_emulator start`` in memory on a free port of 127.0.0.1; yield it.
+
+    Raises:
+        ServerStartError: it did not answer (after three tries on fresh ports), with its output.
+    """
+    with server_process(
+        lambda port: [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+            "--quiet",
+        ],
+        name="the GCS emulator",
+        answers=_answers,
+        start_timeout=start_timeout,
+    ) as port:
+        yield GCSServer(f"http://127.0.0.1:{port}")
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1) as r:
+            return bool(r.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False

@@ -12,8 +12,8 @@ from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import get_registry
 from flyte_checkpoint.testing import BlobStoreSuite, CheckpointSuite, CrashSuite, FaultSuite, StoreRecipe
 
-from .helpers import BUCKET, CHUNK, RecordingSession, fault_store, make_store
-from .server import GcsEmulator
+from .helpers import BUCKET, CHUNK, MISSING_BUCKET, RecordingSession, fault_store, make_store
+from .server import GCSServer
 
 #: Crosses 20 upload chunks and 14 read ranges with the small sizes of ``STORE_ENV``.
 LARGE = 5 * 1024 * 1024 + 123
@@ -25,14 +25,14 @@ class TestGcsConformance(BlobStoreSuite, CheckpointSuite):
     large_object_size = LARGE
 
     @pytest.fixture
-    def store(self, gcs_emulator: GcsEmulator) -> BlobStore:
+    def store(self, gcs_server: GCSServer) -> BlobStore:
         store = get_registry().store_for(f"gs://{BUCKET}/x")
         assert isinstance(store, GCSStore)
         assert store.config.part_size == CHUNK
         return store
 
     @pytest.fixture
-    def store_root(self, gcs_emulator: GcsEmulator) -> str:
+    def store_root(self, gcs_server: GCSServer) -> str:
         return f"gs://{BUCKET}/{uuid.uuid4().hex}"
 
 
@@ -42,13 +42,13 @@ class TestGcsAliasSerialConformance(BlobStoreSuite):
     large_object_size = LARGE
 
     @pytest.fixture
-    def store(self, gcs_emulator: GcsEmulator) -> Iterator[BlobStore]:
-        store = make_store(gcs_emulator.endpoint, read_concurrency=1, request_attempts=3)
+    def store(self, gcs_server: GCSServer) -> Iterator[BlobStore]:
+        store = make_store(gcs_server.endpoint, read_concurrency=1, request_attempts=3)
         yield store
         store.close()
 
     @pytest.fixture
-    def store_root(self, gcs_emulator: GcsEmulator) -> str:
+    def store_root(self, gcs_server: GCSServer) -> str:
         return f"gcs://{BUCKET}/{uuid.uuid4().hex}"
 
 
@@ -56,21 +56,19 @@ class TestGcsFaults(FaultSuite, CrashSuite):
     """Through the fault proxy in front of the emulator, and a child process killed mid-upload."""
 
     @pytest.fixture
-    def store_recipe(self, gcs_emulator: GcsEmulator) -> StoreRecipe:
-        return StoreRecipe(
-            gcs_emulator.endpoint, fault_store, missing_container="gs://fcp-no-such-bucket/ckpt"
-        )
+    def store_recipe(self, gcs_server: GCSServer) -> StoreRecipe:
+        return StoreRecipe(gcs_server.endpoint, fault_store, missing_container=f"gs://{MISSING_BUCKET}/ckpt")
 
     @pytest.fixture
-    def store_root(self, gcs_emulator: GcsEmulator) -> str:
+    def store_root(self, gcs_server: GCSServer) -> str:
         return f"gs://{BUCKET}/{uuid.uuid4().hex}"
 
 
-def test_list_details_comes_from_the_listing_alone(gcs_emulator: GcsEmulator) -> None:
+def test_list_details_comes_from_the_listing_alone(gcs_server: GCSServer) -> None:
     """Native: sizes and modification times come with the listing, one request per listing
     (counted at the session) and none per object, recursive or one level with folders."""
     session = RecordingSession()
-    store = make_store(gcs_emulator.endpoint, session=session)
+    store = make_store(gcs_server.endpoint, session=session)
     root = f"gs://{BUCKET}/{uuid.uuid4().hex}"
     for name, data in {"a/1": b"1", "a/2/x": b"22", "b": b"333"}.items():
         store.write_bytes(f"{root}/{name}", data)

@@ -15,36 +15,36 @@ from flyte_checkpoint.storage.kit import scrub
 from flyte_checkpoint.uri import join
 
 from .helpers import CHUNK, RecordingSession, make_store
-from .server import GcsEmulator
+from .server import GCSServer
 
 
-def test_anonymous_sends_no_credentials(gcs_emulator: GcsEmulator, gcs_root: str) -> None:
+def test_anonymous_sends_no_credentials(gcs_server: GCSServer, gcs_root: str) -> None:
     session = RecordingSession()
-    store = make_store(gcs_emulator.endpoint, session=session)
+    store = make_store(gcs_server.endpoint, session=session)
     store.write_bytes(join(gcs_root, "a"), b"x")
     assert store.read_bytes(join(gcs_root, "a")) == b"x"
     assert session.sent_headers and all("Authorization" not in h for h in session.sent_headers)
 
 
-def test_emulator_host_alone_means_anonymous(gcs_emulator: GcsEmulator, gcs_root: str) -> None:
+def test_emulator_host_alone_means_anonymous(gcs_server: GCSServer, gcs_root: str) -> None:
     """With only STORAGE_EMULATOR_HOST set (the session fixture sets it), no credential is looked for."""
     from google.auth.credentials import AnonymousCredentials
 
     store = GCSStore()
-    assert store.config.anonymous and store.config.endpoint_url == gcs_emulator.endpoint
+    assert store.config.anonymous and store.config.endpoint_url == gcs_server.endpoint
     assert isinstance(store.client.storage._credentials, AnonymousCredentials)
     assert store.stat(join(gcs_root, "absent")) is None
 
 
-def test_given_credentials_are_sent_and_never_appear_in_messages_or_repr(gcs_emulator: GcsEmulator) -> None:
+def test_given_credentials_are_sent_and_never_appear_in_messages_or_repr(gcs_server: GCSServer) -> None:
     from google.oauth2.credentials import Credentials
 
     secret = "ya29.a0-very-secret-token-value"
     creds = Credentials(token=secret)
     session = RecordingSession(credentials=creds)
-    store = make_store(gcs_emulator.endpoint, anonymous=False, credentials=creds, session=session)
+    store = make_store(gcs_server.endpoint, anonymous=False, credentials=creds, session=session)
     assert secret not in repr(store) and secret not in repr(store.config)
-    uri = "gs://no-such-bucket-fcp/ckpt"
+    uri = "gs://fcp-no-such-bucket/ckpt"
     for call in (lambda: store.stat(uri), lambda: store.write_bytes(uri, os.urandom(2 * CHUNK))):
         with pytest.raises(ContainerNotFoundError) as info:
             call()

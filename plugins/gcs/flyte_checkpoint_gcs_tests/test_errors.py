@@ -27,7 +27,7 @@ from flyte_checkpoint.errors import (
 from flyte_checkpoint.uri import join
 
 from .helpers import BUCKET, CHUNK, make_store
-from .server import GcsEmulator
+from .server import GCSServer
 
 URI = "gs://bucket/run/ckpt"
 
@@ -102,13 +102,13 @@ def test_a_harmless_cause_is_chained() -> None:
 
 
 def test_missing_bucket_is_an_error_from_every_operation(store: GCSStore) -> None:
-    uri = "gs://no-such-bucket-fcp/run/ckpt"
+    uri = "gs://fcp-no-such-bucket/run/ckpt"
     calls = [
         lambda: store.stat(uri),
         lambda: store.open_read(uri),
         lambda: store.write_bytes(uri, b"small"),
         lambda: store.write_bytes(uri, os.urandom(2 * CHUNK)),
-        lambda: list(store.list("gs://no-such-bucket-fcp/run")),
+        lambda: list(store.list("gs://fcp-no-such-bucket/run")),
         lambda: store.delete(uri),
         lambda: store.read_range(uri, 0, 10),
     ]
@@ -116,14 +116,14 @@ def test_missing_bucket_is_an_error_from_every_operation(store: GCSStore) -> Non
         with pytest.raises(ContainerNotFoundError) as info:
             call()
         message = str(info.value)
-        assert "bucket 'no-such-bucket-fcp'" in message and "does not exist" in message
-        assert "gs://no-such-bucket-fcp/run" in message
-        assert "gcloud storage buckets create gs://no-such-bucket-fcp" in message
+        assert "bucket 'fcp-no-such-bucket'" in message and "does not exist" in message
+        assert "gs://fcp-no-such-bucket/run" in message
+        assert "gcloud storage buckets create gs://fcp-no-such-bucket" in message
 
 
-def test_missing_bucket_fails_a_load_instead_of_looking_like_no_checkpoint(gcs_emulator: GcsEmulator) -> None:
+def test_missing_bucket_fails_a_load_instead_of_looking_like_no_checkpoint(gcs_server: GCSServer) -> None:
     with (
-        Checkpoint(f"gs://{BUCKET}/x/dest", "gs://no-such-bucket-fcp/prev") as cp,
+        Checkpoint(f"gs://{BUCKET}/x/dest", "gs://fcp-no-such-bucket/prev") as cp,
         pytest.raises(ContainerNotFoundError, match="does not exist"),
     ):
         cp.load_sync()
@@ -140,7 +140,7 @@ def test_missing_object_is_not_found(store: GCSStore, gcs_root: str) -> None:
     store.delete(uri)  # no error
 
 
-def test_refused_connection_is_transient_and_names_the_uri(gcs_emulator: GcsEmulator) -> None:
+def test_refused_connection_is_transient_and_names_the_uri(gcs_server: GCSServer) -> None:
     with socket.socket() as s:  # a port where nothing listens
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -23,7 +23,7 @@ from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.testing import FaultProxy
 
 from .helpers import BUCKET
-from .server import GcsEmulator
+from .server import GCSServer
 
 pytestmark = pytest.mark.integration
 
@@ -45,10 +45,10 @@ def tree_of(path: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def proxied(gcs_emulator: GcsEmulator) -> Iterator[tuple[FaultProxy, str]]:
+def proxied(gcs_server: GCSServer) -> Iterator[tuple[FaultProxy, str]]:
     """A fresh prefix whose URIs go through a FaultProxy in front of the emulator."""
     prefix = f"gs://{BUCKET}/{uuid.uuid4().hex}/"
-    with FaultProxy(gcs_emulator.endpoint) as proxy:
+    with FaultProxy(gcs_server.endpoint) as proxy:
         fc.configure_store(prefix, endpoint_url=proxy.url)
         try:
             yield proxy, prefix
@@ -67,7 +67,7 @@ def save(proxy: FaultProxy, dest: str, src: Path, prev: str | None = None) -> in
     return sent(proxy) - before
 
 
-def test_the_store_declares_no_server_side_range_copy(gcs_emulator):
+def test_the_store_declares_no_server_side_range_copy(gcs_server):
     store = store_for(f"gs://{BUCKET}/any")
     assert isinstance(store, GCSStore)
     assert store.copy_limits is None, "GCS copies whole objects only: a range copy would download"

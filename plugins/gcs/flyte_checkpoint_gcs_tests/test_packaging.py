@@ -13,7 +13,7 @@ import flyte_checkpoint_gcs
 import pytest
 
 from .helpers import BUCKET
-from .server import GcsEmulator
+from .server import GCSServer
 
 PACKAGE = Path(flyte_checkpoint_gcs.__file__).parent
 #: The modules of every plugin (CONTRIBUTING: the plugin shape).
@@ -82,7 +82,7 @@ print("extra ok")
 @pytest.mark.integration
 @pytest.mark.network
 def test_pip_install_extra_then_save_and_load(
-    gcs_emulator: GcsEmulator, wheelhouse: Path, tmp_path: Path
+    gcs_server: GCSServer, wheelhouse: Path, tmp_path: Path
 ) -> None:
     """Needs the package index: pip installs the extra's dependencies from it (marked
     ``network``; ``-m "not network"`` leaves it out of an offline run)."""
@@ -94,7 +94,7 @@ def test_pip_install_extra_then_save_and_load(
     )
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("FLYTE_CHECKPOINT_")},
-        "STORAGE_EMULATOR_HOST": gcs_emulator.endpoint,
+        "STORAGE_EMULATOR_HOST": gcs_server.endpoint,
         "FLYTE_CHECKPOINT_GCS_PART_SIZE": "256KiB",
         "FCP_ROOT": f"gs://{BUCKET}/{uuid.uuid4().hex}",
     }

@@ -12,7 +12,7 @@ from flyte_checkpoint_gcs.store import GCSStore
 from flyte_checkpoint.uri import join
 
 from .helpers import RANGE, RecordingSession, make_store
-from .server import GcsEmulator
+from .server import GCSServer
 
 
 def media_gets(session: RecordingSession) -> list:
@@ -50,9 +50,7 @@ def test_small_object_is_one_metadata_request_and_one_get(
     assert [c.method for c in session.calls] == ["GET", "GET"] and len(media_gets(session)) == 1
 
 
-def test_ranges_run_on_the_stores_pool_with_its_thread_names(
-    gcs_emulator: GcsEmulator, gcs_root: str
-) -> None:
+def test_ranges_run_on_the_stores_pool_with_its_thread_names(gcs_server: GCSServer, gcs_root: str) -> None:
     names: set[str] = set()
 
     class NamingSession(RecordingSession):
@@ -61,7 +59,7 @@ def test_ranges_run_on_the_stores_pool_with_its_thread_names(
                 names.add(threading.current_thread().name)
             return super().request(method, url, *args, **kwargs)
 
-    store = make_store(gcs_emulator.endpoint, session=NamingSession(), read_concurrency=3)
+    store = make_store(gcs_server.endpoint, session=NamingSession(), read_concurrency=3)
     uri = join(gcs_root, "pooled")
     store.write_bytes(uri, os.urandom(6 * RANGE))
     assert store.read_bytes(uri)

@@ -20,7 +20,7 @@ from flyte_checkpoint_gcs.store import GCSStore
 from flyte_checkpoint.testing import FaultProxy
 
 from .helpers import BUCKET, RecordingSession, make_store
-from .server import GcsEmulator
+from .server import GCSServer
 
 try:
     from tests import shardranks as sr
@@ -33,11 +33,11 @@ WORLD = 4
 
 
 @pytest.fixture
-def proxy(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+def proxy(gcs_server: GCSServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
     """A FaultProxy in front of the emulator; the rank processes' stores go through it."""
     from flyte_checkpoint.storage.registry import get_registry
 
-    with FaultProxy(gcs_emulator.endpoint) as p:
+    with FaultProxy(gcs_server.endpoint) as p:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", p.url)
         get_registry().close()
         yield p
@@ -45,15 +45,15 @@ def proxy(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> Iterato
 
 
 @pytest.fixture
-def raw(gcs_emulator: GcsEmulator) -> Iterator[GCSStore]:
+def raw(gcs_server: GCSServer) -> Iterator[GCSStore]:
     """A store on the emulator itself, to look at what the ranks left."""
-    s = make_store(gcs_emulator.endpoint)
+    s = make_store(gcs_server.endpoint)
     yield s
     s.close()
 
 
 @pytest.fixture
-def dest(gcs_emulator: GcsEmulator) -> str:
+def dest(gcs_server: GCSServer) -> str:
     return f"gs://{BUCKET}/{uuid.uuid4().hex}/ckpt"
 
 
@@ -95,9 +95,9 @@ def test_four_ranks_send_their_bytes_once_and_rank_0_composes(tmp_path, proxy, r
         assert sr.tree(cp.load_sync()) == expected
 
 
-def test_more_pieces_than_one_compose_takes_are_composed_in_rounds(gcs_emulator, dest, monkeypatch):
+def test_more_pieces_than_one_compose_takes_are_composed_in_rounds(gcs_server, dest, monkeypatch):
     session = RecordingSession()
-    store = make_store(gcs_emulator.endpoint, session=session)
+    store = make_store(gcs_server.endpoint, session=session)
     monkeypatch.setattr(shards, "MAX_SOURCES", 3)  # 11 pieces and the tail: 12 -> 4 -> 2 -> 1
     writes = store.sharded_writes(dest)
     assert isinstance(writes, shards.GCSShardedWrites)
@@ -118,7 +118,7 @@ def test_more_pieces_than_one_compose_takes_are_composed_in_rounds(gcs_emulator,
     store.close()
 
 
-def test_each_compose_source_is_pinned_to_its_generation(gcs_emulator, dest):
+def test_each_compose_source_is_pinned_to_its_generation(gcs_server, dest):
     """GCS refuses (412) a source whose generation is not the one its rank wrote; the emulator
     ignores ``ifGenerationMatch``, so the requests are checked."""
     bodies: list[dict[str, Any]] = []
@@ -128,7 +128,7 @@ def test_each_compose_source_is_pinned_to_its_generation(gcs_emulator, dest):
             bodies.append(json.loads(data))
         return data
 
-    store = make_store(gcs_emulator.endpoint, session=RecordingSession(fault=keep))
+    store = make_store(gcs_server.endpoint, session=RecordingSession(fault=keep))
     writes = store.sharded_writes(dest)
     state = {"token": uuid.uuid4().hex}
     pieces = []
@@ -147,7 +147,7 @@ def test_each_compose_source_is_pinned_to_its_generation(gcs_emulator, dest):
     store.close()
 
 
-def test_a_failed_rank_commits_nothing_and_the_next_save_leaves_no_piece(tmp_path, gcs_emulator, raw, dest):
+def test_a_failed_rank_commits_nothing_and_the_next_save_leaves_no_piece(tmp_path, gcs_server, raw, dest):
     first = sr.make_folders(tmp_path, WORLD, tag="first")
     assert sr.run(dest, first) == ["OK"] * WORLD
     results = sr.run(dest, sr.make_folders(tmp_path, WORLD, tag="second"), fail={1: True})
@@ -159,11 +159,11 @@ def test_a_failed_rank_commits_nothing_and_the_next_save_leaves_no_piece(tmp_pat
 
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("FCP_SHARD_KILLS", "3"))))
-def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_a_piece(tmp_path, gcs_emulator, raw, dest, seed):
+def test_sigkill_of_a_random_rank_never_leaves_a_mix_or_a_piece(tmp_path, gcs_server, raw, dest, seed):
     sr.check_random_kill(dest, tmp_path, 200 + seed, lambda: untar(raw, dest), lambda: leftovers(raw, dest))
 
 
-def test_a_parallel_inflate_restores_a_composed_object(tmp_path, gcs_emulator, dest, monkeypatch):
+def test_a_parallel_inflate_restores_a_composed_object(tmp_path, gcs_server, dest, monkeypatch):
     """The segments joined by compose, no padding between them: the parallel load (forced on
     this machine's cores) restores the union and verifies every file."""
     folders = sr.make_folders(tmp_path, WORLD)

@@ -15,7 +15,7 @@ from flyte_checkpoint.storage.registry import get_registry
 from flyte_checkpoint.uri import join
 
 from .helpers import BUCKET, CHUNK
-from .server import GcsEmulator
+from .server import GCSServer
 
 
 def test_parse_keeps_the_scheme_and_the_name_literally() -> None:
@@ -40,7 +40,7 @@ def test_bad_uris_are_refused_before_any_request(uri: str, message: str) -> None
     assert "secret" not in str(info.value)
 
 
-def test_gcs_alias_resolves_to_the_same_backend_and_round_trips(gcs_emulator: GcsEmulator) -> None:
+def test_gcs_alias_resolves_to_the_same_backend_and_round_trips(gcs_server: GCSServer) -> None:
     registry = get_registry()
     assert registry.backend_for("gcs://b/k").name == registry.backend_for("gs://b/k").name == "gcs"
     name = uuid.uuid4().hex

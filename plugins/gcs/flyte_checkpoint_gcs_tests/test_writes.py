@@ -17,7 +17,7 @@ from flyte_checkpoint.errors import TransientError
 from flyte_checkpoint.uri import join
 
 from .helpers import CHUNK, Call, RecordingSession, make_store
-from .server import GcsEmulator
+from .server import GCSServer
 
 
 def test_large_object_goes_as_a_multi_chunk_resumable_upload(
@@ -94,7 +94,7 @@ def test_exception_in_with_block_after_many_chunks_leaves_nothing(
     assert store.stat(uri) is None
 
 
-def test_failed_chunk_abandons_the_upload(gcs_emulator: GcsEmulator, gcs_root: str) -> None:
+def test_failed_chunk_abandons_the_upload(gcs_server: GCSServer, gcs_root: str) -> None:
     def fail_third_chunk(call: Call, data: object) -> object:
         if "Content-Range" in call.headers and call.headers["Content-Range"].startswith(
             f"bytes {2 * CHUNK}-"
@@ -103,7 +103,7 @@ def test_failed_chunk_abandons_the_upload(gcs_emulator: GcsEmulator, gcs_root: s
         return data
 
     session = RecordingSession(fault=fail_third_chunk)
-    store = make_store(gcs_emulator.endpoint, session=session)
+    store = make_store(gcs_server.endpoint, session=session)
     uri = join(gcs_root, "failed")
     with pytest.raises(TransientError) as info, store.open_write(uri) as w:
         for _ in range(6):
@@ -125,7 +125,7 @@ def test_upload_file_round_trip_and_overwrite(store: GCSStore, gcs_root: str, tm
 
 
 def test_a_chunk_persisted_in_part_is_resent_from_where_the_server_stopped(
-    gcs_emulator: GcsEmulator, gcs_root: str
+    gcs_server: GCSServer, gcs_root: str
 ) -> None:
     """GCS may keep only part of a chunk (a multiple of 256KiB) and say so with a 308 whose Range
     ends early. The session below delivers only the first half of the second chunk (the emulator
@@ -145,7 +145,7 @@ def test_a_chunk_persisted_in_part_is_resent_from_where_the_server_stopped(
             return super().request(method, url, data=data, headers=headers, **kwargs)
 
     session = Halving()
-    store = make_store(gcs_emulator.endpoint, session=session, part_size=part)
+    store = make_store(gcs_server.endpoint, session=session, part_size=part)
     uri = join(gcs_root, "resent")
     data = os.urandom(4 * part + 11)
     store.write_bytes(uri, data)
@@ -161,7 +161,7 @@ def test_a_chunk_persisted_in_part_is_resent_from_where_the_server_stopped(
     store.close()
 
 
-def test_chunks_go_from_the_stores_pool_one_at_a_time(gcs_emulator: GcsEmulator, gcs_root: str) -> None:
+def test_chunks_go_from_the_stores_pool_one_at_a_time(gcs_server: GCSServer, gcs_root: str) -> None:
     """max_concurrency is 1: never two requests at once; every chunk but the last leaves from a
     pool thread while the caller fills the next, and the last one (the commit) from the thread
     that closes the writer."""
@@ -185,7 +185,7 @@ def test_chunks_go_from_the_stores_pool_one_at_a_time(gcs_emulator: GcsEmulator,
                 with lock:
                     state["now"] -= 1
 
-    store = make_store(gcs_emulator.endpoint, session=Counting(fault=watch))
+    store = make_store(gcs_server.endpoint, session=Counting(fault=watch))
     store.write_bytes(join(gcs_root, "serial"), os.urandom(5 * CHUNK + 1))
     assert state["most"] == 1
     assert len(names) == 6, names

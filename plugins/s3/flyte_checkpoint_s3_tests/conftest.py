@@ -1,4 +1,5 @@
-"""Fixtures: one moto S3 server per session, a bucket on it, and the environment that points at it."""
+"""Fixtures: one moto S3 server per session with the bucket ``BUCKET``, the environment that
+points at it, and stores on it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from .helpers import ACCESS_KEY, BUCKET, ENDPOINT_VARS, SECRET_KEY, SMALL
-from .server import ServerStartError, moto_available, moto_s3_server
+from .server import INSTALL_HINT, S3Server, ServerStartError, run_server, server_installed
 
 try:  # the repository's root conftest (loaded when pytest runs from the repository)
     from conftest import require
@@ -42,12 +43,17 @@ _FOREIGN_ENV = (
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    """The URL of a moto S3 server on 127.0.0.1, running for the whole session."""
-    require(moto_available(), "moto[server] is not installed (pip install 'moto[server]')")
+def s3_server() -> Iterator[S3Server]:
+    """A moto S3 server on 127.0.0.1 for the whole session, with the bucket ``BUCKET``.
+
+    Not installed: the test skips (a failure with CI=true). Installed but not started: the
+    test fails, CI or not, with the server's output.
+    """
+    require(server_installed(), f"moto's S3 server is not installed: {INSTALL_HINT}")
     try:
-        with moto_s3_server() as endpoint:
-            yield endpoint
+        with run_server() as server:
+            server.create_bucket(BUCKET)
+            yield server
     except ServerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
 
@@ -67,12 +73,12 @@ def server_env(endpoint: str, aws_dir: Any) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def s3_env(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def s3_env(s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Environment pointing boto3 (and the registry's S3 store) at the test server, with small parts."""
     from flyte_checkpoint.storage.registry import get_registry
 
     env = {
-        **server_env(s3_endpoint, tmp_path_factory.mktemp("aws")),
+        **server_env(s3_server.endpoint, tmp_path_factory.mktemp("aws")),
         **{f"FLYTE_CHECKPOINT_S3_{k.upper()}": str(v) for k, v in SMALL.items()},
     }
     with pytest.MonkeyPatch.context() as mp:
@@ -87,11 +93,10 @@ def s3_env(s3_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 @pytest.fixture(scope="session")
 def raw_s3(s3_env: dict[str, str]) -> Iterator[Any]:
-    """A plain boto3 client on the test server, with the test bucket created."""
+    """A plain boto3 client on the test server (whose fixture made the bucket ``BUCKET``)."""
     import boto3
 
     client = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT_URL_S3"])
-    client.create_bucket(Bucket=BUCKET)
     yield client
     client.close()
 

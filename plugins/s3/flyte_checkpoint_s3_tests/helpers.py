@@ -7,7 +7,10 @@ from typing import Any
 
 from flyte_checkpoint.testing.data import data  # noqa: F401 - deterministic bytes that do not compress
 
+#: The bucket every test writes under (each test under its own unique prefix).
 BUCKET = "fcp-tests"
+#: A bucket the test server does not have (the recipes' ``missing_container``).
+MISSING_BUCKET = "fcp-no-such-bucket"
 #: The variables that can name the endpoint, first set wins.
 ENDPOINT_VARS = ("FLYTE_AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 #: Credentials for the test server; the tests check that they never show up in messages.

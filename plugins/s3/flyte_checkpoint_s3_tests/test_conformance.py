@@ -19,7 +19,8 @@ from flyte_checkpoint.testing import (
     StoreRecipe,
 )
 
-from .helpers import BUCKET, fault_store
+from .helpers import BUCKET, MISSING_BUCKET, fault_store
+from .server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -75,8 +76,8 @@ class TestS3Faults(FaultSuite, CrashSuite):
     """Through the fault proxy in front of moto, and a child process killed mid-upload."""
 
     @pytest.fixture
-    def store_recipe(self, s3_endpoint: str, raw_s3: Any) -> StoreRecipe:
-        return StoreRecipe(s3_endpoint, fault_store, missing_container="s3://fcp-no-such-bucket/ckpt")
+    def store_recipe(self, s3_server: S3Server, raw_s3: Any) -> StoreRecipe:
+        return StoreRecipe(s3_server.endpoint, fault_store, missing_container=f"s3://{MISSING_BUCKET}/ckpt")
 
     @pytest.fixture
     def store_root(self) -> str:

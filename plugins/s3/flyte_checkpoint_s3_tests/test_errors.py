@@ -21,9 +21,10 @@ from flyte_checkpoint.errors import (
     StoreError,
     TransientError,
 )
+from flyte_checkpoint.testing.servers import free_port
 
 from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, key_of
-from .server import free_port, moto_auth
+from .server import moto_auth
 
 URI = "s3://bkt/run/ckpt"
 

@@ -22,6 +22,7 @@ from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.testing import IncrementalSuite, StoreRecipe
 
 from .helpers import BUCKET, fault_store, key_of
+from .server import S3Server
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +38,8 @@ class TestS3Incremental(IncrementalSuite):
     part_size = "8MiB"
 
     @pytest.fixture
-    def store_recipe(self, s3_endpoint: str, raw_s3: Any) -> StoreRecipe:
-        return StoreRecipe(s3_endpoint, fault_store)
+    def store_recipe(self, s3_server: S3Server, raw_s3: Any) -> StoreRecipe:
+        return StoreRecipe(s3_server.endpoint, fault_store)
 
     @pytest.fixture
     def store_root(self, s3_env: dict[str, str], raw_s3: Any) -> str:

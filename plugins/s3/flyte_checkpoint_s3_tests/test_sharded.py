@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import server_env
 from .helpers import BUCKET, key_of
-from .server import ServerStartError, moto_available, moto_s3_server
+from .server import INSTALL_HINT, ServerStartError, run_server, server_installed
 
 try:
     from conftest import require
@@ -25,10 +25,10 @@ WORLD = 4
 
 @pytest.fixture(scope="module")
 def aws_sized_server() -> Iterator[str]:
-    require(moto_available(), "moto[server] is not installed (pip install 'moto[server]')")
+    require(server_installed(), f"moto's S3 server is not installed: {INSTALL_HINT}")
     try:
-        with moto_s3_server(min_part_size=None) as endpoint:
-            yield endpoint
+        with run_server(min_part_size=None) as server:
+            yield server.endpoint
     except ServerStartError as exc:
         pytest.fail(str(exc), pytrace=False)
 

@@ -114,11 +114,11 @@ def test_failing_part_aborts_the_upload(make_s3_store: Any, raw_s3: Any, s3_root
 
 def test_write_to_missing_bucket_says_so(make_s3_store: Any) -> None:
     store = make_s3_store(part_size=PART)
-    missing = pytest.raises(ContainerNotFoundError, match="'no-such-bucket-fcp' does not exist")
-    with missing, store.open_write("s3://no-such-bucket-fcp/k") as w:
+    missing = pytest.raises(ContainerNotFoundError, match="'fcp-no-such-bucket' does not exist")
+    with missing, store.open_write("s3://fcp-no-such-bucket/k") as w:
         w.write(data(3 * PART))
-    with pytest.raises(ContainerNotFoundError, match="'no-such-bucket-fcp' does not exist"):
-        store.write_bytes("s3://no-such-bucket-fcp/small", b"x")
+    with pytest.raises(ContainerNotFoundError, match="'fcp-no-such-bucket' does not exist"):
+        store.write_bytes("s3://fcp-no-such-bucket/small", b"x")
 
 
 def test_upload_file_in_parts(make_s3_store: Any, raw_s3: Any, s3_root: str, tmp_path: Path) -> None:
