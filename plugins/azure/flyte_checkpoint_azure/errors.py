@@ -33,6 +33,7 @@ _LEASE_CODES = frozenset(
      "LeaseNotPresentWithBlobOperation", "LeaseLost"}
 )  # fmt: skip
 _NAME_CODES = frozenset({"InvalidResourceName", "OutOfRangeInput"})
+#: What a 403 on Azure may mean, and what to check.
 PERMISSION_HINT = (
     "check the credentials (AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME with"
     " AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN, or an Azure AD identity with the"

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 redaction.install()  # before any message is scrubbed
 
-CREDENTIALS_HINT = (
+#: What a 403 on GCS may mean, and what to check.
+PERMISSION_HINT = (
     "check that the credentials in use (GOOGLE_APPLICATION_CREDENTIALS, gcloud auth"
     " application-default login, or the VM's service account) may read and write objects in"
     " this bucket (for an emulator, set STORAGE_EMULATOR_HOST)"
@@ -87,7 +88,7 @@ def map_error(exc: BaseException, uri: str, action: str, *, config: GCSConfig | 
     elif "google.auth.exceptions.RefreshError" in names:
         err = CheckpointPermissionError(
             f"the Google credentials were refused while trying to {action} {where} ({text}): "
-            + CREDENTIALS_HINT
+            + PERMISSION_HINT
         )
     elif status == 400 and _CHECKSUM_WORDS.search(detail_of(exc)):
         err = TransientError(
@@ -96,7 +97,7 @@ def map_error(exc: BaseException, uri: str, action: str, *, config: GCSConfig | 
         )
     elif status is not None:
         err = from_status(
-            status, uri=uri, action=action, detail=detail_of(exc), permission_hint=CREDENTIALS_HINT
+            status, uri=uri, action=action, detail=detail_of(exc), permission_hint=PERMISSION_HINT
         )
     elif _is_network(exc):
         endpoint = config.endpoint_url if config is not None else None
