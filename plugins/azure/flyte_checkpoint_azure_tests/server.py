@@ -53,16 +53,11 @@ INSTALL_HINT = "npm ci --prefix plugins/azure (needs Node.js and npm)"
 class AzureServer:
     """A running Azurite blob service."""
 
-    host: str
-    port: int
+    #: The account's path-style blob endpoint, ``http://127.0.0.1:PORT/devstoreaccount1`` (a
+    #: store's ``endpoint_url``; Azure's endpoints name the account, the other clouds' do not).
+    endpoint: str
     account_name: str = ACCOUNT_NAME
     account_key: str = ACCOUNT_KEY
-
-    @property
-    def endpoint(self) -> str:
-        """The account's path-style blob endpoint, ``http://127.0.0.1:PORT/devstoreaccount1``
-        (a store's ``endpoint_url``; Azure's endpoints name the account, the other clouds' do not)."""
-        return f"http://{self.host}:{self.port}/{self.account_name}"
 
     @property
     def connection_string(self) -> str:
@@ -143,7 +138,7 @@ def run_server(*, start_timeout: float = 180.0, extra_args: Sequence[str] = ()) 
             cwd=workdir,
         ) as port,
     ):
-        yield AzureServer("127.0.0.1", port)
+        yield AzureServer(f"http://127.0.0.1:{port}/{ACCOUNT_NAME}")
 
 
 if __name__ == "__main__":  # manual use: python -m flyte_checkpoint_azure_tests.server
