@@ -17,7 +17,7 @@ It never retries: the core's retry policy (:mod:`flyte_checkpoint.retry`) is the
 from __future__ import annotations
 
 from .checksums import Crc, Digest, crc, digest, require_crc
-from .errors import TRANSIENT_STATUS, chain, from_status, transport_failed
+from .errors import TRANSIENT_STATUS, chain, container_missing, from_status, transport_failed
 from .files import download_to_file
 from .locations import Location, parse_location
 from .parts import PartWriter, part_size_for
@@ -73,6 +73,7 @@ __all__ = [
     "StoreConfig",
     "StorePool",
     "chain",
+    "container_missing",
     "download_to_file",
     "from_status",
     "parse",

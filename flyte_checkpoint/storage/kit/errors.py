@@ -13,6 +13,7 @@ from typing import TypeVar
 from ...errors import (
     CheckpointError,
     CheckpointPermissionError,
+    ContainerNotFoundError,
     NotFoundError,
     StoreError,
     TransientError,
@@ -102,4 +103,19 @@ def _holds_secret(exc: BaseException | None, values: tuple[str, ...], depth: int
     )
 
 
-__all__ = ["TRANSIENT_STATUS", "chain", "from_status", "transport_failed"]
+def container_missing(
+    uri: str, *, action: str, kind: str, name: str, fix: str, where: str = "", detail: str = ""
+) -> ContainerNotFoundError:
+    """The error for the bucket (``kind``: "bucket", or Azure's "container") ``name`` of ``uri``
+    that does not exist, found while trying to ``action`` it, in the same words on every cloud:
+    ``where`` places the bucket (" at http://minio:9000"), ``detail`` is what the service said,
+    ``fix`` how to create it or what to correct. A caller raises it from every operation
+    (never "no object": a load from a missing bucket must not look like no checkpoint yet).
+    """
+    said = f" ({scrub(detail).strip()})" if detail else ""
+    return ContainerNotFoundError(
+        f"cannot {action} {redact(uri)}: the {kind} {name!r} does not exist{where}{said}: {fix}"
+    )
+
+
+__all__ = ["TRANSIENT_STATUS", "chain", "container_missing", "from_status", "transport_failed"]

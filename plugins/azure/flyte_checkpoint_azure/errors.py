@@ -20,6 +20,7 @@ from flyte_checkpoint.errors import (
     TransientError,
 )
 from flyte_checkpoint.storage.kit.errors import chain, from_status, transport_failed
+from flyte_checkpoint.storage.kit.errors import container_missing as kit_container_missing
 from flyte_checkpoint.storage.kit.redaction import scrub_values
 from flyte_checkpoint.uri import redact
 
@@ -81,7 +82,7 @@ def map_error(exc: BaseException, uri: str, action: str, *, config: AzureConfig)
         kind = "Azure SDK error" if isinstance(exc, AzureError) else type(exc).__name__
         err = StoreError(f"cannot {action} {redact(uri)}: {kind}: {detail}")
     elif status == 404 and code == "ContainerNotFound":
-        err = ContainerNotFoundError(_container_missing(uri, action, config))
+        err = container_missing(uri, action, config=config, detail=code)
     elif code == "InvalidBlockList":
         err = TransientError(
             f"cannot {action} {redact(uri)}: its uploaded blocks were discarded before the commit"
@@ -134,11 +135,19 @@ def _summary(exc: BaseException, secrets: tuple[str, ...]) -> str:
     return first if len(first) <= 300 else first[:297] + "..."
 
 
-def _container_missing(uri: str, action: str, config: AzureConfig) -> str:
+def container_missing(
+    uri: str, action: str, *, config: AzureConfig, detail: str = ""
+) -> ContainerNotFoundError:
+    """The error for the container of ``uri`` that does not exist (Azure said ``detail``), from
+    any operation; it names the storage account, since Azure's containers live in one."""
     loc = parse(uri, want_key=False)
     account = loc.account or config.default_account
-    in_account = f" in storage account {account!r}" if account else ""
-    return (
-        f"cannot {action} {redact(uri)}: the container {loc.bucket!r} does not exist{in_account}."
-        f" Create it (az storage container create --name {loc.bucket}) or fix the URI"
+    return kit_container_missing(
+        uri,
+        action=action,
+        kind="container",
+        name=loc.bucket,
+        where=f" in storage account {account!r}" if account else "",
+        detail=detail,
+        fix=f"create it (az storage container create --name {loc.bucket}), or fix the URI",
     )

@@ -16,7 +16,7 @@ from flyte_checkpoint.storage.kit.locations import Location
 from flyte_checkpoint.storage.kit.pools import StorePool
 
 from . import copies
-from .client import AzureClients
+from .client import AzureClient
 from .config import AzureConfig
 from .errors import error_code, map_error, status_of
 from .reader import AzurePinned, open_reader
@@ -54,7 +54,7 @@ class AzureStore(BlobStore):
         self.part_size: int = self.config.part_size
         #: Bytes of one ranged read of a stream (the conformance suite reads around it).
         self.read_range_size: int = self.config.read_range_size
-        self.clients = AzureClients(self.config)
+        self.clients = AzureClient(self.config)
         self.pool = StorePool("azure", self.config.max_concurrency + self.config.read_concurrency)
 
     @property

@@ -152,7 +152,7 @@ def test_missing_container_names_it_and_the_account(make_store, prefix: str) -> 
         text = str(info.value)
         assert "'absent-container' does not exist" in text
         assert f"storage account '{ACCOUNT_NAME}'" in text
-        assert "Create it" in text and prefix in text
+        assert "create it (az storage container create" in text and prefix in text
 
 
 @pytest.mark.integration

@@ -21,6 +21,7 @@ from flyte_checkpoint.errors import (
     TransientError,
 )
 from flyte_checkpoint.storage.kit import TRANSIENT_STATUS, chain, from_status, scrub, transport_failed
+from flyte_checkpoint.storage.kit.errors import container_missing as kit_container_missing
 from flyte_checkpoint.uri import redact
 
 from . import redaction
@@ -59,7 +60,7 @@ def map_error(exc: BaseException, uri: str, action: str, *, config: GCSConfig | 
     """The project's error for ``exc``, raised while trying to ``action`` (a verb) ``uri``.
 
     A project error passes through unchanged. A 404 is a NotFoundError: a caller that knows the
-    bucket is missing raises :func:`missing_bucket` instead. Anything unknown is a StoreError.
+    bucket is missing raises :func:`container_missing` instead. Anything unknown is a StoreError.
     """
     if isinstance(exc, CheckpointError):
         return exc
@@ -116,11 +117,19 @@ def is_transient(exc: BaseException) -> bool:
     return _is_network(exc)
 
 
-def missing_bucket(bucket: str, uri: str) -> ContainerNotFoundError:
-    """The error for a bucket that does not exist, from any operation."""
-    return ContainerNotFoundError(
-        f"the bucket {bucket!r} of {redact(uri)} does not exist: create it"
-        f" (gcloud storage buckets create gs://{bucket}) or fix the URI"
+def container_missing(
+    uri: str, action: str, *, config: GCSConfig | None, detail: str = ""
+) -> ContainerNotFoundError:
+    """The error for the bucket of ``uri`` that does not exist, from any operation (GCS answers
+    404 alike for a missing object and a missing bucket: the caller has told them apart)."""
+    bucket = uri.partition("://")[2].partition("/")[0]
+    return kit_container_missing(
+        uri,
+        action=action,
+        kind="bucket",
+        name=bucket,
+        detail=detail,
+        fix=f"create it (gcloud storage buckets create gs://{bucket}), or fix the URI",
     )
 
 

@@ -110,7 +110,7 @@ class GCSStore(BlobStore):
             found += [ObjectInfo(loc.uri(name), None, None, is_folder=True) for name in pages.prefixes]
         except Exception as exc:
             if errors.status_of(exc) == 404:
-                raise errors.missing_bucket(loc.bucket, prefix) from None
+                raise errors.container_missing(prefix, "list", config=self.config) from None
             raise self._mapped(exc, prefix, "list")
         yield from sorted(found, key=lambda info: info.uri)
 
@@ -183,7 +183,7 @@ class GCSStore(BlobStore):
             next(iter(page), None)
         except Exception as exc:
             if errors.status_of(exc) == 404:
-                raise errors.missing_bucket(loc.bucket, uri) from None
+                raise errors.container_missing(uri, "stat", config=self.config) from None
             err = self._mapped(exc, uri, "list")
             if isinstance(err, CheckpointPermissionError):
                 return  # may read objects but not list them: the bucket is taken to exist

@@ -105,7 +105,7 @@ class GCSWriter(PartWriter):
         self._client = store.client
         self._config = config
         self._algorithm = config.checksum
-        self._digest = integrity.digest(self._algorithm)
+        self._digest = integrity.for_write(config)
         self._upload: Any = None  # google.resumable_media.requests.ResumableUpload
         self._headers: dict[str, str] = {}
         self._window = _Unacknowledged()
@@ -249,5 +249,5 @@ class GCSWriter(PartWriter):
     def _mapped(self, exc: Exception) -> CheckpointError:
         """The project's error for ``exc``; a 404 when starting an upload means the bucket is missing."""
         if errors.status_of(exc) == 404 and (self._upload is None or not self._upload.resumable_url):
-            return errors.missing_bucket(self._loc.bucket, self.uri)
+            return errors.container_missing(self.uri, "write", config=self._config)
         return errors.map_error(exc, self.uri, "write", config=self._config)

@@ -19,6 +19,7 @@ from flyte_checkpoint.errors import (
     TransientError,
 )
 from flyte_checkpoint.storage.kit import TRANSIENT_STATUS, chain, from_status, transport_failed
+from flyte_checkpoint.storage.kit.errors import container_missing as kit_container_missing
 from flyte_checkpoint.uri import redact
 
 from .config import S3Config
@@ -82,13 +83,19 @@ def error_code(exc: BaseException | None) -> str | None:
     return None
 
 
-def bucket_missing(uri: str, action: str, config: S3Config, detail: str) -> ContainerNotFoundError:
-    """The error for a bucket that does not exist (S3 said ``detail``)."""
+def container_missing(uri: str, action: str, *, config: S3Config, detail: str = "") -> ContainerNotFoundError:
+    """The error for the bucket of ``uri`` that does not exist (S3 said ``detail``), from any
+    operation; it names the endpoint, since a wrong endpoint is the usual cause."""
     bucket = uri.partition("://")[2].partition("/")[0]
-    return ContainerNotFoundError(
-        f"cannot {action} {redact(uri)}: the bucket {bucket!r} does not exist at"
-        f" {config.describe_endpoint()} ({detail}): create it, or fix the bucket name or the"
-        " endpoint (endpoint_url, FLYTE_AWS_ENDPOINT, AWS_ENDPOINT_URL_S3)"
+    return kit_container_missing(
+        uri,
+        action=action,
+        kind="bucket",
+        name=bucket,
+        where=f" at {config.describe_endpoint()}",
+        detail=detail,
+        fix=f"create it (aws s3 mb s3://{bucket}), or fix the bucket name or the endpoint"
+        " (endpoint_url, FLYTE_AWS_ENDPOINT, AWS_ENDPOINT_URL_S3)",
     )
 
 
@@ -166,7 +173,7 @@ def _map_client_error(exc: BaseException, uri: str, action: str, config: S3Confi
     where = redact(uri)
 
     if code == "NoSuchBucket":
-        return bucket_missing(uri, action, config, detail)
+        return container_missing(uri, action, config=config, detail=detail)
     if code in KEY_MISSING_CODES or (status == 404 and not code):
         return NotFoundError(f"no object at {where} ({detail or 'HTTP 404'})")
     if code == "NoSuchUpload":
@@ -195,4 +202,4 @@ def _map_client_error(exc: BaseException, uri: str, action: str, config: S3Confi
     return from_status(status, uri=uri, action=action, detail=detail, permission_hint=PERMISSION_HINT)
 
 
-__all__ = ["PERMISSION_HINT", "bucket_missing", "error_code", "map_error"]
+__all__ = ["PERMISSION_HINT", "container_missing", "error_code", "map_error"]

@@ -19,7 +19,7 @@ from flyte_checkpoint.storage.kit import StorePool, download_to_file
 from . import copies, integrity
 from .client import S3Client
 from .config import S3Config
-from .errors import bucket_missing, map_error
+from .errors import container_missing, map_error
 from .reader import S3Pinned, fetch, open_reader
 from .uris import parse
 from .writer import S3Writer
@@ -56,7 +56,7 @@ class S3Store(BlobStore):
         #: Bytes of one ranged read of a stream (the conformance suite reads around it).
         self.read_range_size: int = self.config.read_range_size
         #: The CRC sent with every write (None: no checksum).
-        self.crc = integrity.sent(self.config)
+        self.crc = integrity.for_write(self.config)
         self._client = S3Client(self.config)
         #: Sends parts and fetches ranges; rebuilt in a forked child.
         self.pool = StorePool("s3", self.config.max_concurrency + self.config.read_concurrency)
@@ -197,7 +197,7 @@ class S3Store(BlobStore):
         try:
             self.call(lambda c: c.head_bucket(Bucket=bucket), uri, "check the bucket of")
         except NotFoundError as exc:
-            raise bucket_missing(uri, "stat", self.config, "HeadBucket: 404") from exc
+            raise container_missing(uri, "stat", config=self.config, detail="HeadBucket: 404") from exc
         except CheckpointPermissionError:
             pass  # not allowed to ask: the HEAD of the key said 404, so the key is what is missing
 
