@@ -30,7 +30,7 @@ SDK_GET_SIZE = 1024 * 1024
 DATA_BLOCK_SIZE = 256 * 1024
 
 
-class AzureClients:
+class AzureClient:
     """Builds and caches a ``BlobServiceClient`` per (account, endpoint), in each process.
 
     Each client has the configured timeouts, ``max_connections`` pooled connections and an

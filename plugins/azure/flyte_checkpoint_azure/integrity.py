@@ -19,19 +19,20 @@ from .config import AzureConfig
 ALGORITHM = "MD5"
 
 
-def sends(config: AzureConfig) -> bool:
+def _sends(config: AzureConfig) -> bool:
     """Whether writes send MD5s and store the object's."""
     return config.checksum == ALGORITHM
 
 
-def whole_object(config: AzureConfig) -> Digest | None:
-    """A running MD5 of the object as it is written, when :func:`sends`."""
-    return digest(ALGORITHM) if sends(config) else None
+def for_write(config: AzureConfig) -> Digest | None:
+    """A running MD5 of the object as it is written (``None`` for ``checksum=NONE``): the
+    whole object's, computed over the bytes in order, since MD5s cannot be combined."""
+    return digest(ALGORITHM) if _sends(config) else None
 
 
 def block_headers(config: AzureConfig, data: bytes | bytearray | memoryview) -> dict[str, str] | None:
     """The ``Content-MD5`` header of one block (the SDK's own ``validate_content`` wants bytes)."""
-    if not sends(config):
+    if not _sends(config):
         return None
     return {"Content-MD5": base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()}
 

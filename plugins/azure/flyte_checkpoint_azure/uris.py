@@ -9,6 +9,7 @@ from flyte_checkpoint.uri import redact
 #: The URI schemes this backend serves.
 SCHEMES: tuple[str, ...] = ("abfs", "abfss", "az")
 
+#: The accepted forms, shown in the message of a URI that is not one.
 FORM = (
     "az://CONTAINER/PATH, abfs://CONTAINER/PATH (account from the configuration) or"
     " abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH"

@@ -49,7 +49,7 @@ class AzureWriter(PartWriter):
         )
         self._store = store
         self._blob = blob
-        self._md5 = integrity.whole_object(config)
+        self._md5 = integrity.for_write(config)
         # A per-writer tag keeps concurrent writers' block ids apart; the ids of one blob must
         # all have the same length.
         self._tag = uuid.uuid4().hex[:16]

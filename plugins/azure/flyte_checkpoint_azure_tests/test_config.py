@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from flyte_checkpoint_azure.client import AzureClients
+from flyte_checkpoint_azure.client import AzureClient
 from flyte_checkpoint_azure.config import (
     DEV_ACCOUNT,
     DEV_ENDPOINT,
@@ -42,7 +42,7 @@ def _cfg(env: dict[str, str] | None = None, **kwargs) -> AzureConfig:
 
 
 def _credential(c: AzureConfig, account: str = "acct"):
-    return AzureClients(c).credential_for(account, parse("az://c/x"))
+    return AzureClient(c).credential_for(account, parse("az://c/x"))
 
 
 def test_connection_string_from_env() -> None:
@@ -187,7 +187,7 @@ def test_service_principal_builds_a_client_secret_credential_lazily() -> None:
     _needs_identity()
     c = _cfg(tenant_id="tenant", client_id="client", client_secret="s3cr3t-value")
     assert c.auth.kind == "service-principal"
-    clients = AzureClients(c)
+    clients = AzureClient(c)
     cred = clients.credential_for("acct", parse("az://c/x"))
     assert type(cred).__name__ == "ClientSecretCredential"
     assert clients.credential_for("other", parse("az://c/x")) is cred  # one identity, any account
@@ -199,7 +199,7 @@ def test_default_credential_when_nothing_is_configured() -> None:
     _needs_identity()
     c = _cfg()
     assert (c.auth.kind, c.auth.source) == ("default", "DefaultAzureCredential")
-    clients = AzureClients(c)
+    clients = AzureClient(c)
     assert type(clients.credential_for("acct", parse("az://c/x"))).__name__ == "DefaultAzureCredential"
     clients.close()
 
@@ -222,12 +222,12 @@ def _without_identity(code: str) -> subprocess.CompletedProcess[str]:
 def test_without_azure_identity_nothing_configured_is_anonymous() -> None:
     done = _without_identity(
         """
-        from flyte_checkpoint_azure.client import AzureClients
+        from flyte_checkpoint_azure.client import AzureClient
         from flyte_checkpoint_azure.config import AzureConfig
         from flyte_checkpoint_azure.uris import parse
         c = AzureConfig.resolve(env={})
         assert c.auth.kind == "none", c.auth
-        assert AzureClients(c).credential_for("acct", parse("az://c/x")) is None
+        assert AzureClient(c).credential_for("acct", parse("az://c/x")) is None
         """
     )
     assert done.returncode == 0, done.stderr
@@ -237,13 +237,13 @@ def test_without_azure_identity_a_service_principal_says_what_to_install() -> No
     done = _without_identity(
         """
         from flyte_checkpoint.errors import ConfigurationError
-        from flyte_checkpoint_azure.client import AzureClients
+        from flyte_checkpoint_azure.client import AzureClient
         from flyte_checkpoint_azure.config import AzureConfig
         from flyte_checkpoint_azure.uris import parse
         c = AzureConfig.resolve(env={"AZURE_STORAGE_TENANT_ID": "t", "AZURE_STORAGE_CLIENT_ID": "c",
                                      "AZURE_STORAGE_CLIENT_SECRET": "s3cr3t-value"})
         try:
-            AzureClients(c).credential_for("acct", parse("az://c/x"))
+            AzureClient(c).credential_for("acct", parse("az://c/x"))
         except ConfigurationError as exc:
             print(exc)
         """
@@ -323,7 +323,7 @@ def test_sdk_retries_are_bounded_by_request_attempts() -> None:
 
     for attempts in (1, 3):
         c = _cfg(account_name=ACCOUNT_NAME, account_key=ACCOUNT_KEY, request_attempts=attempts)
-        clients = AzureClients(c)
+        clients = AzureClient(c)
         policy = clients.service(parse("az://c/x"))._config.retry_policy
         assert (type(policy).__name__, policy.total_retries) == ("ExponentialRetry", attempts - 1)
         clients.close()

@@ -9,18 +9,23 @@ MD5 when it has no CRC32C (objects composed on the server have none).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.storage.kit import checksums
 from flyte_checkpoint.storage.kit.checksums import Digest
+
+if TYPE_CHECKING:
+    from .config import GCSConfig
 
 #: ``checksum`` setting -> (the object resource's field, the X-Goog-Hash name).
 _SPELLING = {"CRC32C": ("crc32c", "crc32c"), "MD5": ("md5Hash", "md5")}
 
 
-def digest(algorithm: str) -> Digest | None:
-    """A running checksum for the ``checksum`` setting's value (the kit's); ``None`` for NONE."""
-    return checksums.digest(algorithm) if algorithm in _SPELLING else None
+def for_write(config: GCSConfig) -> Digest | None:
+    """A running checksum of the object as it is written, for the ``checksum`` setting (the
+    kit's CRC32C or MD5); ``None`` for NONE. The whole object's, since a resumable session
+    takes its chunks in order."""
+    return checksums.digest(config.checksum) if config.checksum in _SPELLING else None
 
 
 def metadata(algorithm: str, value: str) -> dict[str, str]:

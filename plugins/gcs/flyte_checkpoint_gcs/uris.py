@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from flyte_checkpoint.storage.kit import Location, parse_location
 
+#: The URI schemes this backend serves.
 SCHEMES = ("gs", "gcs")
+#: The accepted forms, shown in the message of a URI that is not one.
+FORM = "gs://BUCKET/NAME (or gcs://BUCKET/NAME)"
 
 
 def parse(uri: str, *, want_key: bool = True) -> Location:
@@ -20,5 +23,5 @@ def parse(uri: str, *, want_key: bool = True) -> Location:
         schemes=SCHEMES,
         want_key=want_key,
         cloud="Google Cloud Storage",
-        form="gs://BUCKET/NAME (or gcs://BUCKET/NAME)",
+        form=FORM,
     )

@@ -38,7 +38,7 @@ class S3Client:
 
     def _build(self) -> Any:
         redaction.install()
-        return build_client(self.config)
+        return _build_client(self.config)
 
     def close(self) -> None:
         """Close the client's connections; the next :meth:`get` builds a new one."""
@@ -47,7 +47,7 @@ class S3Client:
             client.close()
 
 
-def build_client(config: S3Config) -> Any:
+def _build_client(config: S3Config) -> Any:
     """A botocore S3 client for ``config``: region, endpoint, credentials (or none, with
     ``anonymous``), timeouts, bounded retries, and the pool of ``max_connections``."""
     import boto3
@@ -94,4 +94,4 @@ def _ask_for_checksum(request: Any, **_: Any) -> None:
     request.headers["x-amz-checksum-mode"] = "ENABLED"
 
 
-__all__ = ["FALLBACK_REGION", "S3Client", "build_client"]
+__all__ = ["FALLBACK_REGION", "S3Client"]

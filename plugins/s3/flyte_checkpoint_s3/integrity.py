@@ -26,8 +26,10 @@ HINT = "pip install 'flyte-checkpoint-s3[crt]', or set checksum=CRC32 (FLYTE_CHE
 _FIELDS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
 
 
-def sent(config: S3Config) -> Crc | None:
-    """The CRC every write sends (``None`` for ``checksum=NONE``).
+def for_write(config: S3Config) -> Crc | None:
+    """The checksum every write sends (``None`` for ``checksum=NONE``): a CRC, not a running
+    digest as on GCS and Azure, because S3 takes each part's CRC and the kit combines them
+    into the whole object's (parts are sent in parallel, out of order).
 
     Raises:
         ConfigurationError: the CRC cannot be computed here (the message says what to install).
@@ -71,4 +73,4 @@ def for_read(config: S3Config, response: dict[str, Any], uri: str) -> tuple[Dige
     return CrcDigest(algorithm), found[1]
 
 
-__all__ = ["HINT", "field", "for_read", "request_args", "sent", "stored"]
+__all__ = ["HINT", "field", "for_read", "for_write", "request_args", "stored"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from flyte_checkpoint.storage.kit import Location, parse_location
 
+#: The URI schemes this backend serves.
 SCHEMES = ("s3", "s3a")
+#: The accepted forms, shown in the message of a URI that is not one.
 FORM = "s3://BUCKET/KEY (or s3a://BUCKET/KEY)"
 
 
