@@ -64,11 +64,9 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "client:DEFAULT_ENDPOINT": ("gcs",),  # S3's and Azure's come from the region and account
         "client:SDK_GET_SIZE": ("azure",),  # azure-storage-blob holds each answer twice
         "client:DATA_BLOCK_SIZE": ("azure",),
-        "config:CHUNK_MULTIPLE": ("gcs",),  # resumable chunks are multiples of 256 KiB
         "config:EMULATOR_ENV": ("gcs",),  # STORAGE_EMULATOR_HOST
         "config:PROJECT_ENVS": ("gcs",),
         "config:IGNORE_ENDPOINTS": ("s3",),  # AWS_IGNORE_CONFIGURED_ENDPOINT_URLS
-        "config:MAX_BLOCK_SIZE": ("azure",),
         "config:DEFAULT_SUFFIX": ("azure",),  # core.windows.net
         "config:DEV_ACCOUNT": ("azure",),  # UseDevelopmentStorage=true
         "config:DEV_KEY": ("azure",),
@@ -76,7 +74,6 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "config:IDENTITY_HINT": ("azure",),  # the [identity] extra
         "integrity:HINT": ("s3",),  # the [crt] extra
         "writer:CONTENT_TYPE": ("gcs",),
-        "writer:UNBOUNDED": ("gcs",),
         "shards:MAX_SOURCES": ("gcs",),  # a compose takes at most 32 sources
         "tests/server:TEST_MIN_PART_SIZE": ("s3",),  # moto's S3_UPLOAD_PART_MIN_SIZE
         "tests/server:moto_auth": ("s3",),  # moto's switch for authentication
@@ -173,7 +170,6 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "integrity:for_read": ("s3", "gcs"),
         "reader:SLICE": ("s3",),
         "reader:fetch": ("s3", "gcs"),
-        "shards:MIN_PART_SIZE": ("s3",),
         "shards:{Cloud}Segment.abort": ("gcs",),
         "shards:{Cloud}Segment.write": ("gcs",),
         "shards:{Cloud}ShardedWrites.abort": ("s3", "azure"),
@@ -186,10 +182,6 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "store:{Cloud}Store.map": ("s3",),
         "store:{Cloud}Store.upload_file": ("s3", "azure"),
         "writer:ABORT_TRIES": ("s3",),
-        "writer:DOUBLE_EVERY": ("s3", "azure"),
-        "writer:MAX_BLOCKS": ("azure",),
-        "writer:MAX_PARTS": ("s3",),
-        "writer:MAX_PART_SIZE": ("s3",),
     },
     "the error codes of S3 are strings in a table; GCS and Azure answer with statuses and "
     "exception classes": {

@@ -33,8 +33,13 @@ from flyte_checkpoint.storage.kit.locations import Location
 from flyte_checkpoint.storage.kit.settings import CHOICE, OBJECT, SIZE, TEXT, URL, CloudConfig, MiB, setting
 from flyte_checkpoint.uri import redact
 
-#: Azure's largest block (service versions since 2019-12-12).
-MAX_BLOCK_SIZE = 4000 * MiB
+#: Azure's rules for the blocks of one blob (the same four names in every plugin's config): no
+#: smallest block, at most MAX_PART_SIZE (service versions since 2019-12-12), at most MAX_PARTS
+#: of them; sizes any multiple of PART_MULTIPLE.
+MIN_PART_SIZE = 1
+MAX_PART_SIZE = 4000 * MiB
+MAX_PARTS = 50_000
+PART_MULTIPLE = 1
 DEFAULT_SUFFIX = "core.windows.net"
 #: Azurite's published development account (``UseDevelopmentStorage=true``); not a secret.
 DEV_ACCOUNT = "devstoreaccount1"
@@ -83,7 +88,7 @@ class AzureConfig(CloudConfig):
         8 * MiB,
         doc="Bytes a writer holds before it stages them as one block.",
         minimum=1,
-        maximum=MAX_BLOCK_SIZE,
+        maximum=MAX_PART_SIZE,
         why="Azure's largest block is 4000MiB.",
     )
     checksum: str = setting(

@@ -26,7 +26,7 @@ from flyte_checkpoint.storage.kit.errors import chain
 from flyte_checkpoint.storage.kit.settings import MiB
 from flyte_checkpoint.uri import redact
 
-from .config import MAX_BLOCK_SIZE
+from .config import MAX_PART_SIZE, MAX_PARTS
 from .errors import PERMISSION_HINT, error_code, status_of
 from .uris import parse
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 #: Azure's rules for blocks: no minimum, at most 4000 MiB copied by one request (service
 #: versions since 2020-10-02; the SDK sends a newer one), at most 50,000 blocks a blob.
-LIMITS = CopyLimits(min_part=0, max_copy=MAX_BLOCK_SIZE, max_pieces=50_000, min_copy=MiB // 16)
+LIMITS = CopyLimits(min_part=0, max_copy=MAX_PART_SIZE, max_pieces=MAX_PARTS, min_copy=MiB // 16)
 #: How long a SAS made for one copy request stays valid (the request needs seconds).
 SAS_LIFETIME = datetime.timedelta(hours=1)
 #: The OAuth scope of a bearer token for the storage service.

@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
+from .config import MAX_PARTS
 from .uris import parse
-from .writer import DOUBLE_EVERY, MAX_BLOCKS, AzureWriter
+from .writer import DOUBLE_EVERY, AzureWriter
 
 if TYPE_CHECKING:
     from .store import AzureStore
@@ -43,7 +44,7 @@ class AzureSegment(AzureWriter):
         super().__init__(store, store.clients.blob(parse(uri)), uri)
         self._tag = _tag(token, str(rank), joiner)
         self._md5 = None  # the object's MD5 is not this segment's to give
-        self.max_parts = (MAX_BLOCKS - 1) // world
+        self.max_parts = (MAX_PARTS - 1) // world
         self.double_every = max(1, DOUBLE_EVERY // world)
         self._blocks: list[str] = []
 

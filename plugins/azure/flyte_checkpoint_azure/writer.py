@@ -13,14 +13,12 @@ from flyte_checkpoint.storage.blobstore import CopySource
 from flyte_checkpoint.storage.kit.parts import Buffer, PartWriter
 
 from . import copies, integrity
-from .config import MAX_BLOCK_SIZE
+from .config import MAX_PART_SIZE, MAX_PARTS
 
 if TYPE_CHECKING:
     from .store import AzureStore
 
-#: Azure's limit of blocks in one blob.
-MAX_BLOCKS = 50_000
-#: The block size doubles after every this many blocks, so huge objects fit in MAX_BLOCKS.
+#: The block size doubles after every this many blocks, so huge objects fit in MAX_PARTS.
 DOUBLE_EVERY = 10_000
 
 
@@ -43,8 +41,8 @@ class AzureWriter(PartWriter):
             max_concurrency=config.max_concurrency,
             pool=store.pool,
             double_every=DOUBLE_EVERY,
-            max_parts=MAX_BLOCKS,
-            max_part_size=MAX_BLOCK_SIZE,
+            max_parts=MAX_PARTS,
+            max_part_size=MAX_PART_SIZE,
             copy_limits=copies.LIMITS,
         )
         self._store = store

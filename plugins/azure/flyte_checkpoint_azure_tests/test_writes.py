@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from flyte_checkpoint_azure.config import MAX_BLOCK_SIZE
+from flyte_checkpoint_azure.config import MAX_PART_SIZE, MAX_PARTS
 from flyte_checkpoint_azure.store import AzureStore
-from flyte_checkpoint_azure.writer import DOUBLE_EVERY, MAX_BLOCKS, AzureWriter
+from flyte_checkpoint_azure.writer import DOUBLE_EVERY, AzureWriter
 
 from flyte_checkpoint.errors import ContainerNotFoundError, NotFoundError, StoreError, TransientError
 
@@ -234,7 +234,7 @@ def test_block_size_grows_to_fit_huge_objects() -> None:
         16,
     )
     huge = _writer(_GatedBlob(), part_size=2**30)
-    assert huge._part_size(MAX_BLOCKS) == MAX_BLOCK_SIZE
+    assert huge._part_size(MAX_PARTS) == MAX_PART_SIZE
     default = _writer(_GatedBlob())
-    reach = sum(default._part_size(i) for i in range(1, MAX_BLOCKS + 1))
+    reach = sum(default._part_size(i) for i in range(1, MAX_PARTS + 1))
     assert reach > 1024**4  # more than 1 TiB with the default 8 MiB blocks

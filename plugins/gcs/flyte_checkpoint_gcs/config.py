@@ -10,6 +10,7 @@ client libraries (an emulator takes no credentials).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -19,8 +20,14 @@ from flyte_checkpoint.storage.kit import setting as _setting
 from flyte_checkpoint.storage.kit.settings import Setting
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
-#: Resumable-upload chunks must be a multiple of this (a rule of the GCS protocol).
-CHUNK_MULTIPLE = 256 * KiB
+#: GCS's rules for the chunks of one resumable upload (the same four names in every plugin's
+#: config): every chunk but the last a multiple of PART_MULTIPLE (a rule of the protocol),
+#: so at least MIN_PART_SIZE; no limit on a chunk's size or on their count (a session numbers
+#: no chunks: the chunk size never needs to grow).
+PART_MULTIPLE = 256 * KiB
+MIN_PART_SIZE = PART_MULTIPLE
+MAX_PART_SIZE = sys.maxsize
+MAX_PARTS = sys.maxsize
 PROJECT_ENVS = ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT")
 
 
@@ -46,8 +53,8 @@ class GCSConfig(CloudConfig):
         SIZE,
         16 * MiB,
         doc="Bytes of one resumable-upload request; a smaller object goes up in one request.",
-        minimum=CHUNK_MULTIPLE,
-        multiple_of=CHUNK_MULTIPLE,
+        minimum=MIN_PART_SIZE,
+        multiple_of=PART_MULTIPLE,
         why="GCS takes a session's chunks in multiples of 256KiB, one at a time, so larger"
         " requests amortise the round trips.",
     )

@@ -11,7 +11,6 @@ so nothing appears and nothing is left.
 from __future__ import annotations
 
 import logging
-import sys
 from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.errors import CheckpointError, TransientError
@@ -19,6 +18,7 @@ from flyte_checkpoint.storage.kit import Location, PartWriter, scrub
 from flyte_checkpoint.uri import redact
 
 from . import errors, integrity
+from .config import MAX_PARTS
 
 if TYPE_CHECKING:
     from .store import GCSStore
@@ -27,7 +27,7 @@ log = logging.getLogger("flyte_checkpoint.gcs")
 
 CONTENT_TYPE = "application/octet-stream"
 #: A resumable session numbers no chunks and takes any count of them: the chunk size never grows.
-UNBOUNDED = sys.maxsize
+DOUBLE_EVERY = MAX_PARTS
 
 
 class _Unacknowledged:
@@ -96,8 +96,8 @@ class GCSWriter(PartWriter):
             part_size=config.part_size,
             max_concurrency=1,
             pool=store.pool,
-            double_every=UNBOUNDED,
-            max_parts=UNBOUNDED,
+            double_every=DOUBLE_EVERY,
+            max_parts=MAX_PARTS,
             max_part_size=config.part_size,
             ordered=True,
         )

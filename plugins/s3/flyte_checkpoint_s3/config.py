@@ -28,6 +28,15 @@ from flyte_checkpoint.uri import redact
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+#: S3's rules for the parts of one upload (the kit's PartWriter, copies and sharded saves keep
+#: them; the same four names in every plugin's config): every part but the last at least
+#: MIN_PART_SIZE (AWS's 5 MiB; test servers may take less), at most MAX_PART_SIZE, at most
+#: MAX_PARTS of them; sizes any multiple of PART_MULTIPLE.
+MIN_PART_SIZE = 5 * MiB
+MAX_PART_SIZE = 5 * GiB
+MAX_PARTS = 10_000
+PART_MULTIPLE = 1
+
 #: botocore's switch that turns the ``AWS_ENDPOINT_URL*`` variables off.
 IGNORE_ENDPOINTS = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
 _ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
@@ -54,7 +63,7 @@ class S3Config(CloudConfig):
         doc="Bytes of each part of a multipart upload (the first 1,000; then it doubles every 1,000)."
         " AWS needs at least 5MiB except for the last part.",
         minimum=1,
-        maximum=5 * GiB,
+        maximum=MAX_PART_SIZE,
         why="S3 parts are at most 5GiB.",
     )
     checksum: str = setting(

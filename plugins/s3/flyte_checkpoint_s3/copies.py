@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.errors import CheckpointError, NotFoundError
 from flyte_checkpoint.storage.blobstore import CopyLimits, CopySource, copy_source_changed
-from flyte_checkpoint.storage.kit import GiB, MiB
 
+from .config import MAX_PART_SIZE, MAX_PARTS, MIN_PART_SIZE
 from .errors import error_code
 from .reader import fetch
 from .uris import parse
@@ -25,8 +25,9 @@ from .uris import parse
 if TYPE_CHECKING:
     from .store import S3Store
 
-#: S3's rules for parts: at least 5 MiB but the last, at most 5 GiB, at most 10,000 of them.
-LIMITS = CopyLimits(min_part=5 * MiB, max_copy=5 * GiB, max_pieces=10_000)
+#: S3's rules for parts (:mod:`.config`): at least 5 MiB but the last, at most 5 GiB, at most
+#: 10,000 of them.
+LIMITS = CopyLimits(min_part=MIN_PART_SIZE, max_copy=MAX_PART_SIZE, max_pieces=MAX_PARTS)
 #: Codes of an answer that says the source is no longer the version copied from.
 _REPLACED = {"PreconditionFailed", "412", "NoSuchKey", "404"}
 

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flyte_checkpoint.storage.kit import MiB, part_size_for
+from flyte_checkpoint.storage.kit import part_size_for
 
+from .config import MAX_PARTS, MIN_PART_SIZE
 from .errors import error_code
 from .uris import parse
-from .writer import MAX_PARTS, S3Writer
+from .writer import S3Writer
 
 if TYPE_CHECKING:
     from .store import S3Store
-
-#: S3's smallest part but the last: each rank's segment ends with a part at least this large.
-MIN_PART_SIZE = 5 * MiB
 
 
 class S3Segment(S3Writer):

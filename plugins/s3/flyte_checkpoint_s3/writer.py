@@ -16,10 +16,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.storage.blobstore import CopySource
-from flyte_checkpoint.storage.kit import GiB, Location, PartWriter, scrub
+from flyte_checkpoint.storage.kit import Location, PartWriter, scrub
 from flyte_checkpoint.uri import redact
 
 from . import copies, integrity
+from .config import MAX_PART_SIZE, MAX_PARTS
 from .errors import error_code
 
 if TYPE_CHECKING:
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flyte_checkpoint.s3")
 
-#: S3 accepts at most this many parts in one upload.
-MAX_PARTS = 10_000
-#: and at most this many bytes in one part.
-MAX_PART_SIZE = 5 * GiB
 #: Parts are ``part_size`` for the first this-many, then double every this-many after, so the
 #: 10,000 parts hold more than S3's 5 TiB object limit.
 DOUBLE_EVERY = 1000

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flyte_checkpoint_s3.writer import DOUBLE_EVERY, MAX_PART_SIZE
+from flyte_checkpoint_s3.config import MAX_PART_SIZE
+from flyte_checkpoint_s3.writer import DOUBLE_EVERY
 
 from flyte_checkpoint.errors import ContainerNotFoundError, TransientError
 from flyte_checkpoint.storage.kit import part_size_for
