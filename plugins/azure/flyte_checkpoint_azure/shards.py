@@ -63,7 +63,11 @@ class AzureSegment(AzureWriter):
 
 
 class AzureShardedWrites:
-    """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one Azure blob."""
+    """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one Azure blob: every rank's
+    blocks staged on the blob, committed in one block list (see the module docstring)."""
+
+    store: AzureStore
+    uri: str
 
     def __init__(self, store: AzureStore, uri: str) -> None:
         self.store = store

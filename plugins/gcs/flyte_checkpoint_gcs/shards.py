@@ -35,31 +35,32 @@ if TYPE_CHECKING:
 MAX_SOURCES = 32
 
 
-class GCSSegment:
-    """One rank's segment: a temporary object, written as any object is."""
+class GCSSegment(GCSWriter):
+    """One rank's segment: its cloud's writer, as S3's and Azure's are; here of a temporary
+    object, written as any object is."""
 
     def __init__(self, store: GCSStore, uri: str) -> None:
-        self._writer = GCSWriter(store, parse(uri), uri)
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        return self._writer.write(data)
+        super().__init__(store, parse(uri), uri)
 
     def padding_needed(self) -> int:
         return 0  # compose takes sources of any size
 
     def finish(self) -> dict[str, Any]:
-        self._writer.close()
-        return {"uri": self._writer.uri, "generation": self._writer.generation}
-
-    def abort(self) -> None:
-        self._writer.abort()
+        self.close()
+        return {"uri": self.uri, "generation": self.generation}
 
 
 class GCSShardedWrites(GatherWrites):
     """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one GCS object (see the module
-    docstring); cleanup is :class:`~flyte_checkpoint.sharded.writes.GatherWrites`'."""
+    docstring). Unlike S3's and Azure's, it builds on the core's gathering fallback
+    (:class:`~flyte_checkpoint.sharded.writes.GatherWrites`), whose piece names, abort and sweep
+    fit objects composed from whole pieces; only the commit is GCS's own."""
 
     store: GCSStore
+    uri: str
+
+    def begin(self, token: str) -> Session:
+        return super().begin(token)  # the pieces are named by the token: nothing to start
 
     def segment(self, session: Session, rank: int, world: int, joiner: str) -> GCSSegment:
         return GCSSegment(self.store, self._piece(session["token"], rank, joiner))
@@ -80,6 +81,12 @@ class GCSShardedWrites(GatherWrites):
             rounds += 1
         self._compose(self.uri, sources)
         self.abort(session)
+
+    def abort(self, session: Session) -> None:
+        super().abort(session)  # deletes this save's pieces
+
+    def sweep(self, session: Session) -> None:
+        super().sweep(session)  # deletes the pieces killed saves left
 
     def _piece_named(self, token: str, name: str) -> str:
         return f"{self.prefix}{token}.piece-{name}"

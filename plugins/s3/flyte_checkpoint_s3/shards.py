@@ -64,7 +64,11 @@ class S3Segment(S3Writer):
 
 
 class S3ShardedWrites:
-    """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one S3 object."""
+    """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one S3 object: one multipart
+    upload, each rank's parts numbered from its own range (see the module docstring)."""
+
+    store: S3Store
+    uri: str
 
     def __init__(self, store: S3Store, uri: str) -> None:
         self.store = store
