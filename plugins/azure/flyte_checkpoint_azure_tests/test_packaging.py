@@ -51,9 +51,9 @@ def test_key_configuration_never_imports_azure_identity(azure_server: AzureServe
         """
         import sys
         from flyte_checkpoint.storage.registry import store_for
-        store = store_for("az://checkpoints/lazy")
-        store.write_bytes("az://checkpoints/lazy/x", b"x")
-        assert store.read_bytes("az://checkpoints/lazy/x") == b"x"
+        store = store_for("az://fcp-tests/lazy")
+        store.write_bytes("az://fcp-tests/lazy/x", b"x")
+        assert store.read_bytes("az://fcp-tests/lazy/x") == b"x"
         assert "azure.storage.blob" in sys.modules
         assert "azure.identity" not in sys.modules
         """,
@@ -67,7 +67,7 @@ import os, pathlib, sys, tempfile
 from flyte_checkpoint.checkpoint import Checkpoint
 from flyte_checkpoint.storage.registry import get_registry
 
-root = "az://checkpoints/" + sys.argv[1]
+root = "az://fcp-tests/" + sys.argv[1]
 backend = get_registry().backend_for(root)
 assert backend.distribution == "flyte-checkpoint-azure", backend
 with Checkpoint(root + "/a1") as cp:
