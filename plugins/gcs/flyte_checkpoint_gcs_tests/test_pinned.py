@@ -22,27 +22,27 @@ from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.testing import PinnedReadSuite
 
 from .helpers import BUCKET, make_store
-from .server import GcsEmulator
+from .server import GCSServer
 
 
 class TestGcsPins(PinnedReadSuite):
     server_honours_pins = False  # see the module docstring
 
     @pytest.fixture
-    def store(self, gcs_emulator: GcsEmulator) -> Iterator[BlobStore]:
-        store = make_store(gcs_emulator.endpoint)
+    def store(self, gcs_server: GCSServer) -> Iterator[BlobStore]:
+        store = make_store(gcs_server.endpoint)
         yield store
         store.close()
 
     @pytest.fixture
-    def store_root(self, gcs_emulator: GcsEmulator) -> str:
+    def store_root(self, gcs_server: GCSServer) -> str:
         return f"gs://{BUCKET}/{uuid.uuid4().hex}"
 
 
 def test_the_emulator_serves_the_object_there_now_whatever_generation_is_asked(
-    gcs_emulator: GcsEmulator,
+    gcs_server: GCSServer,
 ) -> None:
-    store = make_store(gcs_emulator.endpoint)
+    store = make_store(gcs_server.endpoint)
     try:
         assert isinstance(store, GCSStore) and store.supports_pinned_reads
         uri = f"gs://{BUCKET}/{uuid.uuid4().hex}/obj"
