@@ -36,6 +36,7 @@ parts in Python), so the last column gives the ratio without it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import re
@@ -184,12 +185,12 @@ def row(name: str, r: dict) -> str:
     )
 
 
-def moto(work: Path):
-    """moto's S3 server (AWS's 5 MiB minimum part) and a FaultProxy in front of it."""
-    sys.path.insert(0, str(ROOT.parent / "plugins" / "s3"))
-    from flyte_checkpoint_s3_tests.server import run_server
-
-    return run_server(min_part_size=None)
+def plugin_server(cloud: str, **options: object):
+    """The test server of the plugin ``cloud`` (s3, gcs, azure), started as the plugin's tests
+    start it: its test package's ``run_server(**options)``."""
+    sys.path.insert(0, str(ROOT.parent / "plugins" / cloud))
+    server = importlib.import_module(f"flyte_checkpoint_{cloud}_tests.server")
+    return server.run_server(**options)
 
 
 def s3_setup(endpoint: str):
@@ -242,22 +243,11 @@ def copy_through_client(uri: str, src: Path, proxy) -> dict:
     return {"s": took, "up": up, "down": down}
 
 
-def azurite(work: Path):
-    """Azurite's blob service (in memory), as the Azure plugin's tests start it."""
-    sys.path.insert(0, str(ROOT.parent / "plugins" / "azure"))
-    from flyte_checkpoint_azure_tests.server import run_server
-
-    return run_server()
-
-
 def azure_setup(server):
     """The container ``bench``, and a FaultProxy in front of Azurite for every ``az://`` URI."""
-    from azure.storage.blob import BlobServiceClient
-
     from flyte_checkpoint.testing import FaultProxy
 
-    with BlobServiceClient.from_connection_string(server.connection_string) as svc:
-        svc.create_container("bench")
+    server.create_bucket("bench")
     os.environ["AZURE_STORAGE_CONNECTION_STRING"] = server.connection_string
     proxy = FaultProxy(server.endpoint)
     proxy.__enter__()
@@ -494,7 +484,7 @@ def main(argv: list[str] | None = None) -> None:
                 ("file", lightning_case(work, 6, width, str(work / "lightning.tgz"), sent_bytes))
             )
         if args.s3:
-            with moto(work) as server:
+            with plugin_server("s3", min_part_size=None) as server:  # AWS's 5 MiB minimum part
                 _client, proxy = s3_setup(server.endpoint)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
                 key = uuid.uuid4().hex
@@ -507,10 +497,7 @@ def main(argv: list[str] | None = None) -> None:
                     lightning_rows.append(("s3 (moto)", res))
                 proxy.__exit__(None, None, None)
         if args.gcs:
-            sys.path.insert(0, str(ROOT.parent / "plugins" / "gcs"))
-            from flyte_checkpoint_gcs_tests.server import run_server
-
-            with run_server() as emu:
+            with plugin_server("gcs") as emu:
                 emu.create_bucket("bench")
                 proxy = gcs_setup(emu.endpoint)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
@@ -529,7 +516,7 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 proxy.__exit__(None, None, None)
         if args.azure:
-            with azurite(work) as server:
+            with plugin_server("azure") as server:
                 proxy = azure_setup(server)
                 up = lambda: sum(r.up for r in proxy.records)  # noqa: E731
                 key = uuid.uuid4().hex
