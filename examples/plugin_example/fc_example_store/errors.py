@@ -9,8 +9,10 @@ from flyte_checkpoint.errors import (
     NotFoundError,
     StoreError,
 )
-from flyte_checkpoint.storage.kit import Location
+from flyte_checkpoint.storage.kit import container_missing as kit_container_missing
 from flyte_checkpoint.uri import redact
+
+from .config import FolderConfig
 
 
 def map_error(exc: BaseException, uri: str, action: str) -> CheckpointError:
@@ -25,9 +27,16 @@ def map_error(exc: BaseException, uri: str, action: str) -> CheckpointError:
     return StoreError(f"cannot {action} {redact(uri)}: {exc}")
 
 
-def missing_bucket(loc: Location, uri: str) -> ContainerNotFoundError:
-    """A NAME folder that does not exist: raised, never taken for a missing object."""
-    return ContainerNotFoundError(
-        f"the bucket {loc.bucket!r} of {redact(uri)} does not exist: create the folder NAME under the"
-        " store's root (FLYTE_CHECKPOINT_FOLDER_ROOT), or fix the URI"
+def container_missing(uri: str, action: str, *, config: FolderConfig) -> ContainerNotFoundError:
+    """The error for the NAME folder of ``uri`` that does not exist, from any operation (raised,
+    never taken for a missing object), in the kit's sentence, as the cloud plugins say it."""
+    name = uri.partition("://")[2].partition("/")[0]
+    return kit_container_missing(
+        uri,
+        action=action,
+        kind="bucket",
+        name=name,
+        where=f" under {config.root}",
+        fix=f"create it (mkdir {config.root}/{name}), or fix the URI or the store's root"
+        " (root, FLYTE_CHECKPOINT_FOLDER_ROOT)",
     )

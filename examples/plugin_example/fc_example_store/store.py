@@ -13,7 +13,7 @@ from flyte_checkpoint.storage import BlobStore
 from flyte_checkpoint.storage.kit import Location, StorePool
 
 from .config import FolderConfig
-from .errors import map_error, missing_bucket
+from .errors import container_missing, map_error
 from .reader import FolderReader
 from .uris import parse
 from .writer import PART_MARK, FolderWriter
@@ -35,16 +35,17 @@ class FolderStore(BlobStore):
         self.read_range_size: int = self.config.read_range_size
         self.pool = StorePool("folder", self.config.max_concurrency + self.config.read_concurrency)
 
-    def _path(self, uri: str, *, want_key: bool = True) -> tuple[Location, Path]:
-        """The URI's location and file; ContainerNotFoundError when its NAME folder is missing."""
+    def _path(self, uri: str, action: str, *, want_key: bool = True) -> tuple[Location, Path]:
+        """The URI's location and file; ContainerNotFoundError when its NAME folder is missing
+        (found while trying to ``action`` the URI)."""
         loc = parse(uri, want_key=want_key)
         bucket = self.root / loc.bucket
         if not bucket.is_dir():
-            raise missing_bucket(loc, uri)
+            raise container_missing(uri, action, config=self.config)
         return loc, bucket / loc.key
 
     def open_read(self, uri: str) -> BinaryIO:
-        _, path = self._path(uri)
+        _, path = self._path(uri, "read")
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
@@ -52,7 +53,7 @@ class FolderStore(BlobStore):
         return FolderReader(self, uri, fd)  # type: ignore[return-value]
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
-        _, path = self._path(uri)
+        _, path = self._path(uri, "read")
         try:
             with open(path, "rb") as f:
                 return os.pread(f.fileno(), max(0, length), start)
@@ -60,7 +61,7 @@ class FolderStore(BlobStore):
             raise map_error(exc, uri, "read") from exc
 
     def open_write(self, uri: str) -> FolderWriter:
-        _, path = self._path(uri)
+        _, path = self._path(uri, "write")
         return FolderWriter(self, uri, path)
 
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
@@ -69,7 +70,7 @@ class FolderStore(BlobStore):
         self.open_write(uri).upload_file(path)
 
     def stat(self, uri: str) -> int | None:
-        _, path = self._path(uri)
+        _, path = self._path(uri, "stat")
         try:
             st = path.stat()
         except (FileNotFoundError, NotADirectoryError):
@@ -79,14 +80,14 @@ class FolderStore(BlobStore):
         return None if stat.S_ISDIR(st.st_mode) else st.st_size  # a folder is no object
 
     def delete(self, uri: str) -> None:
-        _, path = self._path(uri)
+        _, path = self._path(uri, "delete")
         try:
             path.unlink(missing_ok=True)
         except OSError as exc:
             raise map_error(exc, uri, "delete") from exc
 
     def list(self, prefix: str) -> Iterator[str]:
-        loc, _ = self._path(prefix, want_key=False)
+        loc, _ = self._path(prefix, "list", want_key=False)
         bucket = self.root / loc.bucket
         found = (p for p in bucket.rglob("*") if p.is_file() and not p.name.startswith(PART_MARK))
         keys = (p.relative_to(bucket).as_posix() for p in found)
