@@ -122,7 +122,7 @@ def hidden_listed(p: Probe) -> str | None:
     return f"ls {uri}/ listed {listed}" if listed != [f"{uri}/ckpt"] else None
 
 
-def missing_bucket_is_absent(p: Probe) -> str | None:
+def missing_container_is_absent(p: Probe) -> str | None:
     try:
         got = load("ftpstore://no-such-bukcet/ckpt")  # a typo in the bucket
     except CheckpointError:
@@ -208,7 +208,7 @@ PROBES: dict[str, Callable[[Probe], str | None]] = {
     "EarlyEndAccepted": early_end_accepted,
     "PrefixAsFolder": prefix_as_folder,
     "HiddenListed": hidden_listed,
-    "MissingBucketIsAbsent": missing_bucket_is_absent,
+    "MissingBucketIsAbsent": missing_container_is_absent,
     "MkdirCreatesBucket": mkdir_creates_bucket,
     "DeleteThenRename": delete_then_rename,
     "FixedTempName": fixed_temp_name,

@@ -12,8 +12,11 @@ from flyte_checkpoint.errors import (
     StoreError,
     TransientError,
 )
+from flyte_checkpoint.storage.kit import container_missing as kit_container_missing
 from flyte_checkpoint.storage.kit import transport_failed
 from flyte_checkpoint.uri import redact
+
+from .config import FtpConfig
 
 #: Replies that say "try again": service closing (421), data connection failed or cut (425,
 #: 426), file busy (450), local error in processing (451).
@@ -63,9 +66,16 @@ def map_error(exc: BaseException, uri: str, action: str, endpoint: str | None = 
     return StoreError(f"cannot {action} {redact(uri)}: the server answered {reply!r}")
 
 
-def missing_bucket(bucket: str, uri: str) -> ContainerNotFoundError:
-    """A BUCKET folder the server does not have: raised, never taken for a missing object."""
-    return ContainerNotFoundError(
-        f"the bucket {bucket!r} of {redact(uri)} does not exist on the FTP server: create the"
-        " top-level folder BUCKET, or fix the URI"
+def container_missing(uri: str, action: str, *, config: FtpConfig) -> ContainerNotFoundError:
+    """The error for the BUCKET folder of ``uri`` that the server does not have, from any
+    operation (raised, never taken for a missing object), in the kit's sentence."""
+    bucket = uri.partition("://")[2].partition("/")[0]
+    return kit_container_missing(
+        uri,
+        action=action,
+        kind="bucket",
+        name=bucket,
+        where=f" on the FTP server {config.endpoint}",
+        fix=f"create the top-level folder /{bucket}, or fix the URI or the endpoint"
+        " (FLYTE_CHECKPOINT_FTPSTORE_ENDPOINT)",
     )

@@ -106,9 +106,9 @@ class Planted(store.FtpStore):
         found = self._call(uri, "stat", lambda ftp: store.facts(ftp, path(self.locate(uri))))
         return int(found["size"]) if found and found.get("type") == "file" else None
 
-    def _check_bucket(self, loc: Location, uri: str, ftp: ftplib.FTP) -> None:
+    def _check_bucket(self, loc: Location, uri: str, ftp: ftplib.FTP, action: str) -> None:
         if self.kind != "MkdirCreatesBucket":
-            return super()._check_bucket(loc, uri, ftp)
+            return super()._check_bucket(loc, uri, ftp, action)
         try:  # "make sure the bucket is there": MKD it (a mistyped one too)
             ftp.mkd(f"/{loc.bucket}")
         except ftplib.error_perm:

@@ -14,7 +14,7 @@ from flyte_checkpoint.uri import redact
 
 from .config import FtpConfig
 from .connections import Connections
-from .errors import is_absent, map_error, missing_bucket, reply_code
+from .errors import container_missing, is_absent, map_error, reply_code
 from .reader import FtpStream
 from .uris import HIDDEN, parse, path
 from .writer import FtpWriter
@@ -67,15 +67,16 @@ class FtpStore(BlobStore):
         with self.connections.connection(uri, action) as ftp:
             return fn(ftp)
 
-    def _check_bucket(self, loc: Location, uri: str, ftp: ftplib.FTP) -> None:
-        """ContainerNotFoundError unless BUCKET is a folder on the server."""
+    def _check_bucket(self, loc: Location, uri: str, ftp: ftplib.FTP, action: str) -> None:
+        """ContainerNotFoundError (found while trying to ``action`` ``uri``) unless BUCKET is a
+        folder on the server."""
         found = facts(ftp, f"/{loc.bucket}")
         if found is None or found.get("type") not in ("dir", "cdir", "pdir"):
-            raise missing_bucket(loc.bucket, uri)
+            raise container_missing(uri, action, config=self.config)
 
     def _absent(self, loc: Location, uri: str, ftp: ftplib.FTP) -> NotFoundError:
         """The error for an absent object: ContainerNotFoundError when its bucket is what is absent."""
-        self._check_bucket(loc, uri, ftp)
+        self._check_bucket(loc, uri, ftp, "read")
         return NotFoundError(f"no object at {redact(uri)}")
 
     def stor(self, ftp: ftplib.FTP, loc: Location, uri: str, target: str, send: Callable[[], T]) -> T:
@@ -86,7 +87,7 @@ class FtpStore(BlobStore):
             except ftplib.error_perm as exc:
                 if not is_absent(exc):
                     raise
-            self._check_bucket(loc, uri, ftp)
+            self._check_bucket(loc, uri, ftp, "write")
             folder = f"/{loc.bucket}"
             for part in target.split("/")[2:-1]:
                 folder = f"{folder}/{part}"
@@ -116,7 +117,7 @@ class FtpStore(BlobStore):
         def size(ftp: ftplib.FTP) -> int | None:
             found = facts(ftp, path(loc), self.absent)
             if found is None:
-                self._check_bucket(loc, uri, ftp)
+                self._check_bucket(loc, uri, ftp, "stat")
                 return None
             return int(found["size"]) if found.get("type") == "file" else None  # a folder is no object
 
@@ -199,7 +200,7 @@ class FtpStore(BlobStore):
             except ftplib.error_perm as exc:
                 if not is_absent(exc):
                     raise
-                self._check_bucket(loc, uri, ftp)  # absent is fine, in a bucket that exists
+                self._check_bucket(loc, uri, ftp, "delete")  # absent is fine, in a bucket that exists
 
         self._call(uri, "delete", delete)
 
@@ -208,7 +209,7 @@ class FtpStore(BlobStore):
         folder, _, start = loc.key.rpartition("/")
 
         def walk(ftp: ftplib.FTP) -> list[str]:
-            self._check_bucket(loc, prefix, ftp)
+            self._check_bucket(loc, prefix, ftp, "list")
             found: list[str] = []
             todo = [(folder, start)]
             while todo:
