@@ -306,13 +306,13 @@ def copy_of_plugins(tmp_path: Path) -> Path:
 def test_a_new_name_in_one_plugin_fails(copy_of_plugins: Path) -> None:
     path = module_path(copy_of_plugins, "gcs", "store")
     path.write_text(
-        path.read_text() + "\n\ndef missing_bucket(uri: str) -> None:\n    pass\n"
+        path.read_text() + "\n\ndef container_gone(uri: str) -> None:\n    pass\n"
         "\n\nclass Extra:\n    def call(self) -> None:\n        pass\n"
     )
     assert new_problems(copy_of_plugins) == [
         "store:Extra: only in gcs; give it one name in all three, or accept it with its reason",
         "store:Extra.call: only in gcs; give it one name in all three, or accept it with its reason",
-        "store:missing_bucket: only in gcs; give it one name in all three, or accept it with its reason",
+        "store:container_gone: only in gcs; give it one name in all three, or accept it with its reason",
     ]
 
 

@@ -111,7 +111,7 @@ class Server:
     name: str
     upstream: str  # http://127.0.0.1:PORT (Azure: plus /ACCOUNT)
     bucket_uri: str  # scheme://bucket
-    missing_bucket_uri: str
+    missing_container_uri: str
     env_for: Callable[[str, float], dict[str, str]]  # (endpoint, socket timeout) -> variables
     direct: Callable[[], BlobStore]  # a store talking to the server itself, not the proxy
 
@@ -601,11 +601,11 @@ def assert_no_retry(rig: Rig, scenario: Callable[[], None], **env: str) -> list[
     return once
 
 
-def test_missing_bucket_fails_at_once_without_retry(rig: Rig, tmp_path: Path):
+def test_missing_container_fails_at_once_without_retry(rig: Rig, tmp_path: Path):
     """A missing bucket/container is a configuration error: load and save raise
     ContainerNotFoundError naming the bucket, on the first try: the same requests reach the
     server with 4 tries allowed as with 1."""
-    missing = rig.server.missing_bucket_uri
+    missing = rig.server.missing_container_uri
     bucket = missing.split("://", 1)[1]
 
     def scenario() -> None:

@@ -181,10 +181,10 @@ def exercise(backend: Backend, tmp_path: Path) -> tuple[str, int, int]:
         texts.append(repr(cp))
     ops += 2
 
-    missing_bucket = dest.replace(backend.root.split("/")[2], "no-such-bucket-fcp", 1)
+    missing_container = dest.replace(backend.root.split("/")[2], "no-such-bucket-fcp", 1)
     if backend.name != "file":
-        expect_error(lambda: fc.Checkpoint(str(tmp_path / "unused"), missing_bucket).load_sync())
-        expect_error(lambda: fc.Checkpoint(missing_bucket).save_sync(b"x"))
+        expect_error(lambda: fc.Checkpoint(str(tmp_path / "unused"), missing_container).load_sync())
+        expect_error(lambda: fc.Checkpoint(missing_container).save_sync(b"x"))
     else:
         expect_error(lambda: fc.Checkpoint("/proc/no-such-dir/ckpt").save_sync(b"x"))
     damaged = backend.fresh("damaged")

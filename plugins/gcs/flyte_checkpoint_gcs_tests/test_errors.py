@@ -101,7 +101,7 @@ def test_a_harmless_cause_is_chained() -> None:
     assert map_error(cause, URI, "read", config=None).__cause__ is cause
 
 
-def test_missing_bucket_is_an_error_from_every_operation(store: GCSStore) -> None:
+def test_missing_container_is_an_error_from_every_operation(store: GCSStore) -> None:
     uri = "gs://fcp-no-such-bucket/run/ckpt"
     calls = [
         lambda: store.stat(uri),
@@ -121,7 +121,7 @@ def test_missing_bucket_is_an_error_from_every_operation(store: GCSStore) -> Non
         assert "gcloud storage buckets create gs://fcp-no-such-bucket" in message
 
 
-def test_missing_bucket_fails_a_load_instead_of_looking_like_no_checkpoint(gcs_server: GCSServer) -> None:
+def test_missing_container_fails_a_load_instead_of_looking_like_no_checkpoint(gcs_server: GCSServer) -> None:
     with (
         Checkpoint(f"gs://{BUCKET}/x/dest", "gs://fcp-no-such-bucket/prev") as cp,
         pytest.raises(ContainerNotFoundError, match="does not exist"),

@@ -122,7 +122,7 @@ def test_repr_and_config_hide_credentials() -> None:
 
 
 @pytest.mark.integration
-def test_missing_bucket_messages_from_the_server(make_s3_store: Any) -> None:
+def test_missing_container_messages_from_the_server(make_s3_store: Any) -> None:
     store = make_s3_store(access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY)
     uri = "s3://fcp-no-such-bucket/run/ckpt"
     for call in (store.stat, store.read_bytes, store.delete, lambda u: list(store.list(u))):
@@ -134,7 +134,7 @@ def test_missing_bucket_messages_from_the_server(make_s3_store: Any) -> None:
 
 
 @pytest.mark.integration
-def test_missing_bucket_is_an_error_on_load_but_missing_key_is_none(
+def test_missing_container_is_an_error_on_load_but_missing_key_is_none(
     s3_env: dict[str, str], s3_root: str
 ) -> None:
     with Checkpoint(f"{s3_root}/a", f"{s3_root}/never-written") as cp:

@@ -113,7 +113,7 @@ def test_failing_part_aborts_the_upload(make_s3_store: Any, raw_s3: Any, s3_root
     assert multipart_uploads(raw_s3, uri) == []
 
 
-def test_write_to_missing_bucket_says_so(make_s3_store: Any) -> None:
+def test_write_to_missing_container_says_so(make_s3_store: Any) -> None:
     store = make_s3_store(part_size=PART)
     missing = pytest.raises(ContainerNotFoundError, match="'fcp-no-such-bucket' does not exist")
     with missing, store.open_write("s3://fcp-no-such-bucket/k") as w:
