@@ -175,7 +175,6 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "store:{Cloud}Store.error": ("azure",),
         "store:{Cloud}Store.map": ("s3",),
         "store:{Cloud}Store.upload_file": ("s3", "azure"),
-        "store:{Cloud}Store.head": ("s3",),  # from the reads branch: S3Pinned uses it; GCS has _blob
         "writer:ABORT_TRIES": ("s3",),
     },
     "the error codes of S3 are strings in a table; GCS and Azure answer with statuses and "

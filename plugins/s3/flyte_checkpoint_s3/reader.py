@@ -77,7 +77,7 @@ class S3Pinned(PinnedObject):
         return open_reader(self._store, self._loc, self.uri, self.version)  # type: ignore[return-value]
 
     def changed(self) -> bool:
-        head = self._store.head(self.uri)
+        head = self._store._head(self.uri)
         return head is None or head.get("ETag") != self.version
 
 

@@ -91,10 +91,10 @@ class S3Store(BlobStore):
         return S3Writer(self, uri, parse(uri))
 
     def stat(self, uri: str) -> int | None:
-        resp = self.head(uri)
+        resp = self._head(uri)
         return None if resp is None else int(resp["ContentLength"])
 
-    def head(self, uri: str) -> dict[str, Any] | None:
+    def _head(self, uri: str) -> dict[str, Any] | None:
         """The object's ``HEAD`` answer (``ContentLength``, ``ETag``...), or ``None`` if it is absent.
 
         Raises:
@@ -111,7 +111,7 @@ class S3Store(BlobStore):
 
     def pin(self, uri: str) -> S3Pinned | None:
         """The object's size and ETag (``HEAD``); its reads send ``If-Match`` with that ETag."""
-        resp = self.head(uri)
+        resp = self._head(uri)
         if resp is None:
             return None
         return S3Pinned(self, parse(uri), uri, int(resp["ContentLength"]), resp["ETag"])
