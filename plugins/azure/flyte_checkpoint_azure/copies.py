@@ -50,7 +50,7 @@ def describe(store: AzureStore, uri: str) -> CopySource | None:
     try:
         props = blob.get_blob_properties()
     except Exception as exc:
-        err = store.error(exc, uri, "stat")
+        err = store.map_error(exc, uri, "stat")
         if type(err) is NotFoundError:
             return None
         raise err from exc
@@ -101,7 +101,7 @@ def copy_block(
     try:
         url, auth = source_access(store, source)
     except Exception as exc:  # a token that could not be obtained
-        raise store.error(exc, source.uri, "authorize a copy from") from exc
+        raise store.map_error(exc, source.uri, "authorize a copy from") from exc
     try:
         blob.stage_block_from_url(
             block_id,
@@ -129,9 +129,9 @@ def read_source(store: AzureStore, source: CopySource, start: int, length: int) 
             max_concurrency=1,
         ).readall()
     except Exception as exc:
-        if status_of(exc) == 412 or type(store.error(exc, source.uri, "read")) is NotFoundError:
+        if status_of(exc) == 412 or type(store.map_error(exc, source.uri, "read")) is NotFoundError:
             raise copy_source_changed(source, f"HTTP {status_of(exc)}") from exc
-        raise store.error(exc, source.uri, "read") from exc
+        raise store.map_error(exc, source.uri, "read") from exc
     if len(data) != length:
         raise copy_source_changed(source, "it ended early")
     return data
@@ -169,7 +169,7 @@ def _mapped(store: AzureStore, exc: BaseException, source: CopySource, dest: str
             f" the account key, the configured SAS token (it needs read permission) or an Azure AD"
             f" token; {PERMISSION_HINT}"
         )
-    return store.error(exc, dest, "copy a block into")
+    return store.map_error(exc, dest, "copy a block into")
 
 
 __all__ = ["LIMITS", "copy_block", "describe", "read_source", "source_access"]

@@ -61,10 +61,10 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
             raise StoreError(f"Azure answered {first.size} bytes of {uri} but sent fewer")
     except HttpResponseError as exc:
         if status_of(exc) != 416:
-            raise store.error(exc, uri, "read") from exc
+            raise store.map_error(exc, uri, "read") from exc
         head, size, props = bytearray(), 0, None  # an empty blob has no byte 0
     except Exception as exc:
-        raise store.error(exc, uri, "read") from exc
+        raise store.map_error(exc, uri, "read") from exc
     if props is None:
         props = store.call(lambda: blob.get_blob_properties(**pinned), uri, "read")
         if props.size:
@@ -92,7 +92,7 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
         head=memoryview(head),
         digest=digest(integrity.ALGORITHM) if expected else None,
         expected=expected,
-        on_error=lambda exc: store.error(exc, uri, "read"),
+        on_error=lambda exc: store.map_error(exc, uri, "read"),
     )
 
 

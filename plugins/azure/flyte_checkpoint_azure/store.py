@@ -73,7 +73,7 @@ class AzureStore(BlobStore):
         try:
             return blob.get_blob_properties().size
         except Exception as exc:
-            err = self.error(exc, uri, "stat")
+            err = self.map_error(exc, uri, "stat")
             if type(err) is NotFoundError:
                 return None
             raise err from exc
@@ -85,7 +85,7 @@ class AzureStore(BlobStore):
         try:
             props = blob.get_blob_properties()
         except Exception as exc:
-            err = self.error(exc, uri, "stat")
+            err = self.map_error(exc, uri, "stat")
             if type(err) is NotFoundError:
                 return None
             raise err from exc
@@ -100,7 +100,7 @@ class AzureStore(BlobStore):
         try:
             blob.delete_blob(delete_snapshots="include")
         except Exception as exc:
-            err = self.error(exc, uri, "delete")
+            err = self.map_error(exc, uri, "delete")
             if type(err) is not NotFoundError:
                 raise err from exc
 
@@ -110,7 +110,7 @@ class AzureStore(BlobStore):
         try:
             names = [b.name for b in container.list_blobs(name_starts_with=loc.key or None)]
         except Exception as exc:
-            raise self.error(exc, prefix, "list") from exc
+            raise self.map_error(exc, prefix, "list") from exc
         yield from sorted(loc.uri(name) for name in names)
 
     def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
@@ -125,7 +125,7 @@ class AzureStore(BlobStore):
             else:
                 found = [_info(loc, b) for b in container.walk_blobs(name_starts_with=start, delimiter="/")]
         except Exception as exc:
-            raise self.error(exc, prefix, "list") from exc
+            raise self.map_error(exc, prefix, "list") from exc
         yield from sorted(found, key=lambda info: info.uri)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
@@ -138,9 +138,9 @@ class AzureStore(BlobStore):
         except HttpResponseError as exc:
             if status_of(exc) == 416 and error_code(exc) == "InvalidRange":
                 return b""  # starts at or past the end
-            raise self.error(exc, uri, "read") from exc
+            raise self.map_error(exc, uri, "read") from exc
         except Exception as exc:
-            raise self.error(exc, uri, "read") from exc
+            raise self.map_error(exc, uri, "read") from exc
 
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
         """Upload a local file in blocks; atomic like any write, and refused
@@ -170,16 +170,17 @@ class AzureStore(BlobStore):
 
     # -- for the reader and writer -----------------------------------------------------------
 
-    def error(self, exc: BaseException, uri: str, action: str) -> CheckpointError:
+    def map_error(self, exc: BaseException, uri: str, action: str) -> CheckpointError:
         """``exc`` as the fault table's error for ``action`` on ``uri``."""
         return map_error(exc, uri, action, config=self.config)
 
     def call(self, fn: Callable[[], T], uri: str, action: str) -> T:
-        """``fn()``, its failure raised as :meth:`error`."""
+        """``fn()`` (a request through a client of :attr:`clients`), its failure raised as
+        :meth:`map_error`."""
         try:
             return fn()
         except Exception as exc:
-            raise self.error(exc, uri, action) from exc
+            raise self.map_error(exc, uri, action) from exc
 
 
 def _info(loc: Location, item: Any) -> ObjectInfo:

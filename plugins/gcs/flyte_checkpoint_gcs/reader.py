@@ -112,7 +112,7 @@ def open_reader(store: GCSStore, loc: Location, uri: str, blob: Any) -> RangedRe
 def _read_error(store: GCSStore, exc: BaseException, uri: str) -> CheckpointError:
     """``exc`` of a read pinned to a generation as the project's error: a 404 is that generation
     gone (the object was replaced or deleted), an ObjectReplacedError."""
-    err = errors.map_error(exc, uri, "read", config=store.config)
+    err = store.map_error(exc, uri, "read")
     if type(err) is NotFoundError:
         return replaced(uri, "its generation is gone")
     return err

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, TypeVar
 
-from flyte_checkpoint.errors import CheckpointPermissionError, ConfigurationError, NotFoundError
+from flyte_checkpoint.errors import (
+    CheckpointError,
+    CheckpointPermissionError,
+    ConfigurationError,
+    ContainerNotFoundError,
+    NotFoundError,
+)
 from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
 from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file
 from flyte_checkpoint.uri import redact
@@ -17,6 +23,8 @@ from .config import GCSConfig
 from .reader import GCSPinned, fetch, open_reader
 from .uris import parse
 from .writer import GCSWriter
+
+T = TypeVar("T")
 
 
 class GCSStore(BlobStore):
@@ -81,12 +89,16 @@ class GCSStore(BlobStore):
 
     def delete(self, uri: str) -> None:
         loc = parse(uri)
-        try:
+
+        def delete() -> None:
             blob = self.client.storage.bucket(loc.bucket).blob(loc.key)
             blob.delete(timeout=self.config.timeout, retry=self.client.retry())
-        except Exception as exc:
-            if errors.status_of(exc) != 404:
-                raise self._mapped(exc, uri, "delete")
+
+        try:
+            self.call(delete, uri, "delete")
+        except ContainerNotFoundError:
+            raise
+        except NotFoundError:
             self._check_bucket(loc, uri)
 
     def list(self, prefix: str) -> Iterator[str]:
@@ -111,7 +123,7 @@ class GCSStore(BlobStore):
         except Exception as exc:
             if errors.status_of(exc) == 404:
                 raise errors.container_missing(prefix, "list", config=self.config) from None
-            raise self._mapped(exc, prefix, "list")
+            raise self.map_error(exc, prefix, "list")
         yield from sorted(found, key=lambda info: info.uri)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
@@ -123,7 +135,7 @@ class GCSStore(BlobStore):
             got = fetch(self, loc, start, memoryview(data))
         except Exception as exc:
             if errors.status_of(exc) != 404:
-                raise self._mapped(exc, uri, "read")
+                raise self.map_error(exc, uri, "read")
             self._check_bucket(loc, uri)
             raise NotFoundError(f"no checkpoint object at {redact(uri)}") from None
         del data[got:]
@@ -158,7 +170,7 @@ class GCSStore(BlobStore):
             blob = bucket.get_blob(loc.key, timeout=self.config.timeout, retry=self.client.retry())
         except Exception as exc:
             if errors.status_of(exc) != 404:
-                raise self._mapped(exc, uri, "read")
+                raise self.map_error(exc, uri, "read")
             blob = None
         if blob is None:
             self._check_bucket(loc, uri)
@@ -184,13 +196,21 @@ class GCSStore(BlobStore):
         except Exception as exc:
             if errors.status_of(exc) == 404:
                 raise errors.container_missing(uri, "stat", config=self.config) from None
-            err = self._mapped(exc, uri, "list")
+            err = self.map_error(exc, uri, "list")
             if isinstance(err, CheckpointPermissionError):
                 return  # may read objects but not list them: the bucket is taken to exist
             raise err
 
-    def _mapped(self, exc: Exception, uri: str, action: str) -> Exception:
+    def map_error(self, exc: BaseException, uri: str, action: str) -> CheckpointError:
+        """``exc`` as the project's error for ``action`` on ``uri`` (:func:`.errors.map_error`)."""
         return errors.map_error(exc, uri, action, config=self.config)
+
+    def call(self, fn: Callable[[], T], uri: str, action: str) -> T:
+        """``fn()`` (a request through :attr:`client`), its failure raised as :meth:`map_error`."""
+        try:
+            return fn()
+        except Exception as exc:
+            raise self.map_error(exc, uri, action)
 
 
 def make_store(**settings: Any) -> GCSStore:

@@ -36,7 +36,7 @@ def describe(store: S3Store, uri: str) -> CopySource | None:
     """The object's size and ETag (``HEAD``), or None if it is absent."""
     loc = parse(uri)
     try:
-        resp = store.call(lambda c: c.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
+        resp = store.call(lambda: store.client.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
     except NotFoundError:
         if store.stat(uri) is None:  # also raises ContainerNotFoundError for a missing bucket
             return None
@@ -100,7 +100,7 @@ def part_crc(result: dict[str, Any], name: str) -> int | None:
 def _mapped(store: S3Store, exc: BaseException, source: CopySource, dest: str, action: str) -> BaseException:
     if error_code(exc) in _REPLACED:
         return copy_source_changed(source, f"S3 answered {error_code(exc)}")
-    return store.map(exc, dest, action)
+    return store.map_error(exc, dest, action)
 
 
 __all__ = ["LIMITS", "check_unchanged", "copy_part", "describe", "part_crc", "read_source"]

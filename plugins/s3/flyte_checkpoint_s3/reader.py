@@ -37,7 +37,7 @@ def open_reader(store: S3Store, loc: Location, uri: str, etag: str | None = None
     args: dict[str, Any] = {"Bucket": loc.bucket, "Key": loc.key}
     if etag:
         args["IfMatch"] = etag
-    resp = store.call(lambda c: c.get_object(**args), uri, "read")
+    resp = store.call(lambda: store.client.get_object(**args), uri, "read")
     etag = resp.get("ETag")
     check = integrity.for_read(store.config, resp, uri)
 
@@ -54,7 +54,7 @@ def open_reader(store: S3Store, loc: Location, uri: str, etag: str | None = None
         head=resp["Body"],
         digest=check[0] if check else None,
         expected=check[1] if check else None,
-        on_error=lambda exc: store.map(exc, uri, "read"),
+        on_error=lambda exc: store.map_error(exc, uri, "read"),
     )
 
 
@@ -98,9 +98,9 @@ def fetch(
     if etag:
         args["IfMatch"] = etag
 
-    def get(client: Any) -> int:
+    def get() -> int:
         try:
-            resp = client.get_object(**args)
+            resp = store.client.get_object(**args)
         except Exception as exc:
             if error_code(exc) == "InvalidRange":  # starts at or after the end
                 return 0

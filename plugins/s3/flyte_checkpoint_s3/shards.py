@@ -82,7 +82,9 @@ class S3ShardedWrites:
         args = self._args()
         if self.store.crc is not None:
             args.update(ChecksumAlgorithm=self.store.crc.name, ChecksumType=self.store.config.checksum_type)
-        resp = self.store.call(lambda c: c.create_multipart_upload(**args), self.uri, "start an upload to")
+        resp = self.store.call(
+            lambda: self.store.client.create_multipart_upload(**args), self.uri, "start an upload to"
+        )
         return {"upload_id": resp["UploadId"]}
 
     def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> S3Segment:
@@ -104,7 +106,7 @@ class S3ShardedWrites:
             return
         try:
             self.store.call(
-                lambda c: c.abort_multipart_upload(**self._args(UploadId=upload_id)),
+                lambda: self.store.client.abort_multipart_upload(**self._args(UploadId=upload_id)),
                 self.uri,
                 "abort the upload of",
             )
@@ -113,9 +115,9 @@ class S3ShardedWrites:
                 raise
 
     def sweep(self, session: dict[str, Any]) -> None:
-        def uploads(client: Any) -> list[str]:
+        def uploads() -> list[str]:
             found = []
-            for page in client.get_paginator("list_multipart_uploads").paginate(
+            for page in self.store.client.get_paginator("list_multipart_uploads").paginate(
                 Bucket=self.loc.bucket, Prefix=self.loc.key
             ):
                 found += [u["UploadId"] for u in page.get("Uploads", ()) if u["Key"] == self.loc.key]

@@ -71,16 +71,16 @@ class S3Store(BlobStore):
         """The most HTTP connections the store keeps open between calls (its client's pool)."""
         return self.config.max_connections
 
-    def map(self, exc: BaseException, uri: str, action: str) -> CheckpointError:
-        """The project error for ``exc`` (see :func:`~flyte_checkpoint_s3.errors.map_error`)."""
+    def map_error(self, exc: BaseException, uri: str, action: str) -> CheckpointError:
+        """``exc`` as the project's error for ``action`` on ``uri`` (:func:`.errors.map_error`)."""
         return map_error(exc, uri, action, config=self.config)
 
-    def call(self, fn: Callable[[Any], T], uri: str, action: str) -> T:
-        """``fn(client)``, with any error raised as the project's own."""
+    def call(self, fn: Callable[[], T], uri: str, action: str) -> T:
+        """``fn()`` (a request through :attr:`client`), its failure raised as :meth:`map_error`."""
         try:
-            return fn(self.client)
+            return fn()
         except Exception as exc:
-            raise self.map(exc, uri, action)
+            raise self.map_error(exc, uri, action)
 
     # -- the BlobStore contract -------------------------------------------------
 
@@ -102,7 +102,7 @@ class S3Store(BlobStore):
         """
         loc = parse(uri)
         try:
-            return self.call(lambda c: c.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
+            return self.call(lambda: self.client.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
         except ContainerNotFoundError:
             raise
         except NotFoundError:
@@ -123,7 +123,7 @@ class S3Store(BlobStore):
     def delete(self, uri: str) -> None:
         loc = parse(uri)
         try:
-            self.call(lambda c: c.delete_object(Bucket=loc.bucket, Key=loc.key), uri, "delete")
+            self.call(lambda: self.client.delete_object(Bucket=loc.bucket, Key=loc.key), uri, "delete")
         except ContainerNotFoundError:
             raise
         except NotFoundError:
@@ -141,9 +141,9 @@ class S3Store(BlobStore):
         if not recursive:
             args["Delimiter"] = "/"
 
-        def entries(client: Any) -> list[ObjectInfo]:
+        def entries() -> list[ObjectInfo]:
             found: list[ObjectInfo] = []
-            for page in client.get_paginator("list_objects_v2").paginate(**args):
+            for page in self.client.get_paginator("list_objects_v2").paginate(**args):
                 for obj in page.get("Contents", ()):
                     found.append(ObjectInfo(loc.uri(obj["Key"]), int(obj["Size"]), obj.get("LastModified")))
                 for common in page.get("CommonPrefixes", ()):
@@ -195,7 +195,7 @@ class S3Store(BlobStore):
     def _check_bucket(self, uri: str, bucket: str) -> None:
         """Raise ContainerNotFoundError if ``bucket`` is missing (after a 404 on one of its keys)."""
         try:
-            self.call(lambda c: c.head_bucket(Bucket=bucket), uri, "check the bucket of")
+            self.call(lambda: self.client.head_bucket(Bucket=bucket), uri, "check the bucket of")
         except NotFoundError as exc:
             raise container_missing(uri, "stat", config=self.config, detail="HeadBucket: 404") from exc
         except CheckpointPermissionError:

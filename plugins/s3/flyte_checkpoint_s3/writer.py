@@ -64,13 +64,15 @@ class S3Writer(PartWriter):
         args = self._args(Body=data)
         if self._crc is not None:
             args.update(integrity.request_args(self._crc, self._crc.compute(data)))
-        self._store.call(lambda c: c.put_object(**args), self.uri, "write")
+        self._store.call(lambda: self._store.client.put_object(**args), self.uri, "write")
 
     def _start(self) -> None:
         args = self._args()
         if self._crc is not None:
             args.update(ChecksumAlgorithm=self._crc.name, ChecksumType=self._store.config.checksum_type)
-        resp = self._store.call(lambda c: c.create_multipart_upload(**args), self.uri, "start an upload to")
+        resp = self._store.call(
+            lambda: self._store.client.create_multipart_upload(**args), self.uri, "start an upload to"
+        )
         self.upload_id = resp["UploadId"]
 
     def _send_part(self, number: int, data: bytes | bytearray) -> tuple[dict[str, Any], int, int]:
@@ -80,7 +82,9 @@ class S3Writer(PartWriter):
         if self._crc is not None:
             value = self._crc.compute(data)
             args.update(integrity.request_args(self._crc, value))
-        resp = self._store.call(lambda c: c.upload_part(**args), self.uri, f"upload part {number} of")
+        resp = self._store.call(
+            lambda: self._store.client.upload_part(**args), self.uri, f"upload part {number} of"
+        )
         part = {"PartNumber": number, "ETag": resp["ETag"]}
         if self._crc is not None:
             part[integrity.field(self._crc)] = self._crc.encode(value)
@@ -119,7 +123,9 @@ class S3Writer(PartWriter):
             # A server that gives no CRC for a copied part: S3 keeps its own checksum, unchecked.
             if self._full_object and all(value is not None for _, value, _ in results):
                 args[integrity.field(self._crc)] = self._crc.encode(self._whole(results))
-        self._store.call(lambda c: c.complete_multipart_upload(**args), self.uri, "complete the upload of")
+        self._store.call(
+            lambda: self._store.client.complete_multipart_upload(**args), self.uri, "complete the upload of"
+        )
 
     def _cancel(self) -> None:
         """Abort the upload, a few tries; if it still fails, log its id (a bucket lifecycle rule
@@ -130,7 +136,9 @@ class S3Writer(PartWriter):
         last: BaseException | None = None
         for _ in range(ABORT_TRIES):
             try:
-                self._store.call(lambda c: c.abort_multipart_upload(**args), self.uri, "abort the upload of")
+                self._store.call(
+                    lambda: self._store.client.abort_multipart_upload(**args), self.uri, "abort the upload of"
+                )
                 return
             except Exception as exc:
                 if error_code(exc) == "NoSuchUpload":
