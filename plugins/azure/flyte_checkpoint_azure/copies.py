@@ -101,7 +101,7 @@ def copy_block(
     try:
         url, auth = source_access(store, source)
     except Exception as exc:  # a token that could not be obtained
-        raise store.map_error(exc, source.uri, "authorize a copy from") from exc
+        raise store.map_error(exc, source.uri, "authorize a copy from")
     try:
         blob.stage_block_from_url(
             block_id,
@@ -131,7 +131,7 @@ def read_source(store: AzureStore, source: CopySource, start: int, length: int) 
     except Exception as exc:
         if status_of(exc) == 412 or type(store.map_error(exc, source.uri, "read")) is NotFoundError:
             raise copy_source_changed(source, f"HTTP {status_of(exc)}") from exc
-        raise store.map_error(exc, source.uri, "read") from exc
+        raise store.map_error(exc, source.uri, "read")
     if len(data) != length:
         raise copy_source_changed(source, "it ended early")
     return data

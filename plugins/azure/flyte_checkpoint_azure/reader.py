@@ -61,10 +61,10 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
             raise StoreError(f"Azure answered {first.size} bytes of {uri} but sent fewer")
     except HttpResponseError as exc:
         if status_of(exc) != 416:
-            raise store.map_error(exc, uri, "read") from exc
+            raise store.map_error(exc, uri, "read")
         head, size, props = bytearray(), 0, None  # an empty blob has no byte 0
     except Exception as exc:
-        raise store.map_error(exc, uri, "read") from exc
+        raise store.map_error(exc, uri, "read")
     if props is None:
         props = store.call(lambda: blob.get_blob_properties(**pinned), uri, "read")
         if props.size:

@@ -110,7 +110,7 @@ class AzureStore(BlobStore):
         try:
             names = [b.name for b in container.list_blobs(name_starts_with=loc.key or None)]
         except Exception as exc:
-            raise self.map_error(exc, prefix, "list") from exc
+            raise self.map_error(exc, prefix, "list")
         yield from sorted(loc.uri(name) for name in names)
 
     def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
@@ -125,7 +125,7 @@ class AzureStore(BlobStore):
             else:
                 found = [_info(loc, b) for b in container.walk_blobs(name_starts_with=start, delimiter="/")]
         except Exception as exc:
-            raise self.map_error(exc, prefix, "list") from exc
+            raise self.map_error(exc, prefix, "list")
         yield from sorted(found, key=lambda info: info.uri)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
@@ -138,9 +138,9 @@ class AzureStore(BlobStore):
         except HttpResponseError as exc:
             if status_of(exc) == 416 and error_code(exc) == "InvalidRange":
                 return b""  # starts at or past the end
-            raise self.map_error(exc, uri, "read") from exc
+            raise self.map_error(exc, uri, "read")
         except Exception as exc:
-            raise self.map_error(exc, uri, "read") from exc
+            raise self.map_error(exc, uri, "read")
 
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
         """Upload a local file in blocks; atomic like any write, and refused
@@ -180,7 +180,7 @@ class AzureStore(BlobStore):
         try:
             return fn()
         except Exception as exc:
-            raise self.map_error(exc, uri, action) from exc
+            raise self.map_error(exc, uri, action)
 
 
 def _info(loc: Location, item: Any) -> ObjectInfo:

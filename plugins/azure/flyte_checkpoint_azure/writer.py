@@ -81,7 +81,7 @@ class AzureWriter(PartWriter):
                 max_concurrency=1,
             )
         except Exception as exc:
-            raise self._store.map_error(exc, self.uri, "write") from exc
+            raise self._store.map_error(exc, self.uri, "write")
 
     def _start(self) -> None:
         pass  # a block blob's upload begins with its first block
@@ -95,7 +95,7 @@ class AzureWriter(PartWriter):
         try:
             self._blob.stage_block(block_id, data, length=len(data), headers=headers)  # type: ignore[arg-type]
         except Exception as exc:
-            raise self._store.map_error(exc, self.uri, "upload a block of") from exc
+            raise self._store.map_error(exc, self.uri, "upload a block of")
         return block_id
 
     def _copy_part(self, number: int, source: CopySource, start: int, length: int) -> str:
@@ -116,4 +116,4 @@ class AzureWriter(PartWriter):
         try:
             self._blob.commit_block_list(results, content_settings=integrity.content_settings(md5))
         except Exception as exc:
-            raise self._store.map_error(exc, self.uri, "commit the uploaded blocks of") from exc
+            raise self._store.map_error(exc, self.uri, "commit the uploaded blocks of")

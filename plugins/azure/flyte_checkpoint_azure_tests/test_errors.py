@@ -119,6 +119,26 @@ def test_an_sdk_error_holding_a_configured_secret_is_not_chained() -> None:
     assert map_error(plain, URI, "read", config=secret_config).__cause__ is plain
 
 
+def test_a_failed_call_keeps_a_secret_holding_cause_out_of_the_traceback() -> None:
+    """The store raises map_error's error as it is (no ``from exc``): chain() dropped the cause
+    that held the key, and a ``raise ... from exc`` would put it back in every traceback."""
+    from flyte_checkpoint_azure.store import AzureStore
+
+    key = "c2VjcmV0LWtleS1ub2JvZHk="
+    store = AzureStore(config(account_name="acct", account_key=key))
+
+    def leak() -> None:
+        raise _http(500, None, message=f"signature for {key} did not match")
+
+    try:
+        with pytest.raises(TransientError) as info:
+            store.call(leak, URI, "read")
+        assert info.value.__cause__ is None
+        assert key not in "".join(traceback.format_exception(info.value))
+    finally:
+        store.close()
+
+
 def test_messages_redact_uri_credentials() -> None:
     err = map_error(
         _http(500, None), "abfs://ckpts@acct.dfs.core.windows.net/x?sig=SECRET", "read", config=CONFIG
