@@ -171,7 +171,6 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "reader:SLICE": ("s3",),
         "reader:fetch": ("s3", "gcs"),
         "store:{Cloud}Store.client": ("s3",),
-        "store:{Cloud}Store.upload_file": ("s3", "azure"),
         "writer:ABORT_TRIES": ("s3",),
     },
     "the error codes of S3 are strings in a table; GCS and Azure answer with statuses and "

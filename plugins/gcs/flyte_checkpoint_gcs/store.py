@@ -141,6 +141,12 @@ class GCSStore(BlobStore):
         del data[got:]
         return bytes(data)
 
+    def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
+        """Upload a local file through the writer: one request up to one chunk, else its chunks
+        in order, each read (``pread``) by the pool thread that sends it; atomic like any write,
+        and refused (``SourceChangedError``, nothing committed) if the file changes meanwhile."""
+        GCSWriter(self, parse(uri), uri).upload_file(path)
+
     def sharded_writes(self, uri: str) -> Any:
         """One object from many ranks: a temporary object per rank, composed by the committing
         rank (:mod:`flyte_checkpoint_gcs.shards`)."""
