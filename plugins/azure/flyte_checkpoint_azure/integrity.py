@@ -56,3 +56,11 @@ def stored(config: AzureConfig, properties: Any) -> str | None:
     if not md5 or not config.verify_checksums:
         return None
     return base64.b64encode(bytes(md5)).decode()
+
+
+def for_read(config: AzureConfig, properties: Any, uri: str) -> tuple[Digest, str] | None:
+    """(a running digest, the stored value) a read of the blob of ``properties`` verifies: its
+    stored MD5 (:func:`stored`); ``None`` when there is none to check. (``uri`` for the same
+    signature as S3's and GCS's: an MD5 is always computed here.)"""
+    expected = stored(config, properties)
+    return None if expected is None else (digest(ALGORITHM), expected)

@@ -8,7 +8,6 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 
 from flyte_checkpoint.errors import NotFoundError, StoreError
-from flyte_checkpoint.storage.kit.checksums import digest
 from flyte_checkpoint.storage.kit.locations import Location
 from flyte_checkpoint.storage.kit.reads import RangedReader
 from flyte_checkpoint.storage.pinned import PinnedObject
@@ -81,7 +80,7 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
         )
         return downloader.readinto(_Filler(view))  # type: ignore[arg-type]
 
-    expected = integrity.stored(config, props)
+    check = integrity.for_read(config, props, uri)
     return RangedReader(
         uri,
         size=size,
@@ -90,8 +89,8 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
         concurrency=config.read_concurrency,
         pool=store.pool,
         head=memoryview(head),
-        digest=digest(integrity.ALGORITHM) if expected else None,
-        expected=expected,
+        digest=check[0] if check else None,
+        expected=check[1] if check else None,
         on_error=lambda exc: store.map_error(exc, uri, "read"),
     )
 

@@ -43,10 +43,14 @@ def stored(resource: dict[str, Any], algorithm: str) -> str | None:
     return resource.get(_SPELLING[algorithm][0])
 
 
-def for_read(blob: Any) -> tuple[str, str] | None:
-    """``(algorithm, stored value)`` a read verifies: the CRC32C, else the MD5, else ``None``."""
+def for_read(config: GCSConfig, blob: Any, uri: str) -> tuple[Digest, str] | None:
+    """(a running digest, the stored value) a read of ``blob`` (the object's metadata) verifies:
+    its CRC32C, else its MD5; ``None`` with ``verify_checksums=false`` or when it has neither.
+    (``uri`` for the same signature as S3's and Azure's: every GCS checksum is computed here.)"""
+    if not config.verify_checksums:
+        return None
     if blob.crc32c:
-        return "CRC32C", blob.crc32c
+        return checksums.digest("CRC32C"), blob.crc32c
     if blob.md5_hash:
-        return "MD5", blob.md5_hash
+        return checksums.digest("MD5"), blob.md5_hash
     return None

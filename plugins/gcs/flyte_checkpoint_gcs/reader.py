@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from flyte_checkpoint.errors import CheckpointError, NotFoundError, TransientError
 from flyte_checkpoint.storage.kit import Location, RangedReader
-from flyte_checkpoint.storage.kit.checksums import digest
 from flyte_checkpoint.storage.pinned import PinnedObject, replaced
 from flyte_checkpoint.uri import redact
 
@@ -77,7 +76,7 @@ def fetch(store: GCSStore, loc: Location, start: int, view: memoryview, generati
 def open_reader(store: GCSStore, loc: Location, uri: str, blob: Any) -> RangedReader:
     """A reader of ``blob`` (the object's metadata, just fetched), pinned to its generation."""
     generation = blob.generation
-    stored = integrity.for_read(blob) if store.config.verify_checksums else None
+    check = integrity.for_read(store.config, blob, uri)
 
     def fetch_range(offset: int, view: memoryview) -> int:
         return fetch(store, loc, offset, view, generation)
@@ -102,8 +101,8 @@ def open_reader(store: GCSStore, loc: Location, uri: str, blob: Any) -> RangedRe
         range_size=store.config.read_range_size,
         concurrency=store.config.read_concurrency,
         pool=store.pool,
-        digest=digest(stored[0]) if stored else None,
-        expected=stored[1] if stored else None,
+        digest=check[0] if check else None,
+        expected=check[1] if check else None,
         on_error=on_error,
         on_mismatch=on_mismatch,
     )
