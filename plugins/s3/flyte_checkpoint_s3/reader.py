@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 #: The most bytes one ``readinto`` of a body asks for: urllib3 reads them into a buffer of its
 #: own before the copy into the reader's, so this bounds that extra buffer.
-SLICE = 1024 * 1024
+_SLICE = 1024 * 1024
 
 
 def open_reader(store: S3Store, loc: Location, uri: str, etag: str | None = None) -> RangedReader:
@@ -121,7 +121,7 @@ def _fill(resp: dict[str, Any], view: memoryview, uri: str) -> int:
             )
         filled = 0
         while filled < len(view):
-            n = body.readinto(view[filled : filled + SLICE])
+            n = body.readinto(view[filled : filled + _SLICE])
             if not n:  # botocore checks the length the answer announced: a cut body raises
                 break
             filled += n
