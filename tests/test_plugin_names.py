@@ -173,7 +173,6 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "NOT YET MIRRORED (pending the reads, incremental and sharded branches, which change these "
     "modules): this group must empty": {
-        "reader:fetch": ("s3", "gcs"),
         "store:{Cloud}Store.client": ("s3",),
     },
     "the error codes of S3 are strings in a table; GCS and Azure answer with statuses and "

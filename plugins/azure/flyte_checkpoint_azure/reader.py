@@ -68,23 +68,16 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
         props = store.call(lambda: blob.get_blob_properties(**pinned), uri, "read")
         if props.size:
             return open_reader(store, loc, uri, etag)  # replaced by a non-empty blob meanwhile
-    etag = props.etag
+    version = props.etag
 
-    def fetch(offset: int, view: memoryview) -> int:
-        downloader = blob.download_blob(
-            offset=offset,
-            length=len(view),
-            etag=etag,
-            match_condition=MatchConditions.IfNotModified,
-            max_concurrency=1,
-        )
-        return downloader.readinto(_Filler(view))  # type: ignore[arg-type]
+    def fetch_range(offset: int, view: memoryview) -> int:
+        return fetch(store, loc, uri, offset, view, version)
 
     check = integrity.for_read(config, props, uri)
     return RangedReader(
         uri,
         size=size,
-        fetch=fetch,
+        fetch=fetch_range,
         range_size=config.read_range_size,
         concurrency=config.read_concurrency,
         pool=store.pool,
@@ -93,6 +86,23 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
         expected=check[1] if check else None,
         on_error=lambda exc: store.map_error(exc, uri, "read"),
     )
+
+
+def fetch(
+    store: AzureStore, loc: Location, uri: str, start: int, view: memoryview, etag: str | None = None
+) -> int:
+    """Fill ``view`` with the blob's bytes from ``start`` (of the version ``etag``, if given:
+    another is HTTP 412); returns the bytes written, fewer only at the end of the blob.
+
+    Raises:
+        the SDK's errors, as they come (the reader maps them with ``on_error``; ``uri`` is for
+        the same signature as S3's).
+    """
+    pinned: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+    downloader = store.clients.blob(loc).download_blob(
+        offset=start, length=len(view), max_concurrency=1, **pinned
+    )
+    return downloader.readinto(_Filler(view))  # type: ignore[arg-type]
 
 
 def _total_size(content_range: str | None, fallback: int) -> int:
