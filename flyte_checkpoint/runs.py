@@ -259,10 +259,18 @@ def _lock_file(path, run: Run) -> IO[bytes]:
     Raises:
         RunInUseError: another process (or call) holds it.
         StoreError: something other than a file is at ``path`` (a folder, a link, a FIFO...).
+        ConfigurationError: the system has no ``fcntl`` (Windows).
     """
-    import fcntl
     import stat
 
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock
+        raise ConfigurationError(
+            f"run {run.name!r} of {run.action} needs a lock on {path}, and this system has no"
+            " fcntl (Windows): nothing was run. Run it on Linux or macOS, or give the task a"
+            " remote checkpoint_root (s3://..., gs://..., abfs://...), which takes no lock"
+        ) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, _OPEN_LOCK, 0o644)

@@ -392,3 +392,35 @@ def test_something_other_than_a_file_at_the_lock_path_is_an_error_naming_it(tmp_
     else:
         lock.unlink()
     assert train(2) == 2 and calls == [2]
+
+
+def test_a_named_run_on_a_system_without_fcntl_is_refused_naming_the_lock_and_what_to_do(
+    tmp_path, monkeypatch
+):
+    """Proves (issue 35): where ``fcntl`` cannot be imported (Windows), a named run on a local
+    root raises ConfigurationError naming the run, the lock file and what to do (it raised a bare
+    ModuleNotFoundError), and the task's function does not run; a run on a remote root takes no
+    lock and runs."""
+    import sys
+
+    from flyte_checkpoint.errors import ConfigurationError
+
+    calls: list[str] = []
+
+    def make(root: str):
+        @fc.task(retries=0, checkpoint_root=root, run_name="r")
+        def train(where: str) -> str:
+            calls.append(where)
+            return where
+
+        return train
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # import fcntl raises ImportError
+    with pytest.raises(ConfigurationError) as info:
+        make(str(tmp_path))("local")
+    message = str(info.value)
+    assert "run 'r' of train" in message and str(tmp_path / "r" / ".train.lock") in message, message
+    assert "no fcntl (Windows)" in message and "remote checkpoint_root" in message, message
+    assert calls == []
+    assert make("memory://runs-no-fcntl")("remote") == "remote"
+    assert calls == ["remote"]
