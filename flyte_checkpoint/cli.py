@@ -30,7 +30,9 @@ import functools
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -547,11 +549,59 @@ def _push_stream(args: argparse.Namespace, uri: str, stream: BinaryIO) -> tuple[
     Raises:
         EmptySaveError: the stream was empty and ``--allow-empty`` was not given.
     """
+    with _woken_by_signals(stream) as read:
+        return _push_chunks(args, uri, read)
+
+
+@contextlib.contextmanager
+def _woken_by_signals(stream: BinaryIO) -> Iterator[Callable[[int], bytes]]:
+    """``read(n)``: up to ``n`` bytes of ``stream`` (fewer only at its end), from which Ctrl-C and
+    SIGTERM always wake the main thread. A signal the kernel delivers to another thread (a
+    store's worker) leaves a blocking read of a pipe waiting for more input; here the read waits
+    in ``select`` on the stream and on the signal wake-up descriptor, which any thread's signal
+    writes to. (Where that cannot be done, not POSIX or not the main thread, a plain read.)"""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = -1
+    if fd < 0 or os.name != "posix" or threading.current_thread() is not threading.main_thread():
+        yield stream.read
+        return
+    import select
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def read(n: int) -> bytes:  # from the descriptor: nothing was read through stream's buffer
+        out = bytearray()
+        while len(out) < n:
+            ready, _, _ = select.select([fd, wake_r], [], [])
+            if wake_r in ready:  # a signal came: its handler runs as this returns to Python
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                continue
+            data = os.read(fd, n - len(out))
+            if not data:
+                break
+            out += data
+        return bytes(out)
+
+    try:
+        yield read
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _push_chunks(args: argparse.Namespace, uri: str, read: Callable[[int], bytes]) -> tuple[int, float]:
     from .checkpoint import log_transfer
     from .storage.blobstore import COPY_CHUNK
     from .storage.registry import store_for
 
-    chunk = stream.read(COPY_CHUNK)
+    chunk = read(COPY_CHUNK)
     if not chunk and not args.allow_empty:
         raise _empty_save("stdin was empty", uri)
     store = store_for(uri)
@@ -565,10 +615,67 @@ def _push_stream(args: argparse.Namespace, uri: str, stream: BinaryIO) -> tuple[
             done += len(chunk)
             if bar is not None:
                 bar(done, None)
-            chunk = stream.read(COPY_CHUNK)
+            chunk = read(COPY_CHUNK)
     seconds = time.monotonic() - started
     log_transfer("saved", uri, done, seconds)
     return done, seconds
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a command; ``str()`` says what it left at the URI, if known."""
+
+    def __init__(self, message: str = "", *, signum: int = 2) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Interrupted(signum=signum)  # as Ctrl-C: a save in progress aborts, its temp files go
+
+
+Version = tuple[int, "str | None"] | None
+
+
+def _version_at(uri: str) -> Version:
+    """The size and version of the object at ``uri`` (None when absent)."""
+    from .storage.registry import store_for
+
+    pinned = store_for(uri).pin(uri)
+    if pinned is None:
+        return None
+    with pinned:
+        return pinned.size, pinned.version
+
+
+def interrupted_push(uri: str, before: Version, after: Version | Exception) -> str:
+    """What an interrupted push left at ``uri``, from the object's size and version before the
+    push and after the interrupt (or the error that looking gave)."""
+    where = redact(uri)
+    if isinstance(after, Exception):
+        return f"whether the push committed is unknown ({_message(after)}): check with 'inspect {where}'"
+    if after == before and (before is None or before[1] is not None):
+        if before is None:
+            return f"nothing was saved: there is still no checkpoint at {where}"
+        return f"nothing was saved: {where} holds the checkpoint it held before"
+    if after is None or after == before:  # removed meanwhile, or a store without versions
+        return f"whether the push committed is unknown: check with 'inspect {where}'"
+    return f"the push had committed: {where} holds the new checkpoint"
+
+
+@contextlib.contextmanager
+def _explained_interrupt(uri: str) -> Iterator[None]:
+    """A Ctrl-C or SIGTERM in the block is raised as :class:`Interrupted` saying what the push
+    left at ``uri``: the previous object (nothing saved) or the new one (it had committed)."""
+    before = _version_at(uri)
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        try:
+            after: Version | Exception = _version_at(uri)
+        except Exception as error:  # the store cannot say now
+            after = error
+        raise Interrupted(interrupted_push(uri, before, after), signum=signum) from None
 
 
 def _empty_save(what: str, uri: str) -> EmptySaveError:
@@ -586,7 +693,8 @@ def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
 
     uri = _normalize(args.uri, "URI")
     if args.path == "-":
-        size, seconds = _push_stream(args, uri, sys.stdin.buffer)
+        with _explained_interrupt(uri):
+            size, seconds = _push_stream(args, uri, sys.stdin.buffer)
         return {
             "uri": redact(uri),
             "source": "-",
@@ -604,7 +712,7 @@ def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
     kind = "tarball" if src.is_dir() else "payload"
     if kind == "payload" and src.stat().st_size == 0 and not args.allow_empty:
         raise _empty_save(f"{src} is empty", uri)
-    with _bar(args, "push") as bar, Checkpoint(uri, progress=bar) as cp:
+    with _explained_interrupt(uri), _bar(args, "push") as bar, Checkpoint(uri, progress=bar) as cp:
         cp.save_sync(src)
     assert cp._last_save is not None  # save_sync returned: its save ended
     figures, seconds = cp._last_save  # the figures the INFO line gave
@@ -1047,6 +1155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     undo_logging = _setup_logging(level)
     saved_showwarning = warnings.showwarning
     warnings.showwarning = _show_warning
+    main_thread = threading.current_thread() is threading.main_thread()
+    # SIGTERM as Ctrl-C: a push aborts its upload (no temporary file or upload is left) and says so
+    sigterm = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         result = args.func(args)
         if as_json:
@@ -1056,9 +1167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.show(result)
         sys.stdout.flush()
         return EXIT_OK
-    except KeyboardInterrupt:
-        sys.stderr.write(f"\n{PROG}: interrupted\n")
-        return 130
+    except KeyboardInterrupt as exc:
+        said = str(exc) if isinstance(exc, Interrupted) else ""
+        sys.stderr.write(f"\n{PROG}: interrupted{': ' + said if said else ''}\n")
+        return 128 + (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -1073,6 +1185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(_message(exc) + hint, _exit_code(exc), as_json=as_json, error_type=type(exc).__name__)
     finally:
         warnings.showwarning = saved_showwarning
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
         undo_logging()
 
 

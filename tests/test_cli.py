@@ -822,3 +822,72 @@ def test_a_log_line_during_a_transfer_blanks_the_bar_and_redraws_it_below(tmp_pa
     drawn_after = after.split("\n", 1)[1]
     assert drawn_after.startswith("\rpush ["), repr(after)  # redrawn at once, below the log line
     assert drawn_after.count("\rpush [") == 2 and " in 0:" in drawn_after  # then its final state
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("previous", [False, True], ids=["empty", "previous"])
+def test_an_interrupted_push_says_nothing_was_saved_and_leaves_no_temporary_file(tmp_path, sig, previous):
+    """Proves (issue 35): Ctrl-C or SIGTERM while ``push -`` streams stdin into a local object
+    exits 130 or 143 saying that nothing was saved (and what the URI holds: still no checkpoint,
+    or the one it held before), the previous object byte for byte, and no ``.fcp-tmp-*`` left
+    (SIGTERM ended the process at once and left the temporary file; Ctrl-C said only
+    'interrupted'). The signal is sent once the temporary file exists: the upload has begun."""
+    import signal as signals
+
+    from flyte_checkpoint.storage.blobstore import COPY_CHUNK
+    from tests.reliability.gates import HANG
+
+    store = tmp_path / "store"
+    store.mkdir()
+    dest = store / "ckpt"
+    if previous:
+        dest.write_bytes(b"the previous checkpoint")
+    proc = subprocess.Popen(
+        [str(SCRIPT), "push", "-", str(dest)],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=base_env(),
+    )
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        # one chunk and a byte: the first chunk is written, and the push waits for the rest
+        proc.stdin.write(os.urandom(COPY_CHUNK + 1))
+        proc.stdin.flush()
+        deadline = time.monotonic() + HANG
+        while not [p for p in store.iterdir() if p.name.startswith(".fcp-tmp-")]:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the push never began its upload"
+            time.sleep(0.01)
+        proc.send_signal(getattr(signals, sig))
+        status = proc.wait(HANG)
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdin.close()
+        proc.stderr.close()
+    assert status == 128 + getattr(signals, sig), stderr
+    said = "holds the checkpoint it held before" if previous else "there is still no checkpoint at"
+    assert f"interrupted: nothing was saved: {'' if previous else said}" in stderr, stderr
+    assert said in stderr and str(dest) in stderr, stderr
+    assert sorted(p.name for p in store.iterdir()) == (["ckpt"] if previous else [])
+    if previous:
+        assert dest.read_bytes() == b"the previous checkpoint"
+
+
+def test_what_an_interrupted_push_left_is_said_from_the_versions_before_and_after():
+    """Proves: the message of an interrupted push follows what the object was before and is
+    after: unchanged (nothing saved), a new version (it had committed), and unknown where the
+    store gives no version or could not be asked."""
+    from flyte_checkpoint.cli import interrupted_push
+    from flyte_checkpoint.errors import TransientError
+
+    uri = "s3://b/k"
+    assert interrupted_push(uri, None, None) == "nothing was saved: there is still no checkpoint at s3://b/k"
+    assert interrupted_push(uri, (5, "v1"), (5, "v1")).endswith("holds the checkpoint it held before")
+    assert interrupted_push(uri, (5, "v1"), (9, "v2")).startswith("the push had committed")
+    assert interrupted_push(uri, None, (9, "v2")).startswith("the push had committed")
+    assert interrupted_push(uri, (5, None), (5, None)).startswith("whether the push committed is unknown")
+    assert interrupted_push(uri, (5, "v1"), None).startswith("whether the push committed is unknown")
+    failed = interrupted_push(uri, None, TransientError("the service is busy"))
+    assert failed.startswith("whether the push committed is unknown (the service is busy)"), failed
