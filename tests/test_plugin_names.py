@@ -171,10 +171,6 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
     "discarded by the service (its abort has nothing to send)": {
         "writer:ABORT_TRIES": ("s3",),
     },
-    "NOT YET MIRRORED (pending the reads, incremental and sharded branches, which change these "
-    "modules): this group must empty": {
-        "store:{Cloud}Store.client": ("s3",),
-    },
     "the error codes of S3 are strings in a table; GCS and Azure answer with statuses and "
     "exception classes": {
         "errors:DAMAGED_CODES": ("s3",),

@@ -107,7 +107,7 @@ def arm(uri: str) -> None:
     real = store_for(uri)
     register_store("killpoints", (scheme_of(uri),), lambda: _PointStore(real), priority=100)
     if _armed.startswith("s3:"):
-        events = getattr(real, "inner", real).client.meta.events
+        events = getattr(real, "inner", real).client.get().meta.events
         for op in ("CompleteMultipartUpload", "PutObject"):
             events.register(f"before-send.s3.{op}", lambda **_: reach("s3:commit-sent"))
             events.register(f"after-call.s3.{op}", lambda **_: reach("s3:commit-answered"))

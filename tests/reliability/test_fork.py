@@ -50,12 +50,12 @@ def sdk_objects(store):
     # The objects that must be rebuilt in a child: the SDK client and the pools that hold threads.
     store = getattr(store, "inner", store)
     if backend == "s3":
-        return [store.client, store.pool.executor]
+        return [store.client.get(), store.pool.executor]
     if backend == "gcs":
         return [store.client.session, store.client.storage, store.pool.executor]
     if backend == "azure":
         from flyte_checkpoint_azure.uris import parse
-        return [store.clients.service(parse(dest)), store.pool.executor]
+        return [store.client.service(parse(dest)), store.pool.executor]
     return []
 
 

@@ -46,7 +46,7 @@ STORAGE_SCOPE = "https://storage.azure.com/.default"
 
 def describe(store: AzureStore, uri: str) -> CopySource | None:
     """The blob's size and ETag (Get Blob Properties), or None if it is absent."""
-    blob = store.clients.blob(parse(uri))
+    blob = store.client.blob(parse(uri))
     try:
         props = blob.get_blob_properties()
     except Exception as exc:
@@ -61,7 +61,7 @@ def source_access(store: AzureStore, source: CopySource) -> tuple[str, dict[str,
     """The URL the service reads ``source`` from, and the keyword arguments that authorize it,
     for the store's credential (see the module docstring)."""
     loc = parse(source.uri)
-    url = store.clients.blob(loc).url
+    url = store.client.blob(loc).url
     auth = store.config.auth
     key, sas, token = None, None, None
     if auth.kind == "key":
@@ -69,7 +69,7 @@ def source_access(store: AzureStore, source: CopySource) -> tuple[str, dict[str,
     elif auth.kind == "sas":
         sas = auth.sas
     elif auth.kind in ("credential", "service-principal", "default"):
-        credential = store.clients.credential_for(store.config.account_for(loc), loc)
+        credential = store.client.credential_for(store.config.account_for(loc), loc)
         key = getattr(credential, "named_key", (None, None))[1]  # AzureNamedKeyCredential
         sas = getattr(credential, "signature", None)  # AzureSasCredential
         token = credential if key is None and sas is None and hasattr(credential, "get_token") else None
@@ -119,7 +119,7 @@ def copy_block(
 
 def read_source(store: AzureStore, source: CopySource, start: int, length: int) -> bytes:
     """Bytes of ``source`` (a ranged GET with ``If-Match``)."""
-    blob = store.clients.blob(parse(source.uri))
+    blob = store.client.blob(parse(source.uri))
     try:
         data = blob.download_blob(
             offset=start,
@@ -160,7 +160,7 @@ def _mapped(store: AzureStore, exc: BaseException, source: CopySource, dest: str
         return StoreError(
             f"cannot copy a range of {redact(source.uri)} into {redact(dest)}: the service could not"
             f" read the source (HTTP {status} {code}) although it is unchanged; its URL"
-            f" {redact(store.clients.blob(parse(source.uri)).url)} must be reachable from the service"
+            f" {redact(store.client.blob(parse(source.uri)).url)} must be reachable from the service"
         )
     if code == "CannotVerifyCopySource" and status in (401, 403):
         return CheckpointPermissionError(

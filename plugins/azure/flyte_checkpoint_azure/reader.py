@@ -49,7 +49,7 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
         StoreError: as the fault table maps the first request's failure.
     """
     config = store.config
-    blob = store.clients.blob(loc)
+    blob = store.client.blob(loc)
     pinned: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
     try:
         first = blob.download_blob(offset=0, length=config.read_range_size, max_concurrency=1, **pinned)
@@ -99,7 +99,7 @@ def fetch(
         the same signature as S3's).
     """
     pinned: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
-    downloader = store.clients.blob(loc).download_blob(
+    downloader = store.client.blob(loc).download_blob(
         offset=start, length=len(view), max_concurrency=1, **pinned
     )
     return downloader.readinto(_Filler(view))  # type: ignore[arg-type]
@@ -125,7 +125,7 @@ class AzurePinned(PinnedObject):
         self._store, self._loc = store, loc
 
     def read_range(self, start: int, length: int) -> bytes:
-        blob = self._store.clients.blob(self._loc)
+        blob = self._store.client.blob(self._loc)
         if length <= 0 or start >= self.size:  # Azure answers 416 for a range past the end
             return b""
         length = min(length, self.size - start)
@@ -145,7 +145,7 @@ class AzurePinned(PinnedObject):
         return open_reader(self._store, self._loc, self.uri, self.version)  # type: ignore[return-value]
 
     def changed(self) -> bool:
-        blob = self._store.clients.blob(self._loc)
+        blob = self._store.client.blob(self._loc)
         try:
             props = self._store.call(blob.get_blob_properties, self.uri, "stat")
         except NotFoundError as exc:

@@ -41,7 +41,7 @@ class AzureSegment(AzureWriter):
     object's would within it), staged but never committed here."""
 
     def __init__(self, store: AzureStore, uri: str, token: str, rank: int, world: int, joiner: str) -> None:
-        super().__init__(store, store.clients.blob(parse(uri)), uri)
+        super().__init__(store, store.client.blob(parse(uri)), uri)
         self._tag = _tag(token, str(rank), joiner)
         self._md5 = None  # the object's MD5 is not this segment's to give
         self.max_parts = (MAX_PARTS - 1) // world
@@ -80,7 +80,7 @@ class AzureShardedWrites:
         return AzureSegment(self.store, self.uri, session["token"], rank, world, joiner)
 
     def commit(self, session: dict[str, Any], pieces: list[dict[str, Any]], tail: bytes) -> None:
-        writer = AzureWriter(self.store, self.store.clients.blob(parse(self.uri)), self.uri)
+        writer = AzureWriter(self.store, self.store.client.blob(parse(self.uri)), self.uri)
         writer._tag = _tag(session["token"], "tail")
         writer._md5 = None
         blocks = [block for piece in pieces for block in piece["blocks"]]

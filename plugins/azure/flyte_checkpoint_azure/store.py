@@ -54,7 +54,9 @@ class AzureStore(BlobStore):
         self.part_size: int = self.config.part_size
         #: Bytes of one ranged read of a stream (the conformance suite reads around it).
         self.read_range_size: int = self.config.read_range_size
-        self.clients = AzureClient(self.config)
+        #: The SDK's clients (:mod:`.client`), built on first use in each process:
+        #: one service client per account and endpoint.
+        self.client = AzureClient(self.config)
         self.pool = StorePool("azure", self.config.max_concurrency + self.config.read_concurrency)
 
     @property
@@ -66,10 +68,10 @@ class AzureStore(BlobStore):
         return open_reader(self, parse(uri), uri)  # type: ignore[return-value]
 
     def open_write(self, uri: str) -> BlobWriter:
-        return AzureWriter(self, self.clients.blob(parse(uri)), uri)
+        return AzureWriter(self, self.client.blob(parse(uri)), uri)
 
     def stat(self, uri: str) -> int | None:
-        blob = self.clients.blob(parse(uri))
+        blob = self.client.blob(parse(uri))
         try:
             return blob.get_blob_properties().size
         except Exception as exc:
@@ -81,7 +83,7 @@ class AzureStore(BlobStore):
     def pin(self, uri: str) -> AzurePinned | None:
         """The blob's size and ETag (Get Blob Properties); its reads are conditional on that ETag."""
         loc = parse(uri)
-        blob = self.clients.blob(loc)
+        blob = self.client.blob(loc)
         try:
             props = blob.get_blob_properties()
         except Exception as exc:
@@ -96,7 +98,7 @@ class AzureStore(BlobStore):
         return copies.describe(self, uri)
 
     def delete(self, uri: str) -> None:
-        blob = self.clients.blob(parse(uri))
+        blob = self.client.blob(parse(uri))
         try:
             blob.delete_blob(delete_snapshots="include")
         except Exception as exc:
@@ -106,7 +108,7 @@ class AzureStore(BlobStore):
 
     def list(self, prefix: str) -> Iterator[str]:
         loc = parse(prefix, want_key=False)
-        container = self.clients.container(loc)
+        container = self.client.container(loc)
         try:
             names = [b.name for b in container.list_blobs(name_starts_with=loc.key or None)]
         except Exception as exc:
@@ -117,7 +119,7 @@ class AzureStore(BlobStore):
         """Sizes and modification times from the listing itself (no request per object);
         ``recursive=False`` lists one level with Azure's ``/`` delimiter, deeper blobs as folders."""
         loc = parse(prefix, want_key=False)
-        container = self.clients.container(loc)
+        container = self.client.container(loc)
         start = loc.key or None
         try:
             if recursive:
@@ -129,7 +131,7 @@ class AzureStore(BlobStore):
         yield from sorted(found, key=lambda info: info.uri)
 
     def read_range(self, uri: str, start: int, length: int) -> bytes:
-        blob = self.clients.blob(parse(uri))
+        blob = self.client.blob(parse(uri))
         try:
             if length <= 0:
                 blob.get_blob_properties()  # an absent object is NotFoundError, whatever the length
@@ -163,7 +165,7 @@ class AzureStore(BlobStore):
 
     def close(self) -> None:
         self.pool.close()
-        self.clients.close()
+        self.client.close()
 
     def __repr__(self) -> str:
         return f"<AzureStore account={self.config.default_account!r} credential {self.config.auth!r}>"
@@ -175,7 +177,7 @@ class AzureStore(BlobStore):
         return map_error(exc, uri, action, config=self.config)
 
     def call(self, fn: Callable[[], T], uri: str, action: str) -> T:
-        """``fn()`` (a request through a client of :attr:`clients`), its failure raised as
+        """``fn()`` (a request through a client of :attr:`client`), its failure raised as
         :meth:`map_error`."""
         try:
             return fn()

@@ -86,7 +86,7 @@ def test_a_source_the_service_may_not_read_is_a_permission_error(make_store, pre
     store = make_store()
     root = f"az://{BUCKET}/{prefix}"
     monkeypatch.setattr(
-        copies, "source_access", lambda s, src: (s.clients.blob(copies.parse(src.uri)).url, {})
+        copies, "source_access", lambda s, src: (s.client.blob(copies.parse(src.uri)).url, {})
     )
     with pytest.raises(CheckpointPermissionError) as info:
         _copied(store, root, random.Random(3).randbytes(2 * MiB))

@@ -36,7 +36,7 @@ class TestAzureIncremental(IncrementalSuite):
         return f"az://{BUCKET}/{uuid.uuid4().hex}"
 
     def pieces_left(self, server: Any, uri: str) -> list[Any]:
-        return list(server.clients.blob(parse(uri)).get_block_list("uncommitted")[1])
+        return list(server.client.blob(parse(uri)).get_block_list("uncommitted")[1])
 
 
 def test_copied_blocks_store_no_md5(azure_env: AzureServer, make_store, prefix: str) -> None:
@@ -45,10 +45,10 @@ def test_copied_blocks_store_no_md5(azure_env: AzureServer, make_store, prefix: 
     store = make_store()
     src, dest = f"az://{BUCKET}/{prefix}/src", f"az://{BUCKET}/{prefix}/dest"
     store.write_bytes(src, bytes(range(256)) * 4096)
-    assert store.clients.blob(parse(src)).get_blob_properties().content_settings.content_md5
+    assert store.client.blob(parse(src)).get_blob_properties().content_settings.content_md5
     source = store.copy_source(src)
     with store.open_write(dest) as w:
         w.write(b"head" * 1000)
         w.copy(source, 0, source.size)
-    assert store.clients.blob(parse(dest)).get_blob_properties().content_settings.content_md5 is None
+    assert store.client.blob(parse(dest)).get_blob_properties().content_settings.content_md5 is None
     assert store.read_bytes(dest) == b"head" * 1000 + bytes(range(256)) * 4096

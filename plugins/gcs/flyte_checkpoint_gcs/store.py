@@ -57,6 +57,8 @@ class GCSStore(BlobStore):
         self.part_size: int = self.config.part_size
         #: Bytes of one ranged read of a stream (the conformance suite reads around it).
         self.read_range_size: int = self.config.read_range_size
+        #: The SDK's clients (:mod:`.client`), built on first use in each process:
+        #: its authorized session and storage client.
         self.client = GCSClient(self.config)
         self.pool = StorePool("gcs", self.config.max_concurrency + self.config.read_concurrency)
 

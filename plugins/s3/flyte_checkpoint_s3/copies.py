@@ -36,7 +36,7 @@ def describe(store: S3Store, uri: str) -> CopySource | None:
     """The object's size and ETag (``HEAD``), or None if it is absent."""
     loc = parse(uri)
     try:
-        resp = store.call(lambda: store.client.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
+        resp = store.call(lambda: store.client.get().head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
     except NotFoundError:
         if store.stat(uri) is None:  # also raises ContainerNotFoundError for a missing bucket
             return None
@@ -60,7 +60,7 @@ def copy_part(
         "CopySourceIfMatch": source.version,
     }
     try:
-        resp = store.client.upload_part_copy(**args)
+        resp = store.client.get().upload_part_copy(**args)
     except Exception as exc:
         raise _mapped(store, exc, source, dest, f"copy part {number} of")
     return dict(resp.get("CopyPartResult") or {})

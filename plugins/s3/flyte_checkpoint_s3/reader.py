@@ -37,7 +37,7 @@ def open_reader(store: S3Store, loc: Location, uri: str, etag: str | None = None
     args: dict[str, Any] = {"Bucket": loc.bucket, "Key": loc.key}
     if etag:
         args["IfMatch"] = etag
-    resp = store.call(lambda: store.client.get_object(**args), uri, "read")
+    resp = store.call(lambda: store.client.get().get_object(**args), uri, "read")
     etag = resp.get("ETag")
     check = integrity.for_read(store.config, resp, uri)
 
@@ -100,7 +100,7 @@ def fetch(
 
     def get() -> int:
         try:
-            resp = store.client.get_object(**args)
+            resp = store.client.get().get_object(**args)
         except Exception as exc:
             if error_code(exc) == "InvalidRange":  # starts at or after the end
                 return 0

@@ -83,7 +83,7 @@ class S3ShardedWrites:
         if self.store.crc is not None:
             args.update(ChecksumAlgorithm=self.store.crc.name, ChecksumType=self.store.config.checksum_type)
         resp = self.store.call(
-            lambda: self.store.client.create_multipart_upload(**args), self.uri, "start an upload to"
+            lambda: self.store.client.get().create_multipart_upload(**args), self.uri, "start an upload to"
         )
         return {"upload_id": resp["UploadId"]}
 
@@ -106,7 +106,7 @@ class S3ShardedWrites:
             return
         try:
             self.store.call(
-                lambda: self.store.client.abort_multipart_upload(**self._args(UploadId=upload_id)),
+                lambda: self.store.client.get().abort_multipart_upload(**self._args(UploadId=upload_id)),
                 self.uri,
                 "abort the upload of",
             )
@@ -117,8 +117,10 @@ class S3ShardedWrites:
     def sweep(self, session: dict[str, Any]) -> None:
         def uploads() -> list[str]:
             found = []
-            for page in self.store.client.get_paginator("list_multipart_uploads").paginate(
-                Bucket=self.loc.bucket, Prefix=self.loc.key
+            for page in (
+                self.store.client.get()
+                .get_paginator("list_multipart_uploads")
+                .paginate(Bucket=self.loc.bucket, Prefix=self.loc.key)
             ):
                 found += [u["UploadId"] for u in page.get("Uploads", ()) if u["Key"] == self.loc.key]
             return found

@@ -57,14 +57,11 @@ class S3Store(BlobStore):
         self.read_range_size: int = self.config.read_range_size
         #: The CRC sent with every write (None: no checksum).
         self.crc = integrity.for_write(self.config)
-        self._client = S3Client(self.config)
+        #: The SDK's clients (:mod:`.client`), built on first use in each process:
+        #: ``client.get()`` is the boto3 client.
+        self.client = S3Client(self.config)
         #: Sends parts and fetches ranges; rebuilt in a forked child.
         self.pool = StorePool("s3", self.config.max_concurrency + self.config.read_concurrency)
-
-    @property
-    def client(self) -> Any:
-        """The boto3 S3 client (built, and boto3 imported, on first use)."""
-        return self._client.get()
 
     @property
     def max_pooled_connections(self) -> int:
@@ -76,7 +73,7 @@ class S3Store(BlobStore):
         return map_error(exc, uri, action, config=self.config)
 
     def call(self, fn: Callable[[], T], uri: str, action: str) -> T:
-        """``fn()`` (a request through :attr:`client`), its failure raised as :meth:`map_error`."""
+        """``fn()`` (a request through ``client.get()``), its failure raised as :meth:`map_error`."""
         try:
             return fn()
         except Exception as exc:
@@ -102,7 +99,9 @@ class S3Store(BlobStore):
         """
         loc = parse(uri)
         try:
-            return self.call(lambda: self.client.head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat")
+            return self.call(
+                lambda: self.client.get().head_object(Bucket=loc.bucket, Key=loc.key), uri, "stat"
+            )
         except ContainerNotFoundError:
             raise
         except NotFoundError:
@@ -123,7 +122,7 @@ class S3Store(BlobStore):
     def delete(self, uri: str) -> None:
         loc = parse(uri)
         try:
-            self.call(lambda: self.client.delete_object(Bucket=loc.bucket, Key=loc.key), uri, "delete")
+            self.call(lambda: self.client.get().delete_object(Bucket=loc.bucket, Key=loc.key), uri, "delete")
         except ContainerNotFoundError:
             raise
         except NotFoundError:
@@ -143,7 +142,7 @@ class S3Store(BlobStore):
 
         def entries() -> list[ObjectInfo]:
             found: list[ObjectInfo] = []
-            for page in self.client.get_paginator("list_objects_v2").paginate(**args):
+            for page in self.client.get().get_paginator("list_objects_v2").paginate(**args):
                 for obj in page.get("Contents", ()):
                     found.append(ObjectInfo(loc.uri(obj["Key"]), int(obj["Size"]), obj.get("LastModified")))
                 for common in page.get("CommonPrefixes", ()):
@@ -182,7 +181,7 @@ class S3Store(BlobStore):
 
     def close(self) -> None:
         self.pool.close()
-        self._client.close()
+        self.client.close()
 
     def __repr__(self) -> str:
         return (
@@ -195,7 +194,7 @@ class S3Store(BlobStore):
     def _check_bucket(self, uri: str, bucket: str) -> None:
         """Raise ContainerNotFoundError if ``bucket`` is missing (after a 404 on one of its keys)."""
         try:
-            self.call(lambda: self.client.head_bucket(Bucket=bucket), uri, "check the bucket of")
+            self.call(lambda: self.client.get().head_bucket(Bucket=bucket), uri, "check the bucket of")
         except NotFoundError as exc:
             raise container_missing(uri, "stat", config=self.config, detail="HeadBucket: 404") from exc
         except CheckpointPermissionError:

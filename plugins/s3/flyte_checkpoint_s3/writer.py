@@ -64,14 +64,14 @@ class S3Writer(PartWriter):
         args = self._args(Body=data)
         if self._crc is not None:
             args.update(integrity.request_args(self._crc, self._crc.compute(data)))
-        self._store.call(lambda: self._store.client.put_object(**args), self.uri, "write")
+        self._store.call(lambda: self._store.client.get().put_object(**args), self.uri, "write")
 
     def _start(self) -> None:
         args = self._args()
         if self._crc is not None:
             args.update(ChecksumAlgorithm=self._crc.name, ChecksumType=self._store.config.checksum_type)
         resp = self._store.call(
-            lambda: self._store.client.create_multipart_upload(**args), self.uri, "start an upload to"
+            lambda: self._store.client.get().create_multipart_upload(**args), self.uri, "start an upload to"
         )
         self.upload_id = resp["UploadId"]
 
@@ -83,7 +83,7 @@ class S3Writer(PartWriter):
             value = self._crc.compute(data)
             args.update(integrity.request_args(self._crc, value))
         resp = self._store.call(
-            lambda: self._store.client.upload_part(**args), self.uri, f"upload part {number} of"
+            lambda: self._store.client.get().upload_part(**args), self.uri, f"upload part {number} of"
         )
         part = {"PartNumber": number, "ETag": resp["ETag"]}
         if self._crc is not None:
@@ -124,7 +124,9 @@ class S3Writer(PartWriter):
             if self._full_object and all(value is not None for _, value, _ in results):
                 args[integrity.field(self._crc)] = self._crc.encode(self._whole(results))
         self._store.call(
-            lambda: self._store.client.complete_multipart_upload(**args), self.uri, "complete the upload of"
+            lambda: self._store.client.get().complete_multipart_upload(**args),
+            self.uri,
+            "complete the upload of",
         )
 
     def _cancel(self) -> None:
@@ -137,7 +139,9 @@ class S3Writer(PartWriter):
         for _ in range(ABORT_TRIES):
             try:
                 self._store.call(
-                    lambda: self._store.client.abort_multipart_upload(**args), self.uri, "abort the upload of"
+                    lambda: self._store.client.get().abort_multipart_upload(**args),
+                    self.uri,
+                    "abort the upload of",
                 )
                 return
             except Exception as exc:

@@ -157,7 +157,7 @@ def test_client_gets_timeouts_retries_pool_and_style(s3_env: dict[str, str]) -> 
         connect_timeout=3, read_timeout=7, request_attempts=2, addressing_style="path", max_connections=5
     )
     try:
-        cfg = store.client.meta.config
+        cfg = store.client.get().meta.config
         assert (cfg.connect_timeout, cfg.read_timeout) == (3, 7)
         assert cfg.retries == {"mode": "standard", "total_max_attempts": 2}
         assert cfg.s3 == {"addressing_style": "path"}

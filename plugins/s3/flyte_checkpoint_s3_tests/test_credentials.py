@@ -64,7 +64,7 @@ def test_region_aws_region_first_then_aws_default_region(
         monkeypatch.setenv(name, value)
     store = S3Store()
     try:
-        assert store.client.meta.region_name == region
+        assert store.client.get().meta.region_name == region
     finally:
         store.close()
 
@@ -78,8 +78,8 @@ def test_flyte_credentials_and_addressing_style(bare_env: str, monkeypatch: pyte
     store = S3Store()
     try:
         assert store.config.sources["access_key_id"] == "FLYTE_AWS_ACCESS_KEY_ID"
-        assert store.client._request_signer._credentials.access_key == ACCESS_KEY
-        assert store.client.meta.config.s3 == {"addressing_style": "path"}
+        assert store.client.get()._request_signer._credentials.access_key == ACCESS_KEY
+        assert store.client.get().meta.config.s3 == {"addressing_style": "path"}
         round_trip(store)
     finally:
         store.close()
@@ -98,7 +98,7 @@ def test_profile_from_aws_config_file(bare_env: str, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     store = S3Store()
     try:
-        assert store.client.meta.region_name == "eu-west-1"
+        assert store.client.get().meta.region_name == "eu-west-1"
         round_trip(store)
     finally:
         store.close()
@@ -107,7 +107,7 @@ def test_profile_from_aws_config_file(bare_env: str, monkeypatch: pytest.MonkeyP
 def _signed(store: S3Store) -> list[bool]:
     """Records, per request the store sends, whether it carries an Authorization header."""
     seen: list[bool] = []
-    store.client.meta.events.register(
+    store.client.get().meta.events.register(
         "before-send.s3", lambda request, **_: seen.append("Authorization" in request.headers)
     )
     return seen

@@ -165,7 +165,7 @@ def test_no_such_upload_from_the_server_is_transient(make_s3_store: Any, raw_s3:
     raw_s3.abort_multipart_upload(Bucket=BUCKET, Key=key_of(uri), UploadId=upload_id)
     with pytest.raises(TransientError, match="completed or aborted by someone else"):
         store.call(
-            lambda: store.client.list_parts(Bucket=BUCKET, Key=key_of(uri), UploadId=upload_id),
+            lambda: store.client.get().list_parts(Bucket=BUCKET, Key=key_of(uri), UploadId=upload_id),
             uri,
             "list the parts of",
         )

@@ -46,7 +46,9 @@ class TestS3Incremental(IncrementalSuite):
         return f"s3://{BUCKET}/{uuid.uuid4().hex}"
 
     def pieces_left(self, server: Any, uri: str) -> list[Any]:
-        return server.client.list_multipart_uploads(Bucket=BUCKET, Prefix=key_of(uri)).get("Uploads", [])
+        return (
+            server.client.get().list_multipart_uploads(Bucket=BUCKET, Prefix=key_of(uri)).get("Uploads", [])
+        )
 
 
 # -- copies checked by S3's checksum of each copied part (issue 32, item 5) ------------------
@@ -136,7 +138,7 @@ def test_copies_are_checked_by_s3s_checksum_of_each_copied_part_with_nothing_rea
     src = _tree(tmp_path / "src")
     fc.Checkpoint(dest).save_sync(str(src))
     (src / "state.json").write_text('{"step": 2}')
-    with PartChecksums(store_for(dest).client, raw_s3, answer) as seen:
+    with PartChecksums(store_for(dest).client.get(), raw_s3, answer) as seen:
         fc.Checkpoint(dest).save_sync(str(src))
     assert len(seen.copied) >= 1 and (seen.answered == len(seen.copied)) == answer
     assert any(key == key_of(dest) for key, _, _ in seen.read), "reads are seen (the index's at least)"
@@ -161,7 +163,10 @@ def test_a_damaged_base_is_caught_by_s3s_checksum_of_the_copied_part(s3_env, raw
     raw = bytearray(store.read_bytes(dest))
     raw[member.coff + member.clen // 2] ^= 0x10
     store.write_bytes(dest, bytes(raw))
-    with PartChecksums(store.client, raw_s3) as seen, caplog.at_level(logging.WARNING, "flyte_checkpoint"):
+    with (
+        PartChecksums(store.client.get(), raw_s3) as seen,
+        caplog.at_level(logging.WARNING, "flyte_checkpoint"),
+    ):
         fc.Checkpoint(dest).save_sync(str(src))
     assert seen.answered >= 1
     assert f"the previous checkpoint {dest} is damaged: the stored bytes of s1.bin are not" in caplog.text

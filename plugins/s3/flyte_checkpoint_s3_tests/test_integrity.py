@@ -190,7 +190,7 @@ def test_crc32c_is_sent_stored_and_verified_with_the_kits_library(
     assert resp.get("ChecksumCRC32C") == algorithm.encode(algorithm.compute(small))
     assert store.read_bytes(f"{s3_root}/small") == small
     sent: list[dict[str, Any]] = []
-    store.client.meta.events.register(
+    store.client.get().meta.events.register(
         "provide-client-params.s3.CompleteMultipartUpload", lambda params, **_: sent.append(dict(params))
     )
     store.write_bytes(f"{s3_root}/large", large)

@@ -56,7 +56,7 @@ def test_building_the_store_does_not_import_the_sdk_but_using_it_does() -> None:
         "store = store_for('s3://bucket/key')\n"
         "import sys\n"
         "assert 'boto3' not in sys.modules, 'built'\n"
-        "store.client\n"
+        "store.client.get()\n"
     )
     assert _modules_after(code)["boto3"]
 

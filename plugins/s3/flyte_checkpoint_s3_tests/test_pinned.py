@@ -41,7 +41,7 @@ def test_every_read_of_a_pin_is_conditional_on_its_etag(make_s3_store: Any, raw_
     def record(params: dict[str, Any], **_: Any) -> None:
         sent.append(params.get("headers", {}).get("If-Match"))
 
-    store.client.meta.events.register("before-call.s3.GetObject", record)
+    store.client.get().meta.events.register("before-call.s3.GetObject", record)
     with store.pin(uri) as pinned:
         assert pinned.read_range(10, 10) == b"a" * 10
         assert len(pinned.open_read().read()) == 300_000
