@@ -89,16 +89,18 @@ def open_reader(store: AzureStore, loc: Location, uri: str, etag: str | None = N
 
 
 def fetch(
-    store: AzureStore, loc: Location, uri: str, start: int, view: memoryview, etag: str | None = None
+    store: AzureStore, loc: Location, uri: str, start: int, view: memoryview, version: str | None = None
 ) -> int:
-    """Fill ``view`` with the blob's bytes from ``start`` (of the version ``etag``, if given:
+    """Fill ``view`` with the blob's bytes from ``start`` (of ``version``, an ETag, if given:
     another is HTTP 412); returns the bytes written, fewer only at the end of the blob.
 
     Raises:
         the SDK's errors, as they come (the reader maps them with ``on_error``; ``uri`` is for
-        the same signature as S3's).
+        the same signature as S3's and GCS's).
     """
-    pinned: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+    pinned: dict[str, Any] = (
+        {"etag": version, "match_condition": MatchConditions.IfNotModified} if version else {}
+    )
     downloader = store.client.blob(loc).download_blob(
         offset=start, length=len(view), max_concurrency=1, **pinned
     )

@@ -39,9 +39,11 @@ class _ViewSink:
         return len(data)
 
 
-def fetch(store: GCSStore, loc: Location, start: int, view: memoryview, generation: int | None = None) -> int:
-    """Fill ``view`` with the object's bytes from ``start`` (of ``generation`` if given); returns
-    the bytes written, fewer only at the end of the object (0 past it).
+def fetch(
+    store: GCSStore, loc: Location, uri: str, start: int, view: memoryview, version: int | None = None
+) -> int:
+    """Fill ``view`` with the object's bytes from ``start`` (of ``version``, a generation, if
+    given); returns the bytes written, fewer only at the end of the object (0 past it).
 
     Raises:
         whatever the SDK raises once its bounded retries are spent (a 404: no such object or
@@ -49,7 +51,7 @@ def fetch(store: GCSStore, loc: Location, start: int, view: memoryview, generati
     """
     if not len(view):
         return 0
-    blob = store.client.storage.bucket(loc.bucket).blob(loc.key, generation=generation)
+    blob = store.client.storage.bucket(loc.bucket).blob(loc.key, generation=version)
     sink = _ViewSink(view)
     try:
         blob.download_to_file(
@@ -67,7 +69,7 @@ def fetch(store: GCSStore, loc: Location, start: int, view: memoryview, generati
         raise
     if sink.overflow:
         raise TransientError(
-            f"the service sent {sink.overflow} bytes more than the range asked of {redact(loc.uri())};"
+            f"the service sent {sink.overflow} bytes more than the range asked of {redact(uri)};"
             " the read is retried"
         )
     return sink.filled
@@ -79,7 +81,7 @@ def open_reader(store: GCSStore, loc: Location, uri: str, blob: Any) -> RangedRe
     check = integrity.for_read(store.config, blob, uri)
 
     def fetch_range(offset: int, view: memoryview) -> int:
-        return fetch(store, loc, offset, view, generation)
+        return fetch(store, loc, uri, offset, view, generation)
 
     def on_error(exc: BaseException) -> CheckpointError:
         return _read_error(store, exc, uri)
@@ -141,7 +143,7 @@ class GCSPinned(PinnedObject):
             return b""
         data = bytearray(length)
         try:
-            got = fetch(self._store, self._loc, start, memoryview(data), self._blob.generation)
+            got = fetch(self._store, self._loc, self.uri, start, memoryview(data), self._blob.generation)
         except Exception as exc:
             raise _read_error(self._store, exc, self.uri) from exc
         del data[got:]

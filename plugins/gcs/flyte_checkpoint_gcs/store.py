@@ -134,7 +134,7 @@ class GCSStore(BlobStore):
             return b""
         data = bytearray(length)
         try:
-            got = fetch(self, loc, start, memoryview(data))
+            got = fetch(self, loc, uri, start, memoryview(data))
         except Exception as exc:
             if errors.status_of(exc) != 404:
                 raise self.map_error(exc, uri, "read")

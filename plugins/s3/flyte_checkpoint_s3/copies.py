@@ -70,7 +70,7 @@ def read_source(store: S3Store, source: CopySource, start: int, length: int) -> 
     """Bytes of ``source`` (a ranged GET with ``If-Match``)."""
     buf = bytearray(length)
     try:
-        got = fetch(store, parse(source.uri), source.uri, start, memoryview(buf), etag=source.version)
+        got = fetch(store, parse(source.uri), source.uri, start, memoryview(buf), version=source.version)
     except CheckpointError as exc:
         if error_code(exc) in _REPLACED or isinstance(exc, NotFoundError):
             raise copy_source_changed(source) from exc

@@ -82,9 +82,9 @@ class S3Pinned(PinnedObject):
 
 
 def fetch(
-    store: S3Store, loc: Location, uri: str, start: int, view: memoryview, etag: str | None = None
+    store: S3Store, loc: Location, uri: str, start: int, view: memoryview, version: str | None = None
 ) -> int:
-    """Fill ``view`` with the object's bytes from ``start`` (of the version ``etag``, if given);
+    """Fill ``view`` with the object's bytes from ``start`` (of ``version``, an ETag, if given);
     returns the bytes written, fewer only at the end of the object (0 from its end on).
 
     Raises:
@@ -95,8 +95,8 @@ def fetch(
         return 0
     end = start + len(view) - 1
     args: dict[str, Any] = {"Bucket": loc.bucket, "Key": loc.key, "Range": f"bytes={start}-{end}"}
-    if etag:
-        args["IfMatch"] = etag
+    if version:
+        args["IfMatch"] = version
 
     def get() -> int:
         try:
