@@ -46,21 +46,18 @@ def content_settings(value: Digest | None) -> Any:
     return ContentSettings(content_md5=bytearray(base64.b64decode(value.value())))
 
 
-def stored(config: AzureConfig, properties: Any) -> str | None:
-    """The base64 MD5 stored with a blob that a read should check (``None``: check nothing).
-
-    Objects written by other tools may carry none; ``verify_checksums=false`` checks none
-    (``checksum`` is what writes send: an MD5 stored by anyone is checked).
-    """
-    md5 = properties.content_settings.content_md5 if properties is not None else None
-    if not md5 or not config.verify_checksums:
-        return None
-    return base64.b64encode(bytes(md5)).decode()
+def stored(answer: Any, algorithm: str) -> str | None:
+    """The base64 value of ``algorithm`` that Azure stored with the blob ``answer`` (its
+    properties) describes, else ``None``: only an MD5 (Content-MD5) is stored, and objects
+    written by other tools may carry none."""
+    md5 = answer.content_settings.content_md5 if answer is not None and algorithm == ALGORITHM else None
+    return base64.b64encode(bytes(md5)).decode() if md5 else None
 
 
 def for_read(config: AzureConfig, properties: Any, uri: str) -> tuple[Digest, str] | None:
     """(a running digest, the stored value) a read of the blob of ``properties`` verifies: its
-    stored MD5 (:func:`stored`); ``None`` when there is none to check. (``uri`` for the same
-    signature as S3's and GCS's: an MD5 is always computed here.)"""
-    expected = stored(config, properties)
+    stored MD5 (:func:`stored`); ``None`` with ``verify_checksums=false`` or when there is none
+    (``checksum`` is what writes send: an MD5 stored by anyone is checked). (``uri`` for the
+    same signature as S3's and GCS's: an MD5 is always computed here.)"""
+    expected = stored(properties, ALGORITHM) if config.verify_checksums else None
     return None if expected is None else (digest(ALGORITHM), expected)

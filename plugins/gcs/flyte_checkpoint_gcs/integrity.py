@@ -17,8 +17,8 @@ from flyte_checkpoint.storage.kit.checksums import Digest
 if TYPE_CHECKING:
     from .config import GCSConfig
 
-#: ``checksum`` setting -> (the object resource's field, the X-Goog-Hash name).
-_SPELLING = {"CRC32C": ("crc32c", "crc32c"), "MD5": ("md5Hash", "md5")}
+#: ``checksum`` setting -> (the object resource's field, the X-Goog-Hash name, the Blob's property).
+_SPELLING = {"CRC32C": ("crc32c", "crc32c", "crc32c"), "MD5": ("md5Hash", "md5", "md5_hash")}
 
 
 def for_write(config: GCSConfig) -> Digest | None:
@@ -38,9 +38,12 @@ def hash_header(algorithm: str, value: str) -> dict[str, str]:
     return {"X-Goog-Hash": f"{_SPELLING[algorithm][1]}={value}"}
 
 
-def stored(resource: dict[str, Any], algorithm: str) -> str | None:
-    """The value of ``algorithm`` in the server's description of a stored object (upload answer)."""
-    return resource.get(_SPELLING[algorithm][0])
+def stored(answer: Any, algorithm: str) -> str | None:
+    """The base64 value of ``algorithm`` that GCS stored with the object ``answer`` describes
+    (an upload's answer, the object resource; or a ``Blob``, its metadata), else ``None``."""
+    field, _, prop = _SPELLING[algorithm]
+    value = answer.get(field) if isinstance(answer, dict) else getattr(answer, prop, None)
+    return None if value is None else str(value)
 
 
 def for_read(config: GCSConfig, blob: Any, uri: str) -> tuple[Digest, str] | None:
@@ -49,8 +52,8 @@ def for_read(config: GCSConfig, blob: Any, uri: str) -> tuple[Digest, str] | Non
     (``uri`` for the same signature as S3's and Azure's: every GCS checksum is computed here.)"""
     if not config.verify_checksums:
         return None
-    if blob.crc32c:
-        return checksums.digest("CRC32C"), blob.crc32c
-    if blob.md5_hash:
-        return checksums.digest("MD5"), blob.md5_hash
+    for algorithm in ("CRC32C", "MD5"):
+        value = stored(blob, algorithm)
+        if value:
+            return checksums.digest(algorithm), value
     return None

@@ -47,15 +47,15 @@ def field(algorithm: Crc) -> str:
     return f"Checksum{algorithm.name}"
 
 
-def stored(response: dict[str, Any]) -> tuple[str, str] | None:
-    """The (algorithm, base64 value) of the full-object checksum in a GET answer, else ``None``
-    (none stored, or a ``COMPOSITE`` one)."""
-    if str(response.get("ChecksumType") or "").upper() == "COMPOSITE":
+def stored(answer: dict[str, Any], algorithm: str) -> str | None:
+    """The base64 value of ``algorithm`` that S3 stored with the object ``answer`` (a GET's)
+    describes, if it is a full-object checksum; else ``None`` (none stored, or a ``COMPOSITE``
+    one, which cannot be computed from the bytes)."""
+    if str(answer.get("ChecksumType") or "").upper() == "COMPOSITE":
         return None
-    for name in _FIELDS:
-        value = response.get(f"Checksum{name}")
-        if value and "-" not in value:  # "<value>-<parts>" is a composite checksum
-            return name, value
+    value = answer.get(f"Checksum{algorithm}")
+    if value and "-" not in value:  # "<value>-<parts>" is a composite checksum
+        return str(value)
     return None
 
 
@@ -63,7 +63,9 @@ def for_read(config: S3Config, response: dict[str, Any], uri: str) -> tuple[Dige
     """(a running digest, the stored value) a read of the object of ``response`` verifies;
     ``None`` with ``verify_checksums=false``, without a full-object checksum, or when its
     algorithm cannot be computed here (SHA-1/SHA-256, a CRC whose library is missing)."""
-    found = stored(response) if config.verify_checksums else None
+    if not config.verify_checksums:
+        return None
+    found = next(((name, value) for name in _FIELDS if (value := stored(response, name))), None)
     if found is None:
         return None
     algorithm = crc(found[0])
