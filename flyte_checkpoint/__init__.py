@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .checkpoint import BaseCheckpoint, Checkpoint
-from .context import CheckpointPaths, TaskContext, ctx, task
+from .context import ctx, task
 from .paths import latest_checkpoint, repair_union_prev_checkpoint_uri
 from .preemption import preempt
+from .taskcontext import CheckpointPaths, TaskContext
 
 __all__ = [
     "BaseCheckpoint",

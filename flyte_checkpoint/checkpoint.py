@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .errors import NotFoundError, OperationCancelledError, PathTooLongError, UnsupportedDataError
 from .forksafe import PerProcess, lock
-from .logs import logger
+from .logs import log_transfer, logger
 from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
 
@@ -102,8 +102,8 @@ class Checkpoint(BaseCheckpoint):
         if checkpoint_src is not None and str(checkpoint_src).strip().strip('"').strip():
             src = normalize(checkpoint_src, param="checkpoint_src")
             if not is_local(src):
-                from .context import current_names
                 from .paths import points_at_same_attempt, repair_union_prev_checkpoint_uri
+                from .runs import current_names
 
                 names = current_names()
                 if names is not None and points_at_same_attempt(
@@ -906,12 +906,3 @@ class _Counter:
         if self._total != self.done:
             self._total = self.done
             self._progress(self.done, self._total)
-
-
-def log_transfer(verb: str, uri: str, size: int | SaveFigures, seconds: float) -> None:
-    """The one info line per save or load: URI without credentials, size, time, throughput;
-    for an incremental save, the bytes and files sent and copied too (see :mod:`.transfers`)."""
-    from .transfers import SaveFigures, describe
-
-    figures = size if isinstance(size, SaveFigures) else SaveFigures(size, size)
-    logger().info("%s checkpoint %s: %s", verb, redact(uri), describe(figures, seconds))

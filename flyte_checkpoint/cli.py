@@ -394,7 +394,7 @@ def _reraise_as_no_checkpoint(exc: NotFoundError) -> NoReturn:
 
 def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
     """Write the object's bytes, as stored, to stdout (streamed; not retried once bytes are out)."""
-    from .checkpoint import log_transfer
+    from .logs import log_transfer
     from .storage.blobstore import COPY_CHUNK
     from .storage.registry import store_for
 
@@ -479,8 +479,8 @@ def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _pull_to_folder(args: argparse.Namespace, uri: str, dest: Path) -> dict[str, Any]:
-    from .checkpoint import log_transfer
     from .format.restore import PAYLOAD
+    from .logs import log_transfer
     from .storage.registry import store_for
 
     if dest.exists() and not dest.is_dir():
@@ -597,7 +597,7 @@ def _woken_by_signals(stream: BinaryIO) -> Iterator[Callable[[int], bytes]]:
 
 
 def _push_chunks(args: argparse.Namespace, uri: str, read: Callable[[int], bytes]) -> tuple[int, float]:
-    from .checkpoint import log_transfer
+    from .logs import log_transfer
     from .storage.blobstore import COPY_CHUNK
     from .storage.registry import store_for
 

@@ -37,7 +37,6 @@ the process. An entry goes when its :class:`Registration` is removed, when its o
 
 from __future__ import annotations
 
-import _thread
 import math
 import os
 import signal
@@ -50,7 +49,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigurationError, OperationCancelledError
 from .handlerchain import Chain, describe, reaches
-from .logs import logger
+from .logs import log_transfer, logger
+from .saveorder import drop_thread, start_thread, take
+from .saveorder import workers as workers  # the final saves' worker threads (tests wait for them)
 from .uri import redact
 
 if TYPE_CHECKING:
@@ -578,30 +579,6 @@ def _within(done: threading.Event, budget: float) -> bool:
     return done.wait(budget)
 
 
-#: The final saves' worker threads still running (tests wait for them: see test_preemption).
-workers: set[threading.Event] = set()
-
-
-def start_thread(fn: Callable[[], None]) -> threading.Event:
-    """Run ``fn`` in a new thread; an event set when it has returned.
-
-    A low-level thread: ``threading.Thread.start`` takes a lock that the thread the signal
-    stopped may hold (it was starting a thread of its own), and would then wait for ever.
-    """
-    ended = threading.Event()
-    workers.add(ended)
-
-    def run() -> None:
-        try:
-            fn()
-        finally:
-            ended.set()
-            workers.discard(ended)
-
-    _thread.start_new_thread(run, ())
-    return ended
-
-
 def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | None) -> str:
     """Save ``fn()`` to ``cp`` in a worker thread; cancel it if ``budget`` runs out.
 
@@ -611,7 +588,6 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
         Exception: what ``fn`` or the save raised.
     """
     from .cancellation import Scope
-    from .saveorder import drop_thread, take
 
     dest = cp.remote_destination
     scope = Scope(f"final save to {redact(dest)}")
@@ -655,8 +631,6 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
     if isinstance(result[0], BaseException):
         raise result[0]
     if isinstance(result[0], tuple):
-        from .checkpoint import log_transfer
-
         log_transfer("saved", dest, *result[0])
         return "done"
     return str(result[0])

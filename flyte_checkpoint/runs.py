@@ -30,20 +30,54 @@ the newest checkpoint any earlier attempt saved.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 import re
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from .context import CHECKPOINT_NAME, default_root
 from .errors import ConfigurationError, RunInUseError, StoreError
 from .logs import logger
 from .uri import is_local, join, local_path, normalize, redact
 
+if TYPE_CHECKING:
+    from .taskcontext import TaskContext
+
 MARKER = ".attempt"
 KEEP_ENV = "FLYTE_CHECKPOINT_KEEP_RUNS"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+ROOT_ENV = "FLYTE_CHECKPOINT_ROOT"
+CHECKPOINT_NAME = "_flytecheckpoints"
+
+#: The local runner's attempt running now (``fc.ctx()`` inside ``@task``); set by the runner.
+current_attempt: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
+    "flyte_checkpoint_task", default=None
+)
+
+
+def current_names() -> tuple[str, str] | None:
+    """(run name, action name) of the local runner's task, if there is one that has them.
+
+    Only the local runner's: ``Checkpoint`` uses these to repair a previous-attempt URI, and
+    inside a Flyte task that repair is decided by the Flyte adapter instead (it must not
+    undo a deliberate "resume from this attempt's own destination").
+    """
+    current = current_attempt.get()
+    if current is not None and current.run_name and current.action_name:
+        return current.run_name, current.action_name
+    return None
+
+
+def default_root() -> str:
+    """Where the local runner keeps attempts' checkpoints: ``$FLYTE_CHECKPOINT_ROOT`` or a temp folder."""
+    root = os.environ.get(ROOT_ENV, "").strip()
+    if root:
+        return normalize(root)
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), "flyte-checkpoint-runs")
 
 
 def keep_from_env() -> bool:

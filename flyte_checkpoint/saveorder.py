@@ -14,9 +14,11 @@ lines are per process: a forked child starts with none.
 
 from __future__ import annotations
 
+import _thread
 import threading
 import weakref
 from collections import deque
+from collections.abc import Callable
 
 from .cancellation import Scope
 from .errors import OperationCancelledError
@@ -130,8 +132,6 @@ def drop_thread(dest: str, thread: int) -> int:
         turn._dropped = True
         turn.leave()
     if turns:
-        from .preemption import start_thread
-
         start_thread(lambda: _wake_dropped(turns))
     return len(turns)
 
@@ -166,3 +166,27 @@ def _leave(lines: _Lines, dest: str, ref: weakref.ref[Turn]) -> None:
             head = queue[0]()
             if head is not None:
                 head._ready.set()
+
+
+#: The final saves' worker threads still running (tests wait for them: see test_preemption).
+workers: set[threading.Event] = set()
+
+
+def start_thread(fn: Callable[[], None]) -> threading.Event:
+    """Run ``fn`` in a new thread; an event set when it has returned.
+
+    A low-level thread: ``threading.Thread.start`` takes a lock that the thread the signal
+    stopped may hold (it was starting a thread of its own), and would then wait for ever.
+    """
+    ended = threading.Event()
+    workers.add(ended)
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            ended.set()
+            workers.discard(ended)
+
+    _thread.start_new_thread(run, ())
+    return ended

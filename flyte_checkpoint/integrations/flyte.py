@@ -69,8 +69,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..context import CheckpointPaths, TaskContext, no_destination
 from ..paths import points_at_same_attempt
+from ..taskcontext import CheckpointPaths, TaskContext, no_destination
 from ..uri import redact
 
 if TYPE_CHECKING:
