@@ -16,7 +16,7 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CorruptCheckpointError, NotFoundError, UnsafeArchiveError
 from flyte_checkpoint.format import index as ix
-from flyte_checkpoint.format.partial import absent
+from flyte_checkpoint.format.partial import absent, read_file
 from flyte_checkpoint.storage.registry import store_for
 
 from .helpers import dir_member, file_member, link_member, special_member, tar_bytes, tree
@@ -495,7 +495,7 @@ def test_index_read_file_reads_one_files_members_the_same_way(tmp_path):
     with spying("file") as spy:
         out = io.BytesIO()
         assert (
-            ix.read_file(store_for(spy.uri_for(str(obj))), spy.uri_for(str(obj)), index, "optim.pt", out)
+            read_file(store_for(spy.uri_for(str(obj))), spy.uri_for(str(obj)), index, "optim.pt", out)
             == 2 * MiB
         )
         assert spy.count("read_range") == 1  # its members, adjacent: one read

@@ -7,7 +7,8 @@ trailer (subfield ``FT``), that says where the index lies. Gzip readers skip ext
 and empty members decode to nothing, so every other reader sees the same tar as before.
 
 :func:`read_index` finds the index with one ranged read of the object's tail and one of
-the index itself; :func:`read_file` restores one file by ranged reads of its members.
+the index itself; :func:`flyte_checkpoint.format.partial.read_file` restores one file by
+ranged reads of its members.
 """
 
 from __future__ import annotations
@@ -547,23 +548,6 @@ def _check_entry(e: FileEntry, members: list[Member], uri: str) -> None:
         raise _Bad(f"{name[:200]!r} ends before its last member")
 
 
-def read_file(store: BlobStore, uri: str, index: Index, name: str, out) -> int:
-    """Write file ``name``'s data to the writable ``out`` by ranged reads of its members
-    (one read for adjacent ones), verifying each member's CRC-32 and the file's hash;
-    returns the bytes written. Partial restore (:mod:`.partial`) reads files this way.
-
-    Raises:
-        KeyError: the index has no regular file ``name``.
-        CorruptCheckpointError: a member or the file's content does not match the index.
-    """
-    from .partial import file_data
-
-    entry = index.files[name]
-    for piece in file_data(store, uri, index, entry):
-        out.write(piece)
-    return entry.size
-
-
 def file_names(index: Index) -> list[str]:
     return sorted(index.files)
 
@@ -575,6 +559,5 @@ __all__ = [
     "Index",
     "IndexBuilder",
     "Member",
-    "read_file",
     "read_index",
 ]

@@ -324,7 +324,7 @@ class InflatedStream:
             length = self._length(k)
             raw = self._ahead.read(length)
             if len(raw) != length:
-                from .restore import length_error
+                from .pipeline import length_error
 
                 start = self._index.members[self._batches[k][0]].coff
                 raise length_error(start + len(raw), self._index.data_end)

@@ -400,6 +400,21 @@ def file_data(store: BlobStore, uri: str, index: Index, entry: FileEntry) -> Ite
     return _file_data(entry, index, _MemberReader(store, uri, index, needed, None), uri)
 
 
+def read_file(store: BlobStore, uri: str, index: Index, name: str, out) -> int:
+    """Write file ``name``'s data to the writable ``out`` by ranged reads of its members
+    (one read for adjacent ones), verifying each member's CRC-32 and the file's hash;
+    returns the bytes written. Partial restore (:mod:`.partial`) reads files this way.
+
+    Raises:
+        KeyError: the index has no regular file ``name``.
+        CorruptCheckpointError: a member or the file's content does not match the index.
+    """
+    entry = index.files[name]
+    for piece in file_data(store, uri, index, entry):
+        out.write(piece)
+    return entry.size
+
+
 def _file_data(entry: FileEntry, index: Index, members: _MemberReader, uri: str) -> Iterator[memoryview]:
     """The pieces of ``entry``'s data; raises CorruptCheckpointError after the last one if
     they do not hash to what the index records."""
@@ -594,6 +609,7 @@ __all__ = [
     "Selection",
     "absent",
     "file_data",
+    "read_file",
     "member_name",
     "restore_into",
     "restore_members",

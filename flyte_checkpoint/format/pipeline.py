@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO
 
+from ..errors import TransientError
 from ..interrupts import finish
 from ..storage.blobstore import CopyCheck
 from ..storage.kit.checksums import crc32
@@ -589,3 +590,10 @@ class ReadAhead:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def length_error(got: int, expected: int) -> TransientError:
+    """The error for an object whose length differs from what the store reported."""
+    return TransientError(
+        f"read {got} bytes where the store reported {expected}: the object changed or the connection was cut"
+    )

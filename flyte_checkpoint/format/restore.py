@@ -23,7 +23,7 @@ from ..sparse import SparseWriter
 from . import tarstream as ts
 from .archive import file_system_error, unpack
 from .compression import GZIP_MAGIC, decompressor, inflate
-from .pipeline import ReadAhead
+from .pipeline import ReadAhead, length_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -252,13 +252,6 @@ def restore_object(
         return True
     with store.open_read(uri) as raw, ReadAhead(raw, on_chunk=on_chunk) as ahead:
         return restore(ahead, dest, size, uri=uri, hashes=hashes)  # type: ignore[arg-type]
-
-
-def length_error(got: int, expected: int) -> TransientError:
-    """The error for an object whose length differs from what the store reported."""
-    return TransientError(
-        f"read {got} bytes where the store reported {expected}: the object changed or the connection was cut"
-    )
 
 
 def _write_payload(stream: CountingReader, path: str, budget: DiskBudget, source: str) -> None:
