@@ -369,11 +369,8 @@ def test_every_commit_syncs_the_file_then_renames_it_then_syncs_the_folder(tmp_p
     is fsynced whole, then renamed over the object, then the folder is fsynced, so a power loss
     leaves the previous object or the whole new one. (Without the first fsync the rename can
     reach the disk before the data: an empty or partial object after a crash.)"""
-    from flyte_checkpoint.sharded import writes
-
     recorder = _RecordingOs()
-    monkeypatch.setattr(local, "os", recorder)
-    monkeypatch.setattr(writes, "os", recorder)
+    monkeypatch.setattr(local, "os", recorder)  # the sharded join is the local store's too
     store, target = LocalStore(), tmp_path / "store" / "ckpt"
     data = os.urandom(300_000)
     store.write_bytes(str(target), b"the previous object")

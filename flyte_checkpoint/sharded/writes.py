@@ -10,25 +10,13 @@ as a temporary object and the committing rank copies them, in order, into one or
 
 from __future__ import annotations
 
-import os
 import shutil
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 from ..logs import logger
 from ..storage.blobstore import COPY_CHUNK, BlobStore
-from ..uri import is_local, local_path, redact
-from ..workfiles import TMP, shard_folder
-
-Session = dict[str, Any]
-
-
-def coordination_prefix(uri: str) -> str:
-    """Where a sharded save to ``uri`` keeps its markers and temporary pieces: a folder beside
-    the object (locally one that folder saves leave out, as they do writers' temporary files)."""
-    if is_local(uri):
-        target = local_path(uri)
-        return f"{target.parent}/{shard_folder(target.name)}/"
-    return uri + ".fcp-shard/"
+from ..storage.stores.local import LocalShardedWrites, Session, coordination_prefix
+from ..uri import redact
 
 
 class Segment(Protocol):
@@ -140,118 +128,12 @@ class GatherWrites:
                 self.store.delete(uri)
 
 
-class _FileSegment:
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.name = os.path.basename(path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._file: BinaryIO = open(path, "xb", buffering=0)  # noqa: SIM115 - closed by finish/abort
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        view = memoryview(data)
-        while view:
-            view = view[self._file.write(view) :]
-        return len(data)
-
-    def padding_needed(self) -> int:
-        return 0
-
-    def finish(self) -> dict[str, Any]:
-        # No fsync: the piece is temporary; the commit fsyncs the joined object once.
-        size = os.fstat(self._file.fileno()).st_size
-        self._file.close()
-        return {"size": size, "name": self.name}
-
-    def abort(self) -> None:
-        self._file.close()
-        _unlink(self.path)
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-class LocalShardedWrites:
-    """Per-rank files beside the target; the others' are appended to rank 0's
-    (``copy_file_range``: the kernel copies, or shares blocks where the file system can), which
-    is fsynced and renamed over the target."""
-
-    def __init__(self, uri: str) -> None:
-        self.target = local_path(uri)
-        self.folder = coordination_prefix(uri)
-
-    def begin(self, token: str) -> Session:
-        os.makedirs(self.folder, exist_ok=True)
-        return {}
-
-    def _piece(self, token: str, rank: int, joiner: str) -> str:
-        return f"{self.folder}{token}.piece-{rank:05d}.{joiner}"
-
-    def segment(self, session: Session, rank: int, world: int, joiner: str) -> Segment:
-        return _FileSegment(self._piece(session["token"], rank, joiner))
-
-    def _path(self, token: str, rank: int, piece: dict[str, Any]) -> str:
-        """The file of rank ``rank``'s ``piece`` (as its report names it, checked: a report is
-        read from the store, and must not name a file elsewhere)."""
-        name = str(piece.get("name", ""))
-        if not name.startswith(f"{token}.piece-{rank:05d}.") or "/" in name or "\\" in name:
-            raise ValueError(f"rank {rank}'s report names a piece {name!r} of another save")
-        return self.folder + name
-
-    def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
-        from ..storage.stores.local import _fsync_dir, _umask, replace_object
-
-        token = session["token"]
-        joined = self._path(token, 0, pieces[0])  # rank 0's piece grows into the object: one copy less
-        with open(joined, "r+b") as out:
-            out.truncate(pieces[0]["size"])
-            out.seek(0, os.SEEK_END)
-            for rank, piece in enumerate(pieces[1:], start=1):
-                with open(self._path(token, rank, piece), "rb") as src:
-                    _copy_range(src.fileno(), out.fileno(), piece["size"])
-            out.write(tail)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(joined, 0o666 & ~_umask())
-        replace_object(joined, self.target)
-        _fsync_dir(self.target.parent)
-        self.abort(session)
-
-    def abort(self, session: Session) -> None:
-        token = session["token"]
-        for name in _listdir(self.folder):
-            if name.startswith(f"{token}.piece-"):
-                _unlink(self.folder + name)
-
-    def sweep(self, session: Session) -> None:
-        # Everything but this save's files and the session marker: pieces and joins of saves
-        # whose ranks were killed, and temporary files of marker writes they left (not those
-        # being written now: this save's, and the session's renewal).
-        token = session["token"]
-        keep = (f"{token}.", "open", f"{TMP}{token}.", f"{TMP}open.")
-        for name in _listdir(self.folder):
-            if not name.startswith(keep):
-                _unlink(self.folder + name)
-
-
-def _listdir(folder: str) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except FileNotFoundError:
-        return []
-
-
-def _copy_range(src: int, dst: int, size: int) -> None:
-    """Append ``size`` bytes of ``src`` (from its start) to ``dst``, in the kernel."""
-    left = size
-    while left:
-        try:
-            n = os.copy_file_range(src, dst, left)
-        except OSError:  # file systems that refuse it (across devices, old kernels)
-            n = os.sendfile(dst, src, None, left)
-        if n == 0:
-            raise OSError(f"a segment ended {left} bytes early")
-        left -= n
+__all__ = [
+    "GatherWrites",
+    "LocalShardedWrites",
+    "Segment",
+    "Session",
+    "ShardedWrites",
+    "coordination_prefix",
+    "writes_for",
+]

@@ -15,12 +15,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ...errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
 from ...paths import LeaveOut, current_umask
-from ...uri import local_path
-from ...workfiles import TMP, is_working_file, temp_prefix
+from ...uri import is_local, local_path
+from ...workfiles import TMP, is_working_file, shard_folder, temp_prefix
 from ..blobstore import (
     BlobStore,
     BlobWriter,
@@ -120,7 +120,9 @@ def leave_out_for(uri: str) -> LeaveOut | None:
     return LeaveOut((st.st_dev, st.st_ino), target.name, _temp_prefix(target))
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | Path) -> None:
+    """fsync the folder ``path`` (a rename into it lasts a crash); errors are ignored: some file
+    systems cannot fsync a folder."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -334,11 +336,11 @@ class _LocalWriter(BlobWriter):
             self._close_sources()
             self.copy_damage.raise_found(self.uri)
             self._file.close()
-            os.chmod(self._tmp, 0o666 & ~_umask())
+            os.chmod(self._tmp, 0o666 & ~umask())
             replace_object(self._tmp, self._target)
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
-        _fsync_dir(self._target.parent)
+        fsync_dir(self._target.parent)
         _sweep_stale_tmp(self._target.parent)
 
     def _abort(self) -> None:
@@ -400,9 +402,10 @@ def _version(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
-def _umask() -> int:
-    umask = current_umask()
-    return 0o022 if umask < 0 else umask
+def umask() -> int:
+    """The process's umask, for the mode of a file renamed into place (0o022 when unknown)."""
+    mask = current_umask()
+    return 0o022 if mask < 0 else mask
 
 
 class _LocalPinned(PinnedObject):
@@ -645,8 +648,6 @@ class LocalStore(BlobStore):
 
     def sharded_writes(self, uri: str):
         """One object from many ranks: per-rank files joined and renamed (:mod:`flyte_checkpoint.sharded`)."""
-        from ...sharded.writes import LocalShardedWrites
-
         return LocalShardedWrites(uri)
 
     def download_file(self, uri: str, path: str | os.PathLike[str]) -> None:
@@ -655,3 +656,132 @@ class LocalStore(BlobStore):
             shutil.copyfile(src, path)
         except OSError as exc:
             raise _map_os_error(exc, src, "read") from exc
+
+
+# --------------------------------------------------------------------------- sharded writes
+
+Session = dict[str, Any]
+
+
+def coordination_prefix(uri: str) -> str:
+    """Where a sharded save to ``uri`` keeps its markers and temporary pieces: a folder beside
+    the object (locally one that folder saves leave out, as they do writers' temporary files)."""
+    if is_local(uri):
+        target = local_path(uri)
+        return f"{target.parent}/{shard_folder(target.name)}/"
+    return uri + ".fcp-shard/"
+
+
+class _FileSegment:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.name = os.path.basename(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._file: BinaryIO = open(path, "xb", buffering=0)  # noqa: SIM115 - closed by finish/abort
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        view = memoryview(data)
+        while view:
+            view = view[self._file.write(view) :]
+        return len(data)
+
+    def padding_needed(self) -> int:
+        return 0
+
+    def finish(self) -> dict[str, Any]:
+        # No fsync: the piece is temporary; the commit fsyncs the joined object once.
+        size = os.fstat(self._file.fileno()).st_size
+        self._file.close()
+        return {"size": size, "name": self.name}
+
+    def abort(self) -> None:
+        self._file.close()
+        _unlink(self.path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class LocalShardedWrites:
+    """Per-rank files beside the target; the others' are appended to rank 0's
+    (``copy_file_range``: the kernel copies, or shares blocks where the file system can), which
+    is fsynced and renamed over the target."""
+
+    def __init__(self, uri: str) -> None:
+        self.target = local_path(uri)
+        self.folder = coordination_prefix(uri)
+
+    def begin(self, token: str) -> Session:
+        os.makedirs(self.folder, exist_ok=True)
+        return {}
+
+    def _piece(self, token: str, rank: int, joiner: str) -> str:
+        return f"{self.folder}{token}.piece-{rank:05d}.{joiner}"
+
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> _FileSegment:
+        return _FileSegment(self._piece(session["token"], rank, joiner))
+
+    def _path(self, token: str, rank: int, piece: dict[str, Any]) -> str:
+        """The file of rank ``rank``'s ``piece`` (as its report names it, checked: a report is
+        read from the store, and must not name a file elsewhere)."""
+        name = str(piece.get("name", ""))
+        if not name.startswith(f"{token}.piece-{rank:05d}.") or "/" in name or "\\" in name:
+            raise ValueError(f"rank {rank}'s report names a piece {name!r} of another save")
+        return self.folder + name
+
+    def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
+        token = session["token"]
+        joined = self._path(token, 0, pieces[0])  # rank 0's piece grows into the object: one copy less
+        with open(joined, "r+b") as out:
+            out.truncate(pieces[0]["size"])
+            out.seek(0, os.SEEK_END)
+            for rank, piece in enumerate(pieces[1:], start=1):
+                with open(self._path(token, rank, piece), "rb") as src:
+                    _copy_range(src.fileno(), out.fileno(), piece["size"])
+            out.write(tail)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(joined, 0o666 & ~umask())
+        replace_object(joined, self.target)
+        fsync_dir(self.target.parent)
+        self.abort(session)
+
+    def abort(self, session: Session) -> None:
+        token = session["token"]
+        for name in _listdir(self.folder):
+            if name.startswith(f"{token}.piece-"):
+                _unlink(self.folder + name)
+
+    def sweep(self, session: Session) -> None:
+        # Everything but this save's files and the session marker: pieces and joins of saves
+        # whose ranks were killed, and temporary files of marker writes they left (not those
+        # being written now: this save's, and the session's renewal).
+        token = session["token"]
+        keep = (f"{token}.", "open", f"{TMP}{token}.", f"{TMP}open.")
+        for name in _listdir(self.folder):
+            if not name.startswith(keep):
+                _unlink(self.folder + name)
+
+
+def _listdir(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+
+
+def _copy_range(src: int, dst: int, size: int) -> None:
+    """Append ``size`` bytes of ``src`` (from its start) to ``dst``, in the kernel."""
+    left = size
+    while left:
+        try:
+            n = os.copy_file_range(src, dst, left)
+        except OSError:  # file systems that refuse it (across devices, old kernels)
+            n = os.sendfile(dst, src, None, left)
+        if n == 0:
+            raise OSError(f"a segment ended {left} bytes early")
+        left -= n
