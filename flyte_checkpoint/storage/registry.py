@@ -37,8 +37,11 @@ if TYPE_CHECKING:
 
 import pluggy
 
+# The module itself (pluggy reads its hooks); imported by its full name, since ``from . import``
+# would make this module depend on the package's ``__init__``, which imports this one.
+import flyte_checkpoint.storage.hookspecs as hookspecs
+
 from ..errors import (
-    BackendConflictError,
     BackendLoadError,
     BackendNotInstalledError,
     ConfigurationError,
@@ -46,8 +49,8 @@ from ..errors import (
 )
 from ..forksafe import lock
 from ..uri import redact, scheme_of
-from . import hookspecs
 from .blobstore import BlobStore
+from .hookspecs import StoreSpec
 from .profiles import Profiles, origin, prefix_of
 
 DISABLE_AUTOLOAD_ENV = "FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD"
@@ -77,39 +80,6 @@ def install_hint(scheme: str) -> str | None:
     from ..install import install_command
 
     return install_command(known[0])
-
-
-@dataclass(frozen=True)
-class StoreSpec:
-    """What a plugin says about one store it provides.
-
-    Attributes:
-        name: the backend's name (unique among installed backends), e.g. ``"s3"``.
-        schemes: the URI schemes it serves, lower case, e.g. ``("s3", "s3a")``.
-        factory: builds the store: a callable, or a ``"package.module:attribute"`` path to one,
-            imported on first use. It is called with the keyword settings given to
-            :func:`configure_store` for the URI (the per-process ones, overlaid by the longest
-            matching prefix's), as the caller wrote them; with no arguments when none are.
-        description: one line shown when backends are listed.
-        priority: breaks ties when two backends of one level claim a scheme (higher wins).
-        config: the backend's :class:`~flyte_checkpoint.storage.kit.StoreConfig` subclass, or a
-            ``"package.module:Class"`` path to it: :func:`configure_store` checks settings with it.
-            ``None``: the backend takes no settings in code.
-    """
-
-    name: str
-    schemes: tuple[str, ...]
-    factory: str | Callable[..., BlobStore]
-    description: str = ""
-    priority: int = 0
-    config: str | type[StoreConfig] | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.schemes, str):
-            object.__setattr__(self, "schemes", (self.schemes,))
-        object.__setattr__(self, "schemes", tuple(s.lower().rstrip(":/") for s in self.schemes))
-        if not self.name or not self.schemes:
-            raise BackendConflictError("a StoreSpec needs a name and at least one scheme")
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..hookspecs import hookimpl
-from ..registry import StoreSpec
+from ..hookspecs import StoreSpec, hookimpl
 
 
 @hookimpl
