@@ -527,7 +527,8 @@ def test_staging_folders_of_killed_processes_are_removed_by_the_next_snapshot(tm
     folder = tmp_path / "model"
     make_folder(folder, 6)
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from flyte_checkpoint import snapshot;"
+        [sys.executable, "-c", "import sys; from pathlib import Path;"
+         " from flyte_checkpoint import snapshot;"
          f" s = snapshot.stage(Path({str(folder)!r}), True, lambda: {str(tmp_path)!r});"
          " print(s.folder, flush=True); sys.stdin.readline()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
