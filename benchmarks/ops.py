@@ -218,8 +218,13 @@ def _warm_up(op: str, args: list[str]) -> None:
     if op.startswith("ours") or op == "training_loop":
         for name in ("archive", "pipeline", "restore", "compression", "inflate", "index", "partial"):
             importlib.import_module(f"flyte_checkpoint.format.{name}")
-        for name in ("background", "snapshot", "saveorder", "sources"):
-            importlib.import_module(f"flyte_checkpoint.{name}")
+        for name in (
+            "flyte_checkpoint.background",
+            "flyte_checkpoint.snapshot",
+            "flyte_checkpoint.saveorder",
+            "flyte_checkpoint.sources",
+        ):
+            importlib.import_module(name)
         from flyte_checkpoint.storage.registry import get_registry, store_for
         from flyte_checkpoint.uri import is_local
 

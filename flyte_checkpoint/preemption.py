@@ -50,8 +50,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .errors import ConfigurationError, OperationCancelledError
 from .handlerchain import Chain, describe, reaches
 from .logs import log_transfer, logger
-from .saveorder import drop_thread, start_thread, take
-from .saveorder import workers as workers  # the final saves' worker threads (tests wait for them)
 from .uri import redact
 
 if TYPE_CHECKING:
@@ -334,9 +332,15 @@ def _import_what_a_save_needs(dest: str) -> None:
     """
     import importlib
 
-    for name in ("cancellation", "saveorder", "sources", "format.archive", "format.pipeline"):
-        importlib.import_module(f"{__package__}.{name}")
-    importlib.import_module(f"{__package__}.storage.stores.local")
+    for name in (  # by full name, so that a module that moves is found here by its name
+        "flyte_checkpoint.cancellation",
+        "flyte_checkpoint.saveorder",
+        "flyte_checkpoint.sources",
+        "flyte_checkpoint.format.archive",
+        "flyte_checkpoint.format.pipeline",
+        "flyte_checkpoint.storage.stores.local",
+    ):
+        importlib.import_module(name)
     from .storage.registry import store_for
 
     store_for(dest)
@@ -588,6 +592,7 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
         Exception: what ``fn`` or the save raised.
     """
     from .cancellation import Scope
+    from .saveorder import drop_thread, start_thread, take
 
     dest = cp.remote_destination
     scope = Scope(f"final save to {redact(dest)}")

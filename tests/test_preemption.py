@@ -336,7 +336,9 @@ def test_on_terminate_needs_something_to_do(tmp_path):
 
 
 def join_final_save_threads() -> None:
-    for ended in list(preemption.workers):
+    from flyte_checkpoint import saveorder
+
+    for ended in list(saveorder.workers):
         assert ended.wait(HANG), "a final save's thread did not end"
 
 
