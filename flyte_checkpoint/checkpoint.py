@@ -882,7 +882,7 @@ def _verify_after_upload(source, store, dest: str) -> None:
             f"{source.path} changed while it was being saved, and {store_name}.upload_file"
             f" stored it before this was seen: {redact(dest)} may hold a damaged copy. Save again once"
             " the file is completely written (and have the store read through"
-            " flyte_checkpoint.sources.open_source)"
+            " flyte_checkpoint.storage.kit.open_source)"
         ) from exc
 
 

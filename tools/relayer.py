@@ -36,7 +36,10 @@ MOVES: dict[str, str] = {
     "saveorder": "lifecycle",
     "signalrelay": "lifecycle",
     "snapshot": "lifecycle",
-    # small pieces everything above may use
+    # small pieces everything above may use (a backend's own code reaches forksafe's, sources' and
+    # cancellation's names through flyte_checkpoint.storage.kit, which re-exports them)
+    "cancellation": "util",  # retry, the format and the stores check it: below them all
+    "forksafe": "util",
     "heldfolders": "util",  # a partial restore's staging (format) holds one too
     "install": "util",
     "interrupts": "util",
@@ -44,6 +47,7 @@ MOVES: dict[str, str] = {
     "logs": "util",
     "paths": "util",
     "retry": "util",
+    "sources": "util",
     "sparse": "util",
     "workfiles": "util",
 }
@@ -63,7 +67,10 @@ It imports ``format``, ``storage``, ``util`` and the public base modules, never 
 policy (:mod:`.retry`), the loggers (:mod:`.logs`), sparse files (:mod:`.sparse`), the library's
 working-file names (:mod:`.workfiles`), folders held by a live process
 (:mod:`.heldfolders`), install hints (:mod:`.install`), interrupts in worker
-threads (:mod:`.interrupts`). See CONTRIBUTING.md, "The layers".
+threads (:mod:`.interrupts`), cancelled operations (:mod:`.cancellation`), what a forked child
+makes afresh (:mod:`.forksafe`), the files a save reads, checked unchanged (:mod:`.sources`).
+A backend's own code takes the last three's names from :mod:`flyte_checkpoint.storage.kit`.
+See CONTRIBUTING.md, "The layers".
 """
 ''',
 }

@@ -343,7 +343,7 @@ class BlobStoreSuite(SizeTests, ListingTests, OverwriteTests):
     def test_upload_file_refuses_a_small_file_that_changes_while_read(
         self, store: BlobStore, root: str, tmp_path: Path
     ) -> None:
-        """``upload_file`` reads through ``flyte_checkpoint.sources.open_source`` and checks the
+        """``upload_file`` reads through ``flyte_checkpoint.storage.kit.open_source`` and checks the
         file before committing: a file rewritten after its first read raises and stores nothing."""
         self._upload_changing_file(store, root, tmp_path, 1000)
 
@@ -362,7 +362,7 @@ class BlobStoreSuite(SizeTests, ListingTests, OverwriteTests):
         with _RewrittenAfterFirstRead(src) as source:
             got, error = outcome(lambda: store.upload_file(source, uri))
         assert source.rewritten, (
-            "promise broken: upload_file reads the file through flyte_checkpoint.sources.open_source"
+            "promise broken: upload_file reads the file through flyte_checkpoint.storage.kit.open_source"
             " (the file it was given was never read)"
         )
         assert isinstance(error, SourceChangedError) and str(src) in str(error), (

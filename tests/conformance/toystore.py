@@ -5,7 +5,7 @@ the kit, a writer on :class:`~flyte_checkpoint.storage.kit.PartWriter` (one PUT 
 object; else an upload started, parts staged from the store's pool, committed at close, discarded
 on failure), a reader on :class:`~flyte_checkpoint.storage.kit.RangedReader` (ranges pinned to
 the ETag the first request saw), kept-alive connections per process
-(:class:`~flyte_checkpoint.forksafe.PerProcess`), and HTTP answers mapped by the kit's
+(:class:`~flyte_checkpoint.storage.kit.PerProcess`), and HTTP answers mapped by the kit's
 ``from_status`` and ``transport_failed``, a missing bucket to ``ContainerNotFoundError``.
 
 The broken ones each carry one bug a real backend had, and the suites must fail each, naming
@@ -44,11 +44,11 @@ from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
 from flyte_checkpoint.errors import CheckpointError, ContainerNotFoundError, NotFoundError
-from flyte_checkpoint.forksafe import PerProcess
 from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 from flyte_checkpoint.storage.kit import (
     Location,
     PartWriter,
+    PerProcess,
     RangedReader,
     StorePool,
     from_status,

@@ -9,13 +9,21 @@
 - :mod:`.files`: downloads into a file that appears only when whole;
 - :mod:`.checksums`: CRC32/CRC32C/CRC64NVME computed and combined, MD5, from the best library here;
 - :mod:`.reads`: :class:`RangedReader`, a stream of ranges fetched ahead, bounded, in order, verified;
-- :mod:`.parts`: :class:`PartWriter`, parts sent from the pool, bounded, committed or cancelled.
+- :mod:`.parts`: :class:`PartWriter`, parts sent from the pool, bounded, committed or cancelled;
+- from the core's small pieces, for a backend's own code: :class:`PerProcess` and
+  :func:`per_process_lock` (clients, pools and locks a forked child makes afresh),
+  :func:`open_source` (the file an ``upload_file`` reads, checked unchanged before the commit)
+  and :func:`check_cancelled` (called before a commit made without a ``BlobWriter``).
 
 It never retries: the core's retry policy (:mod:`flyte_checkpoint.retry`) is the one that decides.
 """
 
 from __future__ import annotations
 
+from ...cancellation import check as check_cancelled
+from ...forksafe import PerProcess
+from ...forksafe import lock as per_process_lock
+from ...sources import SourceFile, open_source
 from .checksums import Crc, Digest, crc, digest, require_crc
 from .errors import TRANSIENT_STATUS, chain, container_missing, from_status, transport_failed
 from .files import download_to_file
@@ -45,6 +53,11 @@ from .settings import (
 )
 
 __all__ = [
+    "PerProcess",
+    "SourceFile",
+    "check_cancelled",
+    "open_source",
+    "per_process_lock",
     "require_crc",
     "part_size_for",
     "digest",

@@ -10,7 +10,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.blob import BlobClient, BlobServiceClient, ContainerClient, ExponentialRetry
 
 from flyte_checkpoint.errors import CheckpointPermissionError, ConfigurationError, StoreError
-from flyte_checkpoint.forksafe import PerProcess, lock
+from flyte_checkpoint.storage.kit import PerProcess, per_process_lock
 from flyte_checkpoint.storage.kit.errors import chain
 from flyte_checkpoint.storage.kit.locations import Location
 from flyte_checkpoint.uri import redact
@@ -41,7 +41,7 @@ class AzureClient:
         self.config = config
         # Per process: a forked child makes its own clients rather than share the parent's
         # connections (the lock, too, may have been held by a parent's thread).
-        self._lock = lock()
+        self._lock = per_process_lock()
         self._services: PerProcess[dict[tuple[str, str], tuple[BlobServiceClient, requests.Session]]] = (
             PerProcess(dict)
         )

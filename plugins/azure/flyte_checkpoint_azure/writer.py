@@ -65,7 +65,7 @@ class AzureWriter(PartWriter):
         if self._md5 is None:
             super().upload_file(path)
             return
-        from flyte_checkpoint.sources import open_source
+        from flyte_checkpoint.storage.kit import open_source
 
         with open_source(path) as src, self:
             while data := src.read(self.part_size):

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from google.api_core.retry import Retry
 
-from flyte_checkpoint.forksafe import PerProcess
+from flyte_checkpoint.storage.kit import PerProcess
 
 from . import errors, redaction
 from .config import GCSConfig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flyte_checkpoint.forksafe import PerProcess
+from flyte_checkpoint.storage.kit import PerProcess
 
 from . import redaction
 from .config import S3Config

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from flyte_checkpoint.errors import CheckpointError
-from flyte_checkpoint.forksafe import PerProcess, lock
+from flyte_checkpoint.storage.kit import PerProcess
+from flyte_checkpoint.storage.kit import per_process_lock as lock
 
 from .config import FtpConfig
 from .errors import map_error
