@@ -110,7 +110,7 @@ from ..interrupts import finish
 from ..uri import redact
 
 if TYPE_CHECKING:
-    from .pinned import PinnedObject
+    from .versions import PinnedObject
 
 #: Chunk size for copies between streams and files.
 COPY_CHUNK = 8 * 1024 * 1024
@@ -518,7 +518,7 @@ class BlobStore(abc.ABC):
             ContainerNotFoundError: the bucket/container itself does not exist; and what
                 :meth:`stat` raises.
         """
-        from .pinned import CheckedObject
+        from .versions import CheckedObject
 
         return CheckedObject.of(self, uri)
 
