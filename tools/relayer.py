@@ -12,6 +12,9 @@ Run from the repository's root, on a clean tree: ``python tools/relayer.py``. It
   ``flyte_checkpoint/<moved module>.py`` in every tracked text file;
 - then ``ruff check --fix --select I`` and ``ruff format`` on the Python files it changed.
 
+``README.md`` and ``RELIABILITY.md`` are left as they are (``UNTOUCHED``): it prints the mentions
+of moved modules it left there.
+
 It is written to be run again on a newer ``main`` (the moves commit dropped first), so the moves
 never have to be merged by hand: a module already moved is left where it is.
 """
@@ -76,6 +79,9 @@ See CONTRIBUTING.md, "The layers".
 }
 
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".cfg", ".ini", ".txt", ".json", ""}
+#: Left as they are: the project's rules keep them out of a work package's hands (their paths are
+#: for the lead to update); the relayer prints the mentions it left in them.
+UNTOUCHED = {"README.md", "RELIABILITY.md"}
 ROOT = Path.cwd()
 
 
@@ -244,6 +250,12 @@ def main() -> None:
     tracked = [ROOT / p for p in git("ls-files").splitlines()]
     for path in tracked:
         if path.suffix not in TEXT_SUFFIXES or not path.is_file() or path.is_symlink():
+            continue
+        if str(path.relative_to(ROOT)) in UNTOUCHED:
+            text = path.read_text()
+            for m in (*DOTTED.finditer(text), *SLASHED.finditer(text)):
+                line = text.count("\n", 0, m.start()) + 1
+                print(f"relayer: left {path.relative_to(ROOT)}:{line}: {m.group(0)}", file=sys.stderr)
             continue
         if path.suffix == ".py" and path not in old_names and rewrite_imports(path, "", False, modules):
             changed.add(path)
