@@ -30,7 +30,7 @@ _RESERVE_CAP = 4 * 1024**3
 _RECHECK = 64 * 1024 * 1024
 
 
-def _env_count(name: str, what: str) -> int | None:
+def env_count(name: str, what: str) -> int | None:
     """``$name`` as a whole number of at least 0, or None when unset or blank.
 
     Raises:
@@ -70,11 +70,11 @@ class LoadLimits:
         Raises:
             ValueError: a variable is set to something other than a whole number >= 0.
         """
-        members = _env_count(MAX_MEMBERS_ENV, "members")
+        members = env_count(MAX_MEMBERS_ENV, "members")
         return cls(
-            max_bytes=_env_count(MAX_UNPACKED_ENV, "bytes"),
+            max_bytes=env_count(MAX_UNPACKED_ENV, "bytes"),
             max_members=DEFAULT_MAX_MEMBERS if members is None else members,
-            disk_reserve=_env_count(DISK_RESERVE_ENV, "bytes"),
+            disk_reserve=env_count(DISK_RESERVE_ENV, "bytes"),
         )
 
 

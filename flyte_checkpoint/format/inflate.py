@@ -83,10 +83,10 @@ def inflate_threads() -> int:
     Raises:
         ValueError: the variable holds something other than a whole number >= 0.
     """
-    from ..limits import _env_count
+    from ..limits import env_count
     from .pipeline import default_workers
 
-    told = _env_count(THREADS_ENV, "threads")
+    told = env_count(THREADS_ENV, "threads")
     if told is not None:
         return max(1, min(told, 64))
     cores = default_workers()
@@ -467,7 +467,7 @@ def restore_indexed(
             :func:`~.restore.restore` (the same extractor and limits).
         TransientError: a ranged read came back short.
     """
-    from ..limits import _env_count
+    from ..limits import env_count
 
     threads = inflate_threads()
     if threads < 2 or not getattr(store, "supports_ranges", False) or size < PARALLEL_MIN:
@@ -482,7 +482,7 @@ def restore_indexed(
         return False
     if hashes is not None:
         hashes.index = index
-    if _env_count(THREADS_ENV, "threads") is None and not pays(index):
+    if env_count(THREADS_ENV, "threads") is None and not pays(index):
         return False
     limits = LoadLimits.from_env()
     source = redact(uri)
