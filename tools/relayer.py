@@ -105,10 +105,13 @@ def move_files() -> dict[Path, str]:
             init.parent.mkdir(exist_ok=True)
             init.write_text(doc)
             git("add", str(init))
+    moved_now: set[Path] = set()
     for module, package in MOVES.items():
         src = ROOT / PKG / f"{module}.py"
         if src.exists():
-            git("mv", str(src), str(ROOT / PKG / package / f"{module}.py"))
+            dest = ROOT / PKG / package / f"{module}.py"
+            git("mv", str(src), str(dest))
+            moved_now.add(dest)
     old_names: dict[Path, str] = {}
     for path in sorted((ROOT / PKG).rglob("*.py")):
         rel = path.relative_to(ROOT).with_suffix("")
@@ -116,8 +119,8 @@ def move_files() -> dict[Path, str]:
         if parts[-1] == "__init__":
             parts = parts[:-1]
         name = ".".join(parts)
-        if len(parts) == 3 and parts[1] in PACKAGES and parts[2] in MOVES:
-            name = f"{PKG}.{parts[2]}"  # where it was
+        if path in moved_now:  # moved by this run: its relative imports are from where it was
+            name = f"{PKG}.{parts[2]}"
         old_names[path] = name
     return old_names
 
