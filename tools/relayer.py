@@ -52,6 +52,7 @@ MOVES: dict[str, str] = {
     "retry": "util",
     "sources": "util",
     "sparse": "util",
+    "transfers": "util",  # a save's figures and their log line (logs' log_transfer says them)
     "workfiles": "util",
 }
 
@@ -71,7 +72,8 @@ policy (:mod:`.retry`), the loggers (:mod:`.logs`), sparse files (:mod:`.sparse`
 working-file names (:mod:`.workfiles`), folders held by a live process
 (:mod:`.heldfolders`), install hints (:mod:`.install`), interrupts in worker
 threads (:mod:`.interrupts`), cancelled operations (:mod:`.cancellation`), what a forked child
-makes afresh (:mod:`.forksafe`), the files a save reads, checked unchanged (:mod:`.sources`).
+makes afresh (:mod:`.forksafe`), the files a save reads, checked unchanged (:mod:`.sources`),
+what a save did in figures (:mod:`.transfers`).
 A backend's own code takes the last three's names from :mod:`flyte_checkpoint.storage.kit`.
 See CONTRIBUTING.md, "The layers".
 """
