@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import uri as _uri
 from .checkpoint import BaseCheckpoint, Checkpoint
 from .context import ctx, task
 from .paths import latest_checkpoint, repair_union_prev_checkpoint_uri
@@ -29,6 +30,23 @@ __all__ = [
     "unregister_store",
 ]
 __version__ = "0.1.0"
+
+
+def _scheme_names() -> set[str]:
+    """The schemes a relative path ``NAME//rest`` is refused for (``uri.normalize``): the shipped
+    plugins' and every registered backend's. The registry (and pluggy) is imported on the first
+    path of that shape, never at import."""
+    from .storage import registry
+
+    names = set(registry.KNOWN_SCHEMES)
+    try:
+        names.update(s for backend in registry.get_registry().backends() for s in backend.schemes)
+    except Exception:  # a broken plugin is reported when its scheme is used, not here
+        pass
+    return names
+
+
+_uri.scheme_names_from = _scheme_names
 
 if TYPE_CHECKING:  # a type checker sees the registry's own signatures
     from .storage.registry import configure_store, register_store, unregister_store
