@@ -219,10 +219,10 @@ def _warm_up(op: str, args: list[str]) -> None:
         for name in ("archive", "pipeline", "restore", "compression", "inflate", "index", "partial"):
             importlib.import_module(f"flyte_checkpoint.format.{name}")
         for name in (
-            "flyte_checkpoint.background",
-            "flyte_checkpoint.snapshot",
-            "flyte_checkpoint.saveorder",
-            "flyte_checkpoint.sources",
+            "flyte_checkpoint.lifecycle.background",
+            "flyte_checkpoint.lifecycle.snapshot",
+            "flyte_checkpoint.lifecycle.saveorder",
+            "flyte_checkpoint.util.sources",
         ):
             importlib.import_module(name)
         from flyte_checkpoint.storage.registry import get_registry, store_for

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 from . import uri as _uri
 from .checkpoint import BaseCheckpoint, Checkpoint
 from .context import ctx, task
-from .paths import latest_checkpoint, repair_union_prev_checkpoint_uri
-from .preemption import preempt
+from .lifecycle import preemption as preemption  # fc.preemption, as the docs spell it
+from .lifecycle.preemption import preempt
 from .taskcontext import CheckpointPaths, TaskContext
+from .util.paths import latest_checkpoint, repair_union_prev_checkpoint_uri
 
 __all__ = [
     "BaseCheckpoint",

@@ -17,21 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import NotFoundError, OperationCancelledError, PathTooLongError, UnsupportedDataError
-from .forksafe import PerProcess, lock
-from .logs import log_transfer, logger
-from .retry import RetryPolicy
 from .uri import is_local, local_path, normalize, redact
+from .util.forksafe import PerProcess, lock
+from .util.logs import log_transfer, logger
+from .util.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from .background import Lane, SaveHandle
-    from .cancellation import Scope
     from .format.incremental import Reuse
-    from .heldfolders import HeldFolder
-    from .preemption import Registration, Saver
-    from .saveorder import Turn
+    from .lifecycle.background import Lane, SaveHandle
+    from .lifecycle.preemption import Registration, Saver
+    from .lifecycle.saveorder import Turn
     from .storage.blobstore import BlobStore
     from .storage.pinned import PinnedView
-    from .transfers import SaveFigures
+    from .util.cancellation import Scope
+    from .util.heldfolders import HeldFolder
+    from .util.transfers import SaveFigures
 
 Data = bytes | bytearray | memoryview | str | os.PathLike
 #: ``progress(done, total)``: bytes done so far, and the total when it is known.
@@ -102,8 +102,8 @@ class Checkpoint(BaseCheckpoint):
         if checkpoint_src is not None and str(checkpoint_src).strip().strip('"').strip():
             src = normalize(checkpoint_src, param="checkpoint_src")
             if not is_local(src):
-                from .paths import points_at_same_attempt, repair_union_prev_checkpoint_uri
-                from .runs import current_names
+                from .lifecycle.runs import current_names
+                from .util.paths import points_at_same_attempt, repair_union_prev_checkpoint_uri
 
                 names = current_names()
                 if names is not None and points_at_same_attempt(
@@ -123,7 +123,7 @@ class Checkpoint(BaseCheckpoint):
         self._restored: set[str] = set()  # names restored by partial loads into the workspace
         self._loading: Scope | None = None  # the download in flight, which close() cancels
         self._stale: list[Callable[[], object]] = []  # workspaces it removes when it stops
-        # Background saves (flyte_checkpoint.background): a forked child gets an empty lane.
+        # Background saves (flyte_checkpoint.lifecycle.background): a forked child gets an empty lane.
         self._lane: PerProcess[Lane] = PerProcess(_new_lane)
         #: The figures and seconds of the last save that ended (the CLI prints them as logged).
         self._last_save: tuple[SaveFigures, float] | None = None
@@ -143,7 +143,7 @@ class Checkpoint(BaseCheckpoint):
     @property
     def path(self) -> Path:
         """The workspace folder, made on first use (removed only by the process that made it)."""
-        from .cancellation import check
+        from .util.cancellation import check
 
         check()  # a download cancelled by close() must not make a new workspace
         made = None
@@ -152,7 +152,7 @@ class Checkpoint(BaseCheckpoint):
                 import tempfile
                 import weakref
 
-                from .heldfolders import HeldFolder
+                from .util.heldfolders import HeldFolder
 
                 held = HeldFolder()  # removes only what it made
                 # The finalizer comes first, so no interrupt can leave the folder without one.
@@ -166,7 +166,7 @@ class Checkpoint(BaseCheckpoint):
             workspace = Path(self._root, "workspace")
             workspace.mkdir(exist_ok=True)
         if made is not None:  # not under the lock: what a killed process left may be large
-            from .heldfolders import sweep_roots
+            from .util.heldfolders import sweep_roots
 
             sweep_roots(os.path.dirname(made))
         return workspace
@@ -184,8 +184,8 @@ class Checkpoint(BaseCheckpoint):
         """
         if self._src is None:
             return None
-        from .cancellation import Scope
-        from .preemption import deferring
+        from .lifecycle.preemption import deferring
+        from .util.cancellation import Scope
 
         names = _member_names(members)
         scope = Scope(f"load of {redact(self._src)}")
@@ -215,8 +215,8 @@ class Checkpoint(BaseCheckpoint):
             return None
         import asyncio
 
-        from .cancellation import Scope
-        from .preemption import notice
+        from .lifecycle.preemption import notice
+        from .util.cancellation import Scope
 
         names = _member_names(members)
         notice()  # the main thread's loads keep our SIGTERM handler in front (an event loop's)
@@ -231,8 +231,8 @@ class Checkpoint(BaseCheckpoint):
         """``load_sync(members=names)`` from the version of the previous checkpoint that ``view``
         pins (not retried: a caller that pinned it pins again), for a caller that chose the
         names from that version's index (:func:`~flyte_checkpoint.sharded.load_sharded`)."""
-        from .cancellation import Scope
-        from .preemption import deferring
+        from .lifecycle.preemption import deferring
+        from .util.cancellation import Scope
 
         assert self._src is not None
         selected = _member_names(names)
@@ -242,7 +242,7 @@ class Checkpoint(BaseCheckpoint):
     def _load(
         self, scope: Scope, names: tuple[str, ...] | None = None, view: PinnedView | None = None
     ) -> Path | None:
-        from .cancellation import using
+        from .util.cancellation import using
 
         assert self._src is not None
         with self._load_lock.get():
@@ -347,8 +347,8 @@ class Checkpoint(BaseCheckpoint):
         """
         if self._src is None:
             return None
-        from .cancellation import Scope
-        from .preemption import deferring
+        from .lifecycle.preemption import deferring
+        from .util.cancellation import Scope
 
         scope = Scope(f"load of {redact(self._src)}")
         return deferring(lambda: self._load_file(name, dest, scope))
@@ -359,8 +359,8 @@ class Checkpoint(BaseCheckpoint):
             return None
         import asyncio
 
-        from .cancellation import Scope
-        from .preemption import notice
+        from .lifecycle.preemption import notice
+        from .util.cancellation import Scope
 
         notice()
         scope = Scope(f"load of {redact(self._src)}")
@@ -371,12 +371,12 @@ class Checkpoint(BaseCheckpoint):
             raise
 
     def _load_file(self, name: str, dest: str | os.PathLike[str] | None, scope: Scope) -> Path | None:
-        from .cancellation import using
         from .format.partial import Selection, member_name, restore_into
+        from .util.cancellation import using
 
         src = self._src
         assert src is not None
-        from .paths import file_destination, make_way
+        from .util.paths import file_destination, make_way
 
         rel = member_name(name)
         try:
@@ -459,9 +459,9 @@ class Checkpoint(BaseCheckpoint):
 
     def save_sync(self, data: Data) -> None:
         """See :meth:`save`."""
-        from .cancellation import Scope
-        from .preemption import deferring
-        from .saveorder import take
+        from .lifecycle.preemption import deferring
+        from .lifecycle.saveorder import take
+        from .util.cancellation import Scope
 
         self._raise_unseen()
         deferring(lambda: self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}")))
@@ -470,7 +470,7 @@ class Checkpoint(BaseCheckpoint):
         """Store bytes, a file or a directory as this attempt's checkpoint, in a worker thread.
 
         Saves to one destination commit in the order they were called, from any thread or
-        ``Checkpoint`` (see :mod:`flyte_checkpoint.saveorder`). Cancelling the awaiting task
+        ``Checkpoint`` (see :mod:`flyte_checkpoint.lifecycle.saveorder`). Cancelling the awaiting task
         aborts the upload: nothing is committed unless the commit had already begun, and
         a later save starts only once this one has stopped.
 
@@ -479,9 +479,9 @@ class Checkpoint(BaseCheckpoint):
         """
         import asyncio
 
-        from .cancellation import Scope
-        from .preemption import notice
-        from .saveorder import take
+        from .lifecycle.preemption import notice
+        from .lifecycle.saveorder import take
+        from .util.cancellation import Scope
 
         self._raise_unseen()
         notice()  # the main thread's saves keep our SIGTERM handler in front (an event loop's)
@@ -508,7 +508,7 @@ class Checkpoint(BaseCheckpoint):
         """Run the upload in its turn; its figures and seconds (not logged: the final save on
         SIGTERM logs from the handler's thread, as a logging handler's lock may be held by the
         thread the signal stopped)."""
-        from .cancellation import using
+        from .util.cancellation import using
 
         turn.wait(scope)
         started = time.monotonic()
@@ -530,7 +530,7 @@ class Checkpoint(BaseCheckpoint):
 
         Bytes are kept as given (a ``bytearray`` or ``memoryview`` is copied); a file or
         folder is first copied into a staging folder on its own filesystem, by reflink where
-        the filesystem has them (see :mod:`flyte_checkpoint.snapshot`), so the caller may
+        the filesystem has them (see :mod:`flyte_checkpoint.lifecycle.snapshot`), so the caller may
         change it at once. The upload runs in this checkpoint's worker thread. At most one
         upload runs and one waits: a newer save replaces the waiting one, whose handle then
         reports ``superseded``. Saves commit in call order, with :meth:`save` and
@@ -544,15 +544,15 @@ class Checkpoint(BaseCheckpoint):
             NotFoundError, UnsupportedDataError, SourceChangedError, OSError: from the snapshot
                 (a full disk where the copy goes: WorkspaceError).
         """
-        from .preemption import deferring
+        from .lifecycle.preemption import deferring
 
         self._raise_unseen()
         return deferring(lambda: self._start_background(data))
 
     def _start_background(self, data: Data) -> SaveHandle:
-        from .background import Job, SaveHandle
-        from .cancellation import Scope
-        from .saveorder import take
+        from .lifecycle.background import Job, SaveHandle
+        from .lifecycle.saveorder import take
+        from .util.cancellation import Scope
 
         what = f"save to {redact(self._dest)}"
         turn = take(self._dest)  # now, so the order is that of the calls
@@ -560,7 +560,7 @@ class Checkpoint(BaseCheckpoint):
         try:
             scope = Scope(what)
             if isinstance(data, (str, os.PathLike)):
-                from .snapshot import stage
+                from .lifecycle.snapshot import stage
 
                 src = local_path(os.fspath(data))
                 is_dir = _is_dir(src)
@@ -586,7 +586,7 @@ class Checkpoint(BaseCheckpoint):
         """:meth:`save_background`, its snapshot taken in a worker thread (the event loop goes on)."""
         import asyncio
 
-        from .preemption import notice
+        from .lifecycle.preemption import notice
 
         notice()  # save_background's own check runs in the worker thread, where it cannot
         return await asyncio.to_thread(self.save_background, data)
@@ -616,7 +616,7 @@ class Checkpoint(BaseCheckpoint):
         Cancelling the awaiting task leaves the saves running, unless ``cancel`` is true: then
         they are cancelled too (each commits nothing unless its commit had begun).
         """
-        from .background import wait_handles
+        from .lifecycle.background import wait_handles
 
         lane = self._lane.peek()
         if lane is None:
@@ -642,14 +642,14 @@ class Checkpoint(BaseCheckpoint):
         lane = self._lane.peek()
         if lane is None:
             return None
-        from .background import CLOSE_TIMEOUT_ENV, close_timeout
         from .errors import ConfigurationError, SaveTimeoutError
+        from .lifecycle.background import CLOSE_TIMEOUT_ENV, close_timeout
 
         problem: BaseException | None = None
         try:
             timeout = close_timeout()
         except ConfigurationError as exc:
-            from .background import DEFAULT_CLOSE_TIMEOUT
+            from .lifecycle.background import DEFAULT_CLOSE_TIMEOUT
 
             problem, timeout = exc, DEFAULT_CLOSE_TIMEOUT
         if not lane.wait(timeout):
@@ -665,7 +665,7 @@ class Checkpoint(BaseCheckpoint):
     def _prepare(self, data: Data):
         """Check ``data`` now (so errors are not retried) and return the upload to run."""
         from .storage.registry import store_for
-        from .transfers import SaveFigures
+        from .util.transfers import SaveFigures
 
         dest = self._dest
         if isinstance(data, (bytes, bytearray, memoryview)):
@@ -724,8 +724,8 @@ class Checkpoint(BaseCheckpoint):
             return put_tree
 
         def put_file() -> SaveFigures:
-            from .sources import SourceFile
             from .storage.blobstore import COPY_CHUNK
+            from .util.sources import SourceFile
 
             store = store_for(dest)
             with SourceFile(src) as source:
@@ -757,9 +757,9 @@ class Checkpoint(BaseCheckpoint):
     def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
         """On SIGTERM (or ``fc.preempt()``), within the grace budget: let this checkpoint's
         background saves end (``wait_background``), then save ``fn()`` here (if given). See
-        :mod:`flyte_checkpoint.preemption`. Unregistered by the returned registration's
+        :mod:`flyte_checkpoint.lifecycle.preemption`. Unregistered by the returned registration's
         ``remove()``, or when this checkpoint is garbage-collected."""
-        from .preemption import terminate_entries
+        from .lifecycle.preemption import terminate_entries
 
         return terminate_entries(self, fn, wait_background=wait_background)
 
@@ -838,13 +838,13 @@ def _root_name() -> str:
     leaves its workspace and staging copies)."""
     import secrets
 
-    from .workfiles import ROOT
+    from .util.workfiles import ROOT
 
     return ROOT + secrets.token_hex(6)
 
 
 def _new_lane() -> Lane:
-    from .background import Lane
+    from .lifecycle.background import Lane
 
     return Lane()
 

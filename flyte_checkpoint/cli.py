@@ -50,7 +50,7 @@ from .errors import (
 )
 from .progress import ProgressBar, format_bytes, progress_bar
 from .uri import redact, redact_text
-from .workfiles import PULL, STAGED
+from .util.workfiles import PULL, STAGED
 
 if TYPE_CHECKING:
     from .storage.pinned import PinnedView
@@ -129,7 +129,7 @@ _MARKS = {"dir": "/", "symlink": "@", "hardlink": "@"}
 
 
 def _retry() -> Any:
-    from .retry import RetryPolicy
+    from .util.retry import RetryPolicy
 
     return RetryPolicy.from_env()
 
@@ -343,7 +343,7 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
 
 def _pull_version(store: PinnedView, uri: str, dest: Path, bar: ProgressBar | None) -> tuple[bool, int]:
     from .format.restore import restore_object
-    from .heldfolders import holding
+    from .util.heldfolders import holding
 
     size = store.size
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -394,9 +394,9 @@ def _reraise_as_no_checkpoint(exc: NotFoundError) -> NoReturn:
 
 def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
     """Write the object's bytes, as stored, to stdout (streamed; not retried once bytes are out)."""
-    from .logs import log_transfer
     from .storage.blobstore import COPY_CHUNK
     from .storage.registry import store_for
+    from .util.logs import log_transfer
 
     store = store_for(uri)
     pinned = _retry().call(lambda: store.pin(uri), f"stat of {redact(uri)}")  # one version streamed
@@ -480,8 +480,8 @@ def cmd_pull(args: argparse.Namespace) -> dict[str, Any]:
 
 def _pull_to_folder(args: argparse.Namespace, uri: str, dest: Path) -> dict[str, Any]:
     from .format.restore import PAYLOAD
-    from .logs import log_transfer
     from .storage.registry import store_for
+    from .util.logs import log_transfer
 
     if dest.exists() and not dest.is_dir():
         raise FileExistsError(f"{dest} exists and is not a folder: pull into a new or empty folder")
@@ -597,9 +597,9 @@ def _woken_by_signals(stream: BinaryIO) -> Iterator[Callable[[int], bytes]]:
 
 
 def _push_chunks(args: argparse.Namespace, uri: str, read: Callable[[int], bytes]) -> tuple[int, float]:
-    from .logs import log_transfer
     from .storage.blobstore import COPY_CHUNK
     from .storage.registry import store_for
+    from .util.logs import log_transfer
 
     chunk = read(COPY_CHUNK)
     if not chunk and not args.allow_empty:
@@ -748,9 +748,9 @@ def _is_marker(uri: str, prefix: str) -> bool:
     """Whether ``uri`` (listed under ``prefix``) is one of the library's own files rather than a
     checkpoint: a named run's attempt marker ``.attempt`` or lock ``.FUNCTION.lock``, a sharded
     save's folder ``NAME.fcp-shard/`` (or locally ``.fcp-tmp-NAME.shard/``), or another working
-    file (:mod:`flyte_checkpoint.workfiles`: staging folders, temporary files)."""
-    from .runs import MARKER
-    from .workfiles import is_working_file
+    file (:mod:`flyte_checkpoint.util.workfiles`: staging folders, temporary files)."""
+    from .lifecycle.runs import MARKER
+    from .util.workfiles import is_working_file
 
     parts = uri[len(prefix) :].rstrip("/").split("/") if uri.startswith(prefix) else [uri.rstrip("/")]
     last = parts[-1]

@@ -15,13 +15,13 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast, overload
 
-from .logs import logger
-from .runs import current_attempt
+from .lifecycle.runs import current_attempt
 from .taskcontext import CheckpointPaths, NoContext, TaskContext
 from .uri import redact
+from .util.logs import logger
 
 if TYPE_CHECKING:
-    from .runs import Run
+    from .lifecycle.runs import Run
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,7 +56,7 @@ def _flyte_context() -> TaskContext | None:
 
 def _attempts(run: Run, retries: int) -> Iterator[TaskContext]:
     """Yield the context of each attempt of this call: run/action/attempt folders under the root."""
-    from .runs import attempts
+    from .lifecycle.runs import attempts
 
     for attempt, dest, prev in attempts(run, retries):
         yield TaskContext(attempt, CheckpointPaths(dest, prev), run.name, run.action)
@@ -67,7 +67,7 @@ def _run(
     func: Callable[..., Any], root: str | None, run_name: str | None, keep: bool | None
 ) -> Iterator[Run]:
     """The run of one call: opened (locked, earlier attempts found) and closed (removed when done)."""
-    from .runs import Run, base_of
+    from .lifecycle.runs import Run, base_of
 
     run = Run(base_of(root), run_name, func.__name__, keep=keep)
     run.open()
@@ -113,7 +113,7 @@ def task(
 
     Attempt *k* saves under ``{root}/{run}/{function}/{k}/`` and gets as its source the
     checkpoint of the newest earlier attempt that holds one (attempt *k-1*'s, unless that
-    attempt saved nothing; see :mod:`flyte_checkpoint.runs`); ``ctx()`` inside the function
+    attempt saved nothing; see :mod:`flyte_checkpoint.lifecycle.runs`); ``ctx()`` inside the function
     gives both. An exception starts
     the next attempt; when attempts run out the last exception is raised. Works on ``def``
     and ``async def`` functions. ``root`` is ``checkpoint_root``, else
@@ -124,7 +124,7 @@ def task(
     checkpoint an earlier attempt saved. A run that
     succeeds has its checkpoints removed, unless ``keep_checkpoints`` (default:
     ``$FLYTE_CHECKPOINT_KEEP_RUNS``); so does a run without ``run_name``, however it ends.
-    See :mod:`flyte_checkpoint.runs`.
+    See :mod:`flyte_checkpoint.lifecycle.runs`.
 
     Stacked on a Flyte v2 task, on either side of ``@env.task``: inside a Flyte task the
     function runs once, as it is (Flyte owns the retries, and ``ctx()`` gives Flyte's paths
@@ -145,7 +145,7 @@ def task(
     """
     if retries is not None and retries < 0:
         raise ValueError("retries must be 0 or more")
-    from .runs import check_run_name
+    from .lifecycle.runs import check_run_name
 
     check_run_name(run_name)
 
@@ -196,7 +196,7 @@ def _local_runner(
     """
     import inspect
 
-    from .runs import check_function_name
+    from .lifecycle.runs import check_function_name
 
     check_function_name(func.__name__)
 

@@ -17,7 +17,7 @@ from .uri import redact
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
-    from .preemption import Registration, Saver
+    from .lifecycle.preemption import Registration, Saver
 
 
 @dataclass(frozen=True)
@@ -74,14 +74,14 @@ class TaskContext:
         checkpoint when the process gets SIGTERM, or on :func:`flyte_checkpoint.preempt`;
         with ``wait_background``, first let the checkpoint's background saves end.
 
-        Runs within ``$FLYTE_CHECKPOINT_GRACE_SECONDS`` (see :mod:`flyte_checkpoint.preemption`);
+        Runs within ``$FLYTE_CHECKPOINT_GRACE_SECONDS`` (see :mod:`flyte_checkpoint.lifecycle.preemption`);
         unregistered when the attempt ends, or by the returned registration's ``remove()``.
 
         Raises:
             NoTaskContextError: outside a task.
             ValueError: this attempt has no checkpoint destination.
         """
-        from .preemption import terminate_entries
+        from .lifecycle.preemption import terminate_entries
 
         return terminate_entries(self.checkpoint, fn, wait_background=wait_background, owner=self)
 
@@ -93,8 +93,8 @@ class TaskContext:
 
     def end_final_saves(self) -> None:
         """Unregister the final saves registered through this context or its checkpoint."""
-        if "flyte_checkpoint.preemption" in sys.modules:  # else none was ever registered
-            from .preemption import forget
+        if "flyte_checkpoint.lifecycle.preemption" in sys.modules:  # else none was ever registered
+            from .lifecycle.preemption import forget
 
             forget(self)
             if self._checkpoint is not None:

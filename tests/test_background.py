@@ -23,15 +23,15 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import background, saveorder
-from flyte_checkpoint.background import THREAD_NAME
 from flyte_checkpoint.errors import (
     CheckpointPermissionError,
     ConfigurationError,
     OperationCancelledError,
     SaveTimeoutError,
 )
-from flyte_checkpoint.snapshot import PREFIX
+from flyte_checkpoint.lifecycle import background, saveorder
+from flyte_checkpoint.lifecycle.background import THREAD_NAME
+from flyte_checkpoint.lifecycle.snapshot import PREFIX
 from tests.reliability.gates import HANG
 from tests.spystore import SpyStore, spying
 
@@ -473,7 +473,7 @@ def test_a_folder_with_links_and_hard_links_round_trips_through_the_snapshot(tmp
 def test_without_reflink_or_copy_file_range_the_snapshot_copies(monkeypatch, tmp_path):
     """Proves: where neither reflink nor ``copy_file_range`` works, the plain copy stages the
     same bytes (the counters say which way each file went)."""
-    from flyte_checkpoint import snapshot
+    from flyte_checkpoint.lifecycle import snapshot
 
     folder = tmp_path / "model"
     make_folder(folder, 3)
@@ -498,7 +498,7 @@ if REFLINK_DIR:
     def test_on_a_reflink_file_system_every_file_is_cloned_and_isolated():
         """Proves: there, staging clones each file (``FICLONE``: no bytes copied), and the clone
         keeps the snapshot's bytes when the source file is rewritten in place afterwards."""
-        from flyte_checkpoint import snapshot
+        from flyte_checkpoint.lifecycle import snapshot
 
         base = Path(tempfile.mkdtemp(dir=REFLINK_DIR))
         try:
@@ -522,13 +522,14 @@ def test_staging_folders_of_killed_processes_are_removed_by_the_next_snapshot(tm
     import subprocess
     import sys
 
-    from flyte_checkpoint import heldfolders, snapshot
+    from flyte_checkpoint.lifecycle import snapshot
+    from flyte_checkpoint.util import heldfolders
 
     folder = tmp_path / "model"
     make_folder(folder, 6)
     child = subprocess.Popen(
         [sys.executable, "-c", "import sys; from pathlib import Path;"
-         " from flyte_checkpoint import snapshot;"
+         " from flyte_checkpoint.lifecycle import snapshot;"
          f" s = snapshot.stage(Path({str(folder)!r}), True, lambda: {str(tmp_path)!r});"
          " print(s.folder, flush=True); sys.stdin.readline()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -554,7 +555,7 @@ def test_staging_folders_of_killed_processes_are_removed_by_the_next_snapshot(tm
 def test_the_staging_folder_goes_beside_the_source_when_the_root_is_elsewhere(monkeypatch, tmp_path):
     """Proves: when the checkpoint's local root is on another filesystem than the source (told by
     ``st_dev``), the staging folder is made beside the source, so a reflink is possible."""
-    from flyte_checkpoint import snapshot
+    from flyte_checkpoint.lifecycle import snapshot
 
     folder = tmp_path / "model"
     make_folder(folder, 4)

@@ -22,10 +22,10 @@ import flyte_checkpoint as fc
 from conftest import require
 from flyte_checkpoint.errors import CopySourceChangedError, TransientError
 from flyte_checkpoint.format import index as ix
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.blobstore import CopyLimits
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.storage.stores.memory import MemoryStore
+from flyte_checkpoint.util.retry import RetryPolicy
 
 from .helpers import older_index, tree
 from .spystore import SpyStore, spying

@@ -18,7 +18,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CheckpointError, WorkspaceError
-from flyte_checkpoint.workfiles import RESTORE
+from flyte_checkpoint.util.workfiles import RESTORE
 
 CONTENT = b"weights of epoch 3" * 500
 

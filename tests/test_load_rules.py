@@ -38,7 +38,7 @@ from flyte_checkpoint.errors import (
 from flyte_checkpoint.format import compression
 from flyte_checkpoint.format import tarstream as ts
 from flyte_checkpoint.format.inspection import inspect_uri
-from flyte_checkpoint.limits import DEFAULT_MAX_MEMBERS, LoadLimits, default_reserve
+from flyte_checkpoint.util.limits import DEFAULT_MAX_MEMBERS, LoadLimits, default_reserve
 
 from .helpers import file_member, tar_bytes, tree
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from flyte_checkpoint.paths import current_umask
 from flyte_checkpoint.storage.stores import local
 from flyte_checkpoint.storage.stores.local import LocalStore
+from flyte_checkpoint.util.paths import current_umask
 
 
 @pytest.fixture(autouse=True)

@@ -21,12 +21,12 @@ import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CorruptCheckpointError, SourceChangedError, TransientError
 from flyte_checkpoint.format.inspection import inspect_stream, inspect_uri, iter_members
 from flyte_checkpoint.progress import ProgressBar, format_bytes, format_duration, format_line, progress_bar
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopyCheck, CopySource
 from flyte_checkpoint.storage.registry import get_registry, register_store, store_for, unregister_store
 from flyte_checkpoint.storage.storelog import LoggedStore, unwrapped
 from flyte_checkpoint.storage.stores.local import LocalStore
 from flyte_checkpoint.uri import redact
+from flyte_checkpoint.util.retry import RetryPolicy
 from tests.helpers import file_member, tar_bytes
 
 SECRET = "hunter2-S3CRET"

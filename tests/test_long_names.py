@@ -1,6 +1,6 @@
 """Names as long as a file system takes (255 bytes, ASCII and multi-byte UTF-8) on the file store:
 every working file the library makes from a user's name (a writer's temporary file, a local
-sharded save's folder, a download's temporary file: :mod:`flyte_checkpoint.workfiles`) fits
+sharded save's folder, a download's temporary file: :mod:`flyte_checkpoint.util.workfiles`) fits
 wherever that name fits, and a path the system refuses as too long is explained by the limit
 it is over (a name's NAME_MAX, or the whole path's PATH_MAX), not by one it is under.
 """
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import workfiles
 from flyte_checkpoint.errors import PathTooLongError
 from flyte_checkpoint.sharded import load_sharded, save_sharded
 from flyte_checkpoint.storage.kit.files import download_to_file
+from flyte_checkpoint.util import workfiles
 from tests.reliability.gates import HANG
 
 #: Names of exactly 255 bytes (Linux's NAME_MAX): ASCII, two- and four-byte UTF-8, and bytes

@@ -24,9 +24,9 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CorruptCheckpointError, ObjectReplacedError
 from flyte_checkpoint.format import inflate
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import store_for
+from flyte_checkpoint.util.retry import RetryPolicy
 
 from .reliability.backends import backend_pool  # noqa: F401
 from .reliability.gates import HANG, HoldAt

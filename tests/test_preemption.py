@@ -1,4 +1,4 @@
-"""The final save on SIGTERM (flyte_checkpoint.preemption), in this process and in children.
+"""The final save on SIGTERM (flyte_checkpoint.lifecycle.preemption), in this process and in children.
 
 In this process the signal is raised with ``signal.raise_signal``, which runs the Python
 handlers before it returns, after a recording handler was installed as "the handler
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import preemption, saveorder
 from flyte_checkpoint.errors import ConfigurationError, NoTaskContextError
+from flyte_checkpoint.lifecycle import preemption, saveorder
 from tests.childlines import Child
 from tests.reliability.gates import Gate
 from tests.spystore import spying
@@ -336,7 +336,7 @@ def test_on_terminate_needs_something_to_do(tmp_path):
 
 
 def join_final_save_threads() -> None:
-    from flyte_checkpoint import saveorder
+    from flyte_checkpoint.lifecycle import saveorder
 
     for ended in list(saveorder.workers):
         assert ended.wait(HANG), "a final save's thread did not end"
@@ -450,7 +450,7 @@ def state():
 
 cp.on_terminate(state)
 if sys.argv[2:] == ["lose-a-wake"]:
-    from flyte_checkpoint import signalrelay
+    from flyte_checkpoint.lifecycle import signalrelay
 
     class Lossy:  # the relay's first wake of the main thread is lost, as one landing in the gap
         lost = False
@@ -486,7 +486,7 @@ def blocked_in_a_system_call(pid: int) -> bool:
 def test_a_sigterm_delivered_to_another_thread_still_runs_the_final_save(wakes, tmp_path):
     """Proves: the kernel may give a SIGTERM to any thread; CPython runs the Python handler only
     in the main thread, and a main thread waiting in a system call (an idle asyncio loop) is not
-    woken by a signal another thread took. The relay (flyte_checkpoint.signalrelay) wakes it, so
+    woken by a signal another thread took. The relay (flyte_checkpoint.lifecycle.signalrelay) wakes it, so
     the final save runs and the process then ends by SIGTERM. Here the main thread blocks SIGTERM,
     so the delivery to another thread is certain, and the test signals only once the main thread
     sleeps in its select (read from /proc).
@@ -528,7 +528,7 @@ def _line_lock(dest: str):
 
 def _scope_lock(dest: str):
     """The lock of the save's own scope, as held inside ``Turn.wait`` (``on_cancel``/``forget``)."""
-    from flyte_checkpoint.cancellation import Scope
+    from flyte_checkpoint.util.cancellation import Scope
 
     turn, scope = saveorder.take(dest), Scope("the interrupted save")
     turn._scope = scope

@@ -19,10 +19,10 @@ from flyte_checkpoint.errors import (
     ConfigurationError,
     UnknownSchemeError,
 )
-from flyte_checkpoint.install import install_command
 from flyte_checkpoint.storage.hookspecs import hookimpl
 from flyte_checkpoint.storage.registry import Registry, StoreSpec, get_registry, install_hint
 from flyte_checkpoint.storage.stores.memory import MemoryStore
+from flyte_checkpoint.util.install import install_command
 
 
 @pytest.fixture
@@ -204,7 +204,7 @@ def hint_when_installed(target: Path, *pip_args: str) -> str:
         timeout=600,
     )
     code = (
-        "import flyte_checkpoint as fc, flyte_checkpoint.install as i\n"
+        "import flyte_checkpoint as fc, flyte_checkpoint.util.install as i\n"
         f"assert i.__file__.startswith({str(target)!r}), i.__file__\n"
         "from flyte_checkpoint.storage.registry import Registry\n"
         "try:\n    Registry(autoload=False).store_for('gs://b/k')\n"

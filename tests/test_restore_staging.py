@@ -1,6 +1,6 @@
 """The staging folders of partial restores (``.fcp-restore-*``, beside a ``load_file``
 destination, or beside ``pull --member``'s) and of pulls (``.fcp-pull-*``, beside the pulled
-folder) are held while their process lives (:mod:`flyte_checkpoint.heldfolders`): a process
+folder) are held while their process lives (:mod:`flyte_checkpoint.util.heldfolders`): a process
 SIGKILLed while it staged leaves one, and the next operation of the same kind made in the same
 place removes it; a live process's, another machine's and an older version's (no lock file)
 are kept.
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import heldfolders, workfiles
 from flyte_checkpoint.cli import main
+from flyte_checkpoint.util import heldfolders, workfiles
 from tests.childlines import Child
 from tests.reliability.gates import HANG
 

@@ -7,9 +7,9 @@ import threading
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import retry
 from flyte_checkpoint.errors import NotFoundError, TransientError
-from flyte_checkpoint.retry import RetryPolicy
+from flyte_checkpoint.util import retry
+from flyte_checkpoint.util.retry import RetryPolicy
 
 VARIABLES = (
     "FLYTE_CHECKPOINT_RETRY_ATTEMPTS",

@@ -1,4 +1,4 @@
-"""A local run's attempts on disk (flyte_checkpoint.runs): resumed after the process dies,
+"""A local run's attempts on disk (flyte_checkpoint.lifecycle.runs): resumed after the process dies,
 removed when the run is done, refused while another process runs it.
 
 The killed processes are children that report each step on stdout and wait on stdin; the

@@ -34,9 +34,9 @@ from flyte_checkpoint.errors import (
     UnsupportedDataError,
 )
 from flyte_checkpoint.format.pipeline import ParallelGzipWriter
-from flyte_checkpoint.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
 from flyte_checkpoint.storage.blobstore import BlobWriter
 from flyte_checkpoint.storage.kit import PartWriter
+from flyte_checkpoint.util.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
 from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
 
 LONG_AGO = (1_000_000_000, 1_000_000_000)  # an mtime in 2001: any write now changes it

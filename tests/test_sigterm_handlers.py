@@ -1,4 +1,4 @@
-"""A SIGTERM handler set after ours (flyte_checkpoint.preemption, .handlerchain).
+"""A SIGTERM handler set after ours (flyte_checkpoint.lifecycle.preemption, .handlerchain).
 
 Frameworks and users set SIGTERM handlers of their own after ours was installed (Flyte's
 tracked local runs, an asyncio loop's ``add_signal_handler``, PyTorch Lightning's composed
@@ -27,7 +27,7 @@ import pytest
 
 import flyte_checkpoint as fc
 from conftest import require
-from flyte_checkpoint import preemption
+from flyte_checkpoint.lifecycle import preemption
 from tests.childlines import HANG, Child
 from tests.test_preemption import previous_handler  # noqa: F401 - a fixture
 
@@ -269,7 +269,7 @@ def test_from_another_thread_a_replaced_handler_is_said_and_the_registration_is_
     assert (
         "by tests.test_sigterm_handlers.later_handler.<locals>.set_later, which does not call it" in warning
     )
-    assert "call flyte_checkpoint.preemption.install() from the main thread" in warning
+    assert "call flyte_checkpoint.lifecycle.preemption.install() from the main thread" in warning
     signal.raise_signal(signal.SIGTERM)  # the later handler only; the relay reads the signal
     assert records.seen.wait(HANG), "the relay said nothing about the SIGTERM"
     [said] = records.warnings("SIGTERM came")

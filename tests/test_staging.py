@@ -2,12 +2,12 @@
 (issue 32, items 7, 8, 9, 10, 14).
 
 - Item 7: a folder save (synchronous, background, incremental, sharded) leaves out every
-  working file of this library (:mod:`flyte_checkpoint.workfiles`), wherever in the folder:
+  working file of this library (:mod:`flyte_checkpoint.util.workfiles`), wherever in the folder:
   above all a background save's staging copy of a file inside the folder, made there when the
   temp folder is on another file system than the data (here ``/dev/shm``, a tmpfs, when it is
   one; else a ``st_dev`` told apart by the test).
 - Item 8: a staging folder is kept while its process lives, in any PID namespace: decided by
-  its lock (:mod:`flyte_checkpoint.heldfolders`), not by its PID.
+  its lock (:mod:`flyte_checkpoint.util.heldfolders`), not by its PID.
 - Item 9: ``save_background`` of a link stores what ``save_sync`` stores.
 - Item 10: a SIGKILLed process's local root, with its staging copy, is removed by the next
   background save (and the next local root) made in that temp folder.
@@ -33,10 +33,11 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import heldfolders, snapshot, workfiles
 from flyte_checkpoint.errors import NotFoundError, OperationCancelledError, SaveTimeoutError
+from flyte_checkpoint.lifecycle import snapshot
+from flyte_checkpoint.lifecycle.snapshot import PREFIX
 from flyte_checkpoint.sharded import save_sharded
-from flyte_checkpoint.snapshot import PREFIX
+from flyte_checkpoint.util import heldfolders, workfiles
 from tests.reliability import test_leaks
 from tests.reliability.gates import HANG
 from tests.spystore import spying
@@ -321,7 +322,7 @@ from pathlib import Path
 fake = int(sys.argv[3])
 if fake:
     os.getpid = lambda: fake  # as a process of another PID namespace sees itself
-from flyte_checkpoint import snapshot
+from flyte_checkpoint.lifecycle import snapshot
 staged = snapshot.stage(Path(sys.argv[1]), True, lambda: sys.argv[2])
 print(staged.folder, flush=True)
 sys.stdin.readline()

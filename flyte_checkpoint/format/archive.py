@@ -30,11 +30,11 @@ from ..errors import (
     UnsupportedDataError,
     WorkspaceError,
 )
-from ..limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, DiskBudget, LoadLimits
-from ..paths import LeaveOut, current_umask
-from ..sources import changed_error, check_unchanged
-from ..sparse import SparseWriter
-from ..workfiles import is_working_file
+from ..util.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, DiskBudget, LoadLimits
+from ..util.paths import LeaveOut, current_umask
+from ..util.sources import changed_error, check_unchanged
+from ..util.sparse import SparseWriter
+from ..util.workfiles import is_working_file
 from . import tarstream as ts
 from .hashing import Hasher
 from .index import ALIGN_MIN, IndexBuilder
@@ -114,7 +114,7 @@ def pack_directory(
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
     This library's working files (other saves' staging copies, temporary files, sharded
-    pieces: :func:`~flyte_checkpoint.workfiles.is_working_file`) are left out at any depth,
+    pieces: :func:`~flyte_checkpoint.util.workfiles.is_working_file`) are left out at any depth,
     and so is what ``leave_out`` names (a local destination inside ``src``).
     Every member is one that :func:`unpack` restores: a symbolic link that resolves inside
     the tree is stored as a relative link (as written when that already resolves through

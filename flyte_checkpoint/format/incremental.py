@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import CheckpointPermissionError, CorruptCheckpointError, UnsafeArchiveError
-from ..forksafe import lock
 from ..uri import redact
+from ..util.forksafe import lock
 from . import digests
 from . import tarstream as ts
 from .index import FileEntry, Index, Member, read_index

@@ -451,7 +451,7 @@ def _carries_ours(data: bytes, at: int) -> bool:
 
 
 def _parse(payload: bytes, data_end: int, uri: str, version: int) -> Index:
-    from ..limits import LoadLimits
+    from ..util.limits import LoadLimits
 
     limits = LoadLimits.from_env()
     if len(payload) < _COUNTS.size:

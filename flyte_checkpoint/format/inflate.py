@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import CorruptCheckpointError
-from ..interrupts import finish
+from ..util.interrupts import finish
 from . import digests
 from .compression import GZIP_ERRORS, member_decoder
 from .index import is_padding
@@ -83,7 +83,7 @@ def inflate_threads() -> int:
     Raises:
         ValueError: the variable holds something other than a whole number >= 0.
     """
-    from ..limits import env_count
+    from ..util.limits import env_count
     from .pipeline import default_workers
 
     told = env_count(THREADS_ENV, "threads")
@@ -287,7 +287,7 @@ class InflatedStream:
         on_chunk: Callable[[int], None] | None = None,
         stats: LoadStats | None = None,
     ) -> None:
-        from ..cancellation import current
+        from ..util.cancellation import current
         from .pipeline import ReadAhead
 
         self._uri, self._index = uri, index
@@ -467,13 +467,13 @@ def restore_indexed(
             :func:`~.restore.restore` (the same extractor and limits).
         TransientError: a ranged read came back short.
     """
-    from ..limits import env_count
+    from ..util.limits import env_count
 
     threads = inflate_threads()
     if threads < 2 or not getattr(store, "supports_ranges", False) or size < PARALLEL_MIN:
         return False
-    from ..limits import DiskBudget, LoadLimits
     from ..uri import redact
+    from ..util.limits import DiskBudget, LoadLimits
     from .archive import unpack
     from .index import read_index
 

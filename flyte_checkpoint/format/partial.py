@@ -28,8 +28,8 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptCheckpointError, NotFoundError, UnsafeArchiveError
-from ..limits import DiskBudget, LoadLimits
-from ..workfiles import LINKS, RESTORE, STAGED
+from ..util.limits import DiskBudget, LoadLimits
+from ..util.workfiles import LINKS, RESTORE, STAGED
 from . import digests
 from .archive import ExactReader, read_members
 
@@ -225,8 +225,8 @@ def restore_into(
 
     The staging folder (``.fcp-restore-*``) is held while this runs and removed after it; a
     process killed meanwhile leaves it, and the next partial restore staged in ``beside``
-    removes it (:func:`~flyte_checkpoint.heldfolders.holding`)."""
-    from ..heldfolders import holding
+    removes it (:func:`~flyte_checkpoint.util.heldfolders.holding`)."""
+    from ..util.heldfolders import holding
 
     with holding(beside, RESTORE) as held:
         staging = os.path.join(held, STAGED)  # a folder of its own: no member meets the lock file
@@ -255,7 +255,7 @@ class _Writer:
 
     def write(self, rel: str, chunks: Iterable[bytes | memoryview], mode: int, mtime: int) -> None:
         """Write the file ``rel`` (replacing one written before under that name) from ``chunks``."""
-        from ..sparse import SparseWriter
+        from ..util.sparse import SparseWriter
         from .archive import _clamp_mtime
 
         path = self._new(rel)
@@ -371,7 +371,7 @@ class _MemberReader:
         if self._last[0] == i:
             return self._last[1]
         if not self._buf_run[0] <= i <= self._buf_run[1]:
-            from ..cancellation import check
+            from ..util.cancellation import check
 
             check()  # a load cancelled (close(), a cancelled await) reads no further
             while self.runs[self._next][1] < i:
@@ -576,8 +576,8 @@ def _link_unselected(
 
 
 def _over_members(limits: LoadLimits, uri: str) -> UnsafeArchiveError:
-    from ..limits import MAX_MEMBERS_ENV
     from ..uri import redact
+    from ..util.limits import MAX_MEMBERS_ENV
 
     return UnsafeArchiveError(
         f"{redact(uri)} has more than {limits.max_members:,} members; refusing to restore from it."
@@ -586,8 +586,8 @@ def _over_members(limits: LoadLimits, uri: str) -> UnsafeArchiveError:
 
 
 def _over_bytes(max_bytes: int | None, uri: str, what: str) -> UnsafeArchiveError:
-    from ..limits import MAX_UNPACKED_ENV
     from ..uri import redact
+    from ..util.limits import MAX_UNPACKED_ENV
 
     return UnsafeArchiveError(
         f"{what} of {redact(uri)} expand beyond the limit of {max_bytes} bytes; refusing to restore"

@@ -23,9 +23,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import TransientError
-from ..interrupts import finish
 from ..storage.blobstore import CopyCheck
 from ..storage.kit.checksums import crc32
+from ..util.interrupts import finish
 from .compression import DEFAULT_LEVEL, compress_member, stored_member
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ class ParallelGzipWriter:
     (:func:`~.index.padding`, recorded in the index as a member); so does a copy from such a
     place that does not continue the copy before it, so that the store copies from and to
     aligned places (a file system that shares blocks then shares them).
-    Inside a cancelled operation (:mod:`flyte_checkpoint.cancellation`) ``write()`` raises its error.
+    Inside a cancelled operation (:mod:`flyte_checkpoint.util.cancellation`) ``write()`` raises its error.
 
     No interrupt leaves a thread behind: ``close()`` and ``abort()`` first tell the threads
     to end (an event they watch) and then wait for them even if interrupted (raising the
@@ -269,7 +269,7 @@ class ParallelGzipWriter:
     ) -> None:
         import weakref
 
-        from ..cancellation import current
+        from ..util.cancellation import current
 
         self._on_block = on_block
         self._level = level
@@ -484,7 +484,7 @@ class ReadAhead:
     reader at the point they happened. ``on_chunk`` (if given) is called with each chunk's
     size as the reader takes it. ``close()`` stops the thread (it does not close ``source``),
     even if interrupted; a reader dropped unclosed stops it when collected. Inside an
-    operation that gets cancelled (:mod:`flyte_checkpoint.cancellation`), the reader is
+    operation that gets cancelled (:mod:`flyte_checkpoint.util.cancellation`), the reader is
     woken at once with the cancellation error.
     """
 
@@ -498,7 +498,7 @@ class ReadAhead:
     ) -> None:
         import weakref
 
-        from ..cancellation import current
+        from ..util.cancellation import current
 
         self._state = _AheadState(source, chunk_size, depth)
         self._finalizer = weakref.finalize(self, self._state.abandon)

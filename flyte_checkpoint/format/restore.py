@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..errors import CorruptCheckpointError, StoreError, TransientError
-from ..limits import DiskBudget, LoadLimits
-from ..sparse import SparseWriter
+from ..util.limits import DiskBudget, LoadLimits
+from ..util.sparse import SparseWriter
 from . import tarstream as ts
 from .archive import file_system_error, unpack
 from .compression import GZIP_MAGIC, decompressor, inflate

@@ -69,13 +69,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..paths import points_at_same_attempt
 from ..taskcontext import CheckpointPaths, TaskContext, no_destination
 from ..uri import redact
+from ..util.paths import points_at_same_attempt
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint
-    from ..retry import RetryPolicy
+    from ..util.retry import RetryPolicy
 
 log = logging.getLogger("flyte_checkpoint")
 
@@ -310,7 +310,7 @@ def resolve_source(
             )
             return dest
     if prev is not None and points_at_same_attempt(prev, dest, run_name=run_name, action_name=action_name):
-        from ..paths import repair_union_prev_checkpoint_uri
+        from ..util.paths import repair_union_prev_checkpoint_uri
 
         fixed = repair_union_prev_checkpoint_uri(prev, run_name=run_name, action_name=action_name)
         if fixed != prev:
@@ -336,7 +336,7 @@ def newest_earlier(
     Raises:
         OSError: a size could not be read (after retries of transient errors), naming the URI.
     """
-    from ..paths import attempt_number_in, with_attempt_number
+    from ..util.paths import attempt_number_in, with_attempt_number
 
     number = attempt_number_in(prev, run_name=run_name, action_name=action_name)
     if not number:  # not in the layout, or attempt 0: there is no earlier attempt to look at
@@ -368,8 +368,8 @@ def newest_earlier(
 
 
 def _size_of(uri: str, retry: RetryPolicy | None) -> int | None:
-    from ..retry import RetryPolicy
     from ..storage.registry import store_for
+    from ..util.retry import RetryPolicy
 
     policy = retry or RetryPolicy.from_env()
     return policy.call(lambda: store_for(uri).stat(uri), f"size of {redact(uri)}")

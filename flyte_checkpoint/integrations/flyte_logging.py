@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..logs import ROOT
+from ..util.logs import ROOT
 
 #: The logger ``flyte.init(log_level=...)`` configures (``flyte.system_logger``).
 FLYTE_LOGGER = "flyte"

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import BaseCheckpoint
-from ..paths import latest_checkpoint
-from ..workfiles import is_working_file
+from ..util.paths import latest_checkpoint
+from ..util.workfiles import is_working_file
 
 try:
     import lightning.pytorch as pl

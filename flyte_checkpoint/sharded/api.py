@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError, ShardedSaveError
-from ..logs import logger
 from ..uri import normalize, redact
+from ..util.logs import logger
 
 if TYPE_CHECKING:
     from ..checkpoint import Checkpoint

@@ -38,9 +38,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import NotFoundError, ShardedSaveError, TransientError
-from ..logs import logger
 from ..storage.blobstore import BlobStore
 from ..uri import redact
+from ..util.logs import logger
 from .identity import Caller, describe_job, describe_process, describe_save, gone, out_of_step
 
 Doc = dict[str, Any]
@@ -78,7 +78,7 @@ class Markers:
 
     def put(self, name: str, doc: Doc) -> None:
         """Write the marker (transient store errors retried by the core's policy)."""
-        from ..retry import RetryPolicy
+        from ..util.retry import RetryPolicy
 
         uri, data = self.prefix + name, json.dumps(doc).encode()
         RetryPolicy.from_env().call(lambda: self.store.write_bytes(uri, data), f"write of {redact(uri)}")

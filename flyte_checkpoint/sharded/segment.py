@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from ..errors import ShardedSaveError
 from ..format.index import IndexBuilder, padding
-from ..paths import LeaveOut
+from ..util.paths import LeaveOut
 
 Report = dict[str, Any]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import shutil
 from typing import Any, Protocol
 
-from ..logs import logger
 from ..storage.blobstore import COPY_CHUNK, BlobStore
 from ..storage.stores.local import LocalShardedWrites, Session, coordination_prefix
 from ..uri import redact
+from ..util.logs import logger
 
 
 class Segment(Protocol):

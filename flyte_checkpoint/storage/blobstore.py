@@ -106,8 +106,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, BinaryIO, ClassVar
 
 from ..errors import StoreError
-from ..interrupts import finish
 from ..uri import redact
+from ..util.interrupts import finish
 
 if TYPE_CHECKING:
     from .versions import PinnedObject
@@ -282,12 +282,12 @@ class BlobWriter(abc.ABC):
     safe to run again from the start, and harmless after a commit that succeeded), and a
     writer collected while open or mid-commit is aborted.
 
-    A writer opened inside a save that gets cancelled (:mod:`flyte_checkpoint.cancellation`)
+    A writer opened inside a save that gets cancelled (:mod:`flyte_checkpoint.util.cancellation`)
     refuses further writes and its commit, raising the cancellation error.
     """
 
     def __init__(self, uri: str) -> None:
-        from ..cancellation import current
+        from ..util.cancellation import current
 
         self.uri = uri
         self._state = "open"
@@ -561,13 +561,13 @@ class BlobStore(abc.ABC):
     def upload_file(self, path: str | os.PathLike[str], uri: str) -> None:
         """Store a local file's bytes as the object at ``uri``, atomically.
 
-        ``path`` may be the :class:`~flyte_checkpoint.sources.SourceFile` the core opened when
-        the save started. An override reads through :func:`~flyte_checkpoint.sources.open_source`
+        ``path`` may be the :class:`~flyte_checkpoint.util.sources.SourceFile` the core opened when
+        the save started. An override reads through :func:`~flyte_checkpoint.util.sources.open_source`
         and, if it reads by ranges, calls its ``verify()`` before committing, so that a file that
         changed while it was read raises :class:`~flyte_checkpoint.errors.SourceChangedError`
         and leaves the previous object in place.
         """
-        from ..sources import open_source
+        from ..util.sources import open_source
 
         with open_source(path) as src, self.open_write(uri) as dst:
             shutil.copyfileobj(src, dst, COPY_CHUNK)  # type: ignore[misc]

@@ -47,8 +47,8 @@ from ..errors import (
     ConfigurationError,
     UnknownSchemeError,
 )
-from ..forksafe import lock
 from ..uri import redact, scheme_of
+from ..util.forksafe import lock
 from .blobstore import BlobStore
 from .hookspecs import StoreSpec
 from .profiles import Profiles, origin, prefix_of
@@ -73,11 +73,11 @@ _RANK = {"runtime": 2, "plugin": 1, "builtin": 0}
 def install_hint(scheme: str) -> str | None:
     """The ``pip install`` command that adds a backend for a known scheme, else ``None``: the
     core's extra, or the plugin's folder when this copy was installed from a checkout
-    (:func:`flyte_checkpoint.install.install_command`)."""
+    (:func:`flyte_checkpoint.util.install.install_command`)."""
     known = KNOWN_SCHEMES.get(scheme.lower())
     if not known:
         return None
-    from ..install import install_command
+    from ..util.install import install_command
 
     return install_command(known[0])
 

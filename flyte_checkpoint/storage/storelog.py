@@ -34,8 +34,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from ..forksafe import lock
 from ..uri import redact
+from ..util.forksafe import lock
 from .blobstore import BlobStore, BlobWriter, CopyCheck, CopySource, ObjectInfo
 
 __all__ = ["LoggedStore", "capabilities", "enabled", "log", "operations", "unwrapped", "wrap"]

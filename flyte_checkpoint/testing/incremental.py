@@ -207,8 +207,8 @@ class IncrementalSuite:
         """The object copied from is replaced once the save has planned against it: the try
         fails with CopySourceChangedError and commits nothing; with retries, the next try plans
         against the new object and the result is the tree saved."""
-        from ..retry import RetryPolicy
         from ..storage.registry import store_for
+        from ..util.retry import RetryPolicy
 
         proxy, prefix = proxied
         src = self.make_tree(tmp_path / "src")

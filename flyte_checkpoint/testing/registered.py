@@ -6,9 +6,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from ..retry import RetryPolicy
 from ..storage.blobstore import BlobStore
 from ..uri import scheme_of
+from ..util.retry import RetryPolicy
 from .faultproxy import HANG_GUARD
 
 #: The core's retry policy in these tests: the default's shape, with short pauses.

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from ..errors import NotFoundError, SourceChangedError, TransientError
-from ..sources import SourceFile
 from ..storage.blobstore import BlobStore, CopyLimits
 from ..uri import join
+from ..util.sources import SourceFile
 from .data import data as _data
 from .data import described, outcome
 from .listing import ListingTests

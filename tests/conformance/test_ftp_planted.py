@@ -19,9 +19,9 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CheckpointError, TransientError
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import register_store, unregister_store
 from flyte_checkpoint.testing import Fault
+from flyte_checkpoint.util.retry import RetryPolicy
 
 from .ftp_backend import server
 from .ftp_backend.planted import PLANTED, build_planted

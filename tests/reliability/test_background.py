@@ -32,8 +32,8 @@ import threading
 from pathlib import Path
 
 import flyte_checkpoint as fc
-from flyte_checkpoint.background import THREAD_NAME
-from flyte_checkpoint.snapshot import PREFIX
+from flyte_checkpoint.lifecycle.background import THREAD_NAME
+from flyte_checkpoint.lifecycle.snapshot import PREFIX
 from flyte_checkpoint.uri import scheme_of
 from tests.reliability import backends
 from tests.reliability.backends import Backend, s3_open_uploads
@@ -201,7 +201,7 @@ FORK_SCRIPT = r"""
 import multiprocessing, os, sys, threading
 from pathlib import Path
 import flyte_checkpoint as fc
-from flyte_checkpoint.background import THREAD_NAME
+from flyte_checkpoint.lifecycle.background import THREAD_NAME
 
 dest, child_dest, work, hang = sys.argv[1], sys.argv[2], Path(sys.argv[3]), float(sys.argv[4])
 inside, hold = threading.Event(), threading.Event()

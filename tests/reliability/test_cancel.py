@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import saveorder
+from flyte_checkpoint.lifecycle import saveorder
 from flyte_checkpoint.uri import scheme_of
 from tests.reliability import backends
 from tests.reliability.backends import Backend, s3_open_uploads

@@ -34,9 +34,9 @@ import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import TransientError
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.testing.faultproxy import HANG_GUARD, FaultProxy
+from flyte_checkpoint.util.retry import RetryPolicy
 from tests.reliability import backends
 from tests.reliability.backends import Backend, BackendPool
 from tests.spystore import spying
@@ -404,7 +404,7 @@ def test_azure_block_list_race_loser_save_is_retried_once_and_wins(
     payloads = {n: payload(n) for n in ("a", "b")}
     policy = RetryPolicy(attempts=2, base_delay=0, max_delay=0, total_timeout=HANG_GUARD)
 
-    # Saves to one URI from one process run in call order (flyte_checkpoint.saveorder), so
+    # Saves to one URI from one process run in call order (flyte_checkpoint.lifecycle.saveorder), so
     # this process races itself as two processes would: "b" names the blob by its abfs:// form.
     spelling = {"a": uri, "b": "abfs://" + uri.removeprefix("az://")}
 

@@ -32,7 +32,7 @@ from types import FrameType
 from typing import Any
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import saveorder
+from flyte_checkpoint.lifecycle import saveorder
 from tests.reliability import backends
 from tests.reliability.backends import Backend, s3_open_uploads
 from tests.reliability.gates import HANG

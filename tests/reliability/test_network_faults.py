@@ -52,10 +52,10 @@ from flyte_checkpoint.errors import (
     TransientError,
 )
 from flyte_checkpoint.format.restore import restore
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.blobstore import BlobStore
 from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.testing.faultproxy import HANG_GUARD, Fault, FaultProxy
+from flyte_checkpoint.util.retry import RetryPolicy
 from tests.helpers import snapshot
 from tests.test_retry import Clock as PauseClock  # time for the retry module: only pauses advance it
 
@@ -447,7 +447,7 @@ def test_retry_total_timeout_bounds_a_failing_load(rig: Rig, tmp_path: Path, mon
     (doubling, at most 1 s) against a total of 2.5 s: tries 1-3 fail and are followed by
     pauses (0.5 + 1 = 1.5 s so far, the third pause ends at 2.5 s); after try 4 the next
     pause would end at 3.5 s, so the load raises after exactly 4 tries."""
-    import flyte_checkpoint.retry as retry_module
+    import flyte_checkpoint.util.retry as retry_module
 
     uri = f"{rig.root}/ckpt"
     rig.direct.write_bytes(uri, tarball_of(make_tree(tmp_path / "tree", 6), tmp_path))
@@ -799,7 +799,7 @@ class _Flaky:
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Record the retry policy's pauses instead of sleeping them (on a :class:`PauseClock`)."""
-    import flyte_checkpoint.retry as retry_module
+    import flyte_checkpoint.util.retry as retry_module
 
     clock = PauseClock()
     monkeypatch.setattr(retry_module, "clock", clock)

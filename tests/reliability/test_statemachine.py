@@ -69,15 +69,15 @@ from hypothesis.stateful import (
 )
 
 import flyte_checkpoint as fc
-from flyte_checkpoint import saveorder
 from flyte_checkpoint.errors import CheckpointError, SourceChangedError, UnsupportedDataError
 from flyte_checkpoint.format.compression import GZIP_MAGIC
 from flyte_checkpoint.format.pipeline import ParallelGzipWriter
-from flyte_checkpoint.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
-from flyte_checkpoint.retry import RetryPolicy
-from flyte_checkpoint.sources import SourceFile
+from flyte_checkpoint.lifecycle import saveorder
 from flyte_checkpoint.storage.registry import get_registry, store_for
 from flyte_checkpoint.uri import scheme_of
+from flyte_checkpoint.util.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
+from flyte_checkpoint.util.retry import RetryPolicy
+from flyte_checkpoint.util.sources import SourceFile
 from tests.reliability.backends import backend_pool, s3_open_uploads  # noqa: F401
 from tests.reliability.gates import HANG, Gate, cancel_then_close
 from tests.reliability.test_interrupts import InterruptHook, assert_nothing_left, settle

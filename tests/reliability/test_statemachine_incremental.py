@@ -57,9 +57,9 @@ from hypothesis.stateful import (
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CorruptCheckpointError
 from flyte_checkpoint.format import index as ix
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.blobstore import BlobWriter
 from flyte_checkpoint.storage.registry import get_registry, store_for
+from flyte_checkpoint.util.retry import RetryPolicy
 from tests.test_kit_copies import PartedStore, PartedWriter
 
 #: CI's budget, per backend; raise both to run it longer.

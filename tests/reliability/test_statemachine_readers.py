@@ -59,9 +59,9 @@ from hypothesis.stateful import (
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import NotFoundError, ObjectReplacedError, TransientError
 from flyte_checkpoint.format import inflate
-from flyte_checkpoint.retry import RetryPolicy
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.uri import scheme_of
+from flyte_checkpoint.util.retry import RetryPolicy
 from tests.reliability.backends import backend_pool  # noqa: F401
 from tests.reliability.gates import HANG, HoldAt
 from tests.spystore import spying

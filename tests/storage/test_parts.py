@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from flyte_checkpoint.cancellation import Scope, using
 from flyte_checkpoint.errors import OperationCancelledError, SourceChangedError, StoreError, TransientError
 from flyte_checkpoint.storage.kit import PartWriter, StorePool, part_size_for
+from flyte_checkpoint.util.cancellation import Scope, using
 
 HANG_GUARD = 60.0  # seconds; only ever reached by a hang
 P = 1000  # part size of every test

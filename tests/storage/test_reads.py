@@ -12,7 +12,6 @@ from collections.abc import Callable
 import pytest
 
 from conftest import require
-from flyte_checkpoint.cancellation import Scope, using
 from flyte_checkpoint.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -22,6 +21,7 @@ from flyte_checkpoint.errors import (
     TransientError,
 )
 from flyte_checkpoint.storage.kit import RangedReader, StorePool, digest
+from flyte_checkpoint.util.cancellation import Scope, using
 
 HANG_GUARD = 60.0  # seconds; only ever reached by a hang
 R = 1000  # range size of every test

@@ -15,15 +15,15 @@
   :func:`open_source` (the file an ``upload_file`` reads, checked unchanged before the commit)
   and :func:`check_cancelled` (called before a commit made without a ``BlobWriter``).
 
-It never retries: the core's retry policy (:mod:`flyte_checkpoint.retry`) is the one that decides.
+It never retries: the core's retry policy (:mod:`flyte_checkpoint.util.retry`) is the one that decides.
 """
 
 from __future__ import annotations
 
-from ...cancellation import check as check_cancelled
-from ...forksafe import PerProcess
-from ...forksafe import lock as per_process_lock
-from ...sources import SourceFile, open_source
+from ...util.cancellation import check as check_cancelled
+from ...util.forksafe import PerProcess
+from ...util.forksafe import lock as per_process_lock
+from ...util.sources import SourceFile, open_source
 from .checksums import Crc, Digest, crc, digest, require_crc
 from .errors import TRANSIENT_STATUS, chain, container_missing, from_status, transport_failed
 from .files import download_to_file

@@ -8,7 +8,7 @@ import secrets
 from pathlib import Path
 from typing import BinaryIO
 
-from ...workfiles import TMP, download_temp
+from ...util.workfiles import TMP, download_temp
 from ..blobstore import COPY_CHUNK
 
 #: The mark of a download's temporary file (the local store's temporary files carry it too).

@@ -16,9 +16,9 @@ from concurrent.futures import Future, wait
 from functools import partial
 from typing import Any
 
-from ... import cancellation
 from ...errors import StoreError
 from ...uri import redact
+from ...util import cancellation
 from ..blobstore import CHECK_CHUNK, BlobWriter, CopyCheck, CopyLimits, CopySource
 from .checksums import crc32
 from .pools import StorePool
@@ -53,7 +53,7 @@ class PartWriter(BlobWriter):
     - a part's first error is raised by the next ``write`` or ``close`` (after the running parts
       have finished and :meth:`_cancel` has run); any failure and :meth:`abort` wait for the
       running parts, drop the queued ones, then call :meth:`_cancel`;
-    - a cancelled save (:mod:`flyte_checkpoint.cancellation`) never commits: the commit checks
+    - a cancelled save (:mod:`flyte_checkpoint.util.cancellation`) never commits: the commit checks
       it after the last part has been sent, just before :meth:`_complete` (or :meth:`_put_whole`);
     - ``ordered=True`` (GCS's resumable session) sends one part at a time, in order, and hands the
       object's last bytes to :meth:`_complete` as ``tail`` instead of sending them as a part;
@@ -291,7 +291,7 @@ class PartWriter(BlobWriter):
         An object of at most one part is read here and sent with :meth:`_put_whole`; a larger one
         is sent in parts, each read with ``os.pread`` in the pool thread that sends it, so at most
         ``max_concurrency`` parts are in memory. ``path`` may be the
-        :class:`~flyte_checkpoint.sources.SourceFile` the core opened when the save started. The
+        :class:`~flyte_checkpoint.util.sources.SourceFile` the core opened when the save started. The
         writer must be new (nothing written); on any failure it is aborted.
 
         Raises:
@@ -300,7 +300,7 @@ class PartWriter(BlobWriter):
             ValueError: the writer is closed or already has bytes.
             and what the hooks raise.
         """
-        from ...sources import open_source
+        from ...util.sources import open_source
 
         if self.closed or self.bytes_written or self._started:
             raise ValueError(f"upload_file needs a new writer for {redact(self.uri)}")

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ...forksafe import PerProcess, lock
+from ...util.forksafe import PerProcess, lock
 
 T = TypeVar("T")
 
@@ -29,7 +29,7 @@ class StorePool:
 
     N counts from 1 in each process, across the backend's pools, so names stay unique when a
     process has several stores of one backend. The executor is built on first use in each
-    process (:class:`~flyte_checkpoint.forksafe.PerProcess`): a forked child gets its own and
+    process (:class:`~flyte_checkpoint.util.forksafe.PerProcess`): a forked child gets its own and
     never shuts down the parent's. Threads start as work arrives, up to ``workers``.
     """
 

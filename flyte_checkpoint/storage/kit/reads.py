@@ -16,9 +16,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import Any, BinaryIO
 
-from ... import cancellation
 from ...errors import CheckpointError, CorruptCheckpointError, TransientError
 from ...uri import redact
+from ...util import cancellation
 from .checksums import Digest
 from .pools import StorePool
 

@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote
 
-from ...forksafe import lock
 from ...uri import redact_text
+from ...util.forksafe import lock
 
 REDACTED = "<redacted>"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...errors import CheckpointPermissionError, NotFoundError, PathTooLongError, StoreError
-from ...paths import LeaveOut, current_umask
 from ...uri import is_local, local_path
-from ...workfiles import TMP, is_working_file, shard_folder, temp_prefix
+from ...util.paths import LeaveOut, current_umask
+from ...util.workfiles import TMP, is_working_file, shard_folder, temp_prefix
 from ..blobstore import (
     BlobStore,
     BlobWriter,

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from typing import BinaryIO
 
 from ...errors import NotFoundError
-from ...forksafe import lock
 from ...uri import redact
+from ...util.forksafe import lock
 from ..blobstore import (
     BlobStore,
     BlobWriter,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .uri import is_local, scheme_of
+from ..uri import is_local, scheme_of
 
 #: Schemes whose previous-attempt URIs the platform could get wrong (see below).
 REMOTE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
@@ -129,7 +129,7 @@ def make_way(target: Path, what: str) -> None:
             a link to one, or to nothing) is where one of its folders must be; the message
             names it and says what to do (``what`` names the restore).
     """
-    from .errors import WorkspaceError
+    from ..errors import WorkspaceError
 
     if target.is_dir():
         raise WorkspaceError(

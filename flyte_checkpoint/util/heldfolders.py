@@ -2,7 +2,7 @@
 whose maker is gone (killed: SIGKILL, out of memory), however and wherever it ran.
 
 A held folder (a background save's staging folder, a ``Checkpoint``'s local root) holds the
-file :data:`~flyte_checkpoint.workfiles.LOCK`, which its maker keeps open under an exclusive
+file :data:`~flyte_checkpoint.util.workfiles.LOCK`, which its maker keeps open under an exclusive
 ``flock`` until it has removed the folder. The kernel releases the lock when the process
 ends, however it ends, so a folder whose lock another process can take belongs to no living
 process. Liveness is decided by what the living process holds, never by its PID: a PID means
@@ -163,7 +163,7 @@ def _take_new(path: str) -> int:
 
 @contextlib.contextmanager
 def holding(parent: str, prefix: str) -> Iterator[str]:
-    """A new folder ``parent/PREFIXXXXXXXXX`` (:func:`~flyte_checkpoint.workfiles.new_name`)
+    """A new folder ``parent/PREFIXXXXXXXXX`` (:func:`~flyte_checkpoint.util.workfiles.new_name`)
     held while the block runs and removed after it, however it ends. The first one a process
     makes in ``parent`` sweeps the folders of the same prefix there whose makers are gone (a
     process killed while it staged a restore or a pull there leaves one: the next attempt's

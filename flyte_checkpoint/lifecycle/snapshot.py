@@ -12,19 +12,19 @@ copy (``os.copy_file_range``, then ``shutil``'s fast copy). The folder is:
 - else (that folder cannot be written) under the local root all the same, by plain copy.
 
 A staging folder (``.fcp-staging-HOST-PID-*``) is held by its process while it lives
-(:mod:`flyte_checkpoint.heldfolders`: a lock the kernel releases when the process ends).
+(:mod:`flyte_checkpoint.util.heldfolders`: a lock the kernel releases when the process ends).
 Making one removes those beside it whose process is gone (:func:`sweep`), and the local
 roots in the temp folder whose process is gone (with the staging copies and workspaces they
 hold), so uploads cut by a kill leave nothing behind for long.
 
 Each file is copied through one descriptor whose size and times are compared before and after
-(as a save does, :mod:`flyte_checkpoint.sources`), so a file rewritten while it is copied fails
+(as a save does, :mod:`flyte_checkpoint.util.sources`), so a file rewritten while it is copied fails
 the snapshot instead of being staged torn. The data given may be a link (to a file or a
 folder): what it leads to is copied, as a synchronous save reads it. Links inside a folder
 that stay inside it are copied as links; a link that leaves it becomes a link to the same
 absolute place (what it leads to is read when the upload runs, not snapshotted). Hard links
 stay hard links. Entries a save leaves out (its own destination inside the folder, and this
-library's working files: :mod:`flyte_checkpoint.workfiles`) are left out of the copy too.
+library's working files: :mod:`flyte_checkpoint.util.workfiles`) are left out of the copy too.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from . import heldfolders
-from .errors import CheckpointError, UnsupportedDataError, WorkspaceError
-from .paths import LeaveOut
-from .sources import check_unchanged
-from .workfiles import LOCK, STAGING, is_staging, is_working_file
+from ..errors import CheckpointError, UnsupportedDataError, WorkspaceError
+from ..util import heldfolders
+from ..util.paths import LeaveOut
+from ..util.sources import check_unchanged
+from ..util.workfiles import LOCK, STAGING, is_staging, is_working_file
 
 #: Prefix of staging folders (in the local root, or beside the source).
 PREFIX = STAGING
@@ -80,7 +80,7 @@ def stage(
     """Copy ``src`` into a new staging folder and return it.
 
     ``local_root()`` makes (if needed) and returns the checkpoint's local root. ``leave_out``
-    (a local save's :class:`~flyte_checkpoint.paths.LeaveOut`) names entries of
+    (a local save's :class:`~flyte_checkpoint.util.paths.LeaveOut`) names entries of
     one folder to skip. ``what`` names the save in messages (``save to URI``, redacted).
 
     Raises:
@@ -145,7 +145,7 @@ def _name() -> str:
 
 def sweep(parent: str) -> int:
     """Remove the staging folders in ``parent`` whose process is gone (killed mid-upload:
-    SIGKILL, out of memory), told by their lock (:mod:`flyte_checkpoint.heldfolders`); the
+    SIGKILL, out of memory), told by their lock (:mod:`flyte_checkpoint.util.heldfolders`); the
     number removed. A folder of a live process (in any PID namespace), of another machine (a
     shared volume) or of unknown shape is kept. Best effort: never raises."""
     return heldfolders.sweep(parent, _of_this_host)

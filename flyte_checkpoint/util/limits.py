@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import WorkspaceError
+from ..errors import WorkspaceError
 
 MAX_UNPACKED_ENV = "FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES"
 MAX_MEMBERS_ENV = "FLYTE_CHECKPOINT_MAX_MEMBERS"

@@ -1,12 +1,12 @@
 """Background saves: one upload in flight and one waiting per ``Checkpoint``, errors never lost.
 
-``Checkpoint.save_background(data)`` snapshots the data (:mod:`flyte_checkpoint.snapshot`),
-takes the save's turn (:mod:`flyte_checkpoint.saveorder`, so saves commit in call order) and
+``Checkpoint.save_background(data)`` snapshots the data (:mod:`flyte_checkpoint.lifecycle.snapshot`),
+takes the save's turn (:mod:`flyte_checkpoint.lifecycle.saveorder`, so saves commit in call order) and
 hands a :class:`Job` to the checkpoint's :class:`Lane`. A lane runs at most one upload at a time
 in its worker thread and keeps at most one job waiting: a newer job replaces the waiting one,
 whose handle then reports :attr:`SaveHandle.superseded` (not an error), gives up its turn and
 removes its staging copy. The worker thread exists only while there is work; it and the lane's
-lock live in a :class:`~flyte_checkpoint.forksafe.PerProcess`, so a forked child starts with an
+lock live in a :class:`~flyte_checkpoint.util.forksafe.PerProcess`, so a forked child starts with an
 empty lane of its own.
 
 A failed save raises from :meth:`SaveHandle.result`; a failure nobody collected that way is
@@ -27,12 +27,12 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import SaveTimeoutError
-from .forksafe import generation
-from .logs import logger
+from ..errors import SaveTimeoutError
+from ..util.forksafe import generation
+from ..util.logs import logger
 
 if TYPE_CHECKING:
-    from .cancellation import Scope
+    from ..util.cancellation import Scope
     from .saveorder import Turn
     from .snapshot import Staged
 
@@ -52,7 +52,7 @@ def close_timeout() -> float:
     raw = os.environ.get(CLOSE_TIMEOUT_ENV, "").strip()
     if not raw:
         return DEFAULT_CLOSE_TIMEOUT
-    from .storage.kit.settings import SECONDS, parse
+    from ..storage.kit.settings import SECONDS, parse
 
     return float(parse(SECONDS, raw, name="close_timeout", source=CLOSE_TIMEOUT_ENV, example="300s"))
 

@@ -23,7 +23,7 @@ import contextvars
 import threading
 from collections.abc import Callable, Iterator
 
-from .errors import OperationCancelledError
+from ..errors import OperationCancelledError
 
 _current: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
     "flyte_checkpoint_scope", default=None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .uri import redact
+from ..uri import redact
 
 if TYPE_CHECKING:
     import logging

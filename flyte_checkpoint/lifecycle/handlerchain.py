@@ -1,6 +1,6 @@
 """The handlers our SIGTERM handler calls after the final saves, and handlers set after ours.
 
-Our handler is installed in front of the one it found (:func:`flyte_checkpoint.preemption.install`)
+Our handler is installed in front of the one it found (:func:`flyte_checkpoint.lifecycle.preemption.install`)
 and calls it after the saves. Code that runs later may set a handler of its own (Flyte's
 tracked local runs, an asyncio loop's ``add_signal_handler``, a user's ``signal.signal``):
 then SIGTERM no longer reaches ours, and the final saves would silently not run. Some such

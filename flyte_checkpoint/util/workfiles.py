@@ -28,7 +28,7 @@ name would be longer than the user's name could be (:func:`fitted`): a working f
 wherever its user's name fits.
 The staging folders (background saves', partial restores', pulls') and local roots also hold
 :data:`LOCK`, the file their owner keeps locked while it lives
-(:mod:`flyte_checkpoint.heldfolders`), and are swept once their owner is gone by the next
+(:mod:`flyte_checkpoint.util.heldfolders`), and are swept once their owner is gone by the next
 operation of their kind made in the same place; it is never anywhere else. A partial
 restore or a pull stages in a folder of its own inside (:data:`STAGED`), never beside the lock.
 
@@ -51,7 +51,7 @@ import re
 import secrets
 from collections.abc import Callable
 
-#: Background saves' staging folders (:mod:`flyte_checkpoint.snapshot`).
+#: Background saves' staging folders (:mod:`flyte_checkpoint.lifecycle.snapshot`).
 STAGING = ".fcp-staging-"
 #: The mark of temporary files: ``.fcp-tmp-NAME.TOKEN`` (local store), ``.NAME.fcp-tmp-TOKEN``
 #: (downloads) and a local sharded save's folder ``.fcp-tmp-NAME.shard/``.
@@ -67,7 +67,7 @@ PULL = ".fcp-pull-"
 STAGED = "tree"
 #: A ``Checkpoint``'s local root in the temp folder.
 ROOT = "flyte-checkpoint-ws-"
-#: The lock file in a staging folder or a local root (see :mod:`flyte_checkpoint.heldfolders`).
+#: The lock file in a staging folder or a local root (see :mod:`flyte_checkpoint.util.heldfolders`).
 LOCK = ".fcp-lock"
 
 _TOKEN = "[0-9a-f]{12}"

@@ -20,7 +20,7 @@ The handler:
 - stays in front of handlers set after it: one that does not call ours (it would silently
   disable every final save) is noticed when an entry is registered and when the main thread
   saves or loads, and ours is installed again in front of it, which it then calls after the
-  saves (see :mod:`flyte_checkpoint.handlerchain`; a WARNING says so once). Where that cannot be
+  saves (see :mod:`flyte_checkpoint.lifecycle.handlerchain`; a WARNING says so once). Where that cannot be
   done (a registration from another thread), a WARNING says the final saves will not run, and
   the registration reports ``active`` False; a SIGTERM that comes then says it again;
 - runs the saves once: a SIGTERM arriving while they run is ignored, a later one only chains;
@@ -47,13 +47,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConfigurationError, OperationCancelledError
+from ..errors import ConfigurationError, OperationCancelledError
+from ..uri import redact
+from ..util.logs import log_transfer, logger
 from .handlerchain import Chain, describe, reaches
-from .logs import log_transfer, logger
-from .uri import redact
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoint, Data
+    from ..checkpoint import Checkpoint, Data
 
 #: The grace budget in seconds for all final saves together.
 GRACE_ENV = "FLYTE_CHECKPOINT_GRACE_SECONDS"
@@ -202,7 +202,7 @@ def deferring(fn: Callable[[], T]) -> T:
 
 def notice() -> None:
     """In the main thread, put ours in front again of a handler set after it that does not
-    call it (see :mod:`flyte_checkpoint.handlerchain`); elsewhere, nothing.
+    call it (see :mod:`flyte_checkpoint.lifecycle.handlerchain`); elsewhere, nothing.
 
     Every save and load the main thread makes calls this (:func:`deferring` does, and the
     async ones when they are called, before their worker thread runs): an asyncio program
@@ -307,7 +307,7 @@ def wait_for_background(checkpoint: Checkpoint, *, owner: object | None = None) 
         cp = ref()
         if cp is None:
             return "skipped"
-        from .errors import SaveTimeoutError
+        from ..errors import SaveTimeoutError
 
         try:
             cp.wait(timeout=budget)
@@ -333,15 +333,15 @@ def _import_what_a_save_needs(dest: str) -> None:
     import importlib
 
     for name in (  # by full name, so that a module that moves is found here by its name
-        "flyte_checkpoint.cancellation",
-        "flyte_checkpoint.saveorder",
-        "flyte_checkpoint.sources",
+        "flyte_checkpoint.util.cancellation",
+        "flyte_checkpoint.lifecycle.saveorder",
+        "flyte_checkpoint.util.sources",
         "flyte_checkpoint.format.archive",
         "flyte_checkpoint.format.pipeline",
         "flyte_checkpoint.storage.stores.local",
     ):
         importlib.import_module(name)
-    from .storage.registry import store_for
+    from ..storage.registry import store_for
 
     store_for(dest)
     logger()
@@ -386,7 +386,7 @@ def install() -> bool:
         if threading.current_thread() is not threading.main_thread():
             logger().warning(
                 "the SIGTERM final save cannot be installed from thread %s (only the main thread may"
-                " set a signal handler): call flyte_checkpoint.preemption.install() from the main"
+                " set a signal handler): call flyte_checkpoint.lifecycle.preemption.install() from the main"
                 " thread first, or fc.preempt() on a preemption notice",
                 threading.current_thread().name,
             )
@@ -452,7 +452,7 @@ def _keep_in_front() -> bool:
             "SIGTERM's handler was replaced after flyte-checkpoint installed its own, by %s, which"
             " does not call it: on SIGTERM the final saves will NOT run, and their registrations"
             " report active=False. Only the main thread may set a handler (this is thread %s):"
-            " call flyte_checkpoint.preemption.install() from the main thread after %s is set,"
+            " call flyte_checkpoint.lifecycle.preemption.install() from the main thread after %s is set,"
             " or fc.preempt() on a preemption notice",
             describe(current),
             threading.current_thread().name,
@@ -591,7 +591,7 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
             committed, unless its commit had begun).
         Exception: what ``fn`` or the save raised.
     """
-    from .cancellation import Scope
+    from ..util.cancellation import Scope
     from .saveorder import drop_thread, start_thread, take
 
     dest = cp.remote_destination

@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-from .errors import SourceChangedError
+from ..errors import SourceChangedError
 
 
 def changed_error(path: str | os.PathLike[str], what: str) -> SourceChangedError:

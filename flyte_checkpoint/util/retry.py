@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from .errors import TransientError
+from ..errors import TransientError
 from .logs import logger
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class RetryPolicy:
 def _gave_up(exc: TransientError, said: str) -> TransientError:
     """The error once the tries are spent: of ``exc``'s kind where it says something of its own (an
     object that saves kept replacing while it was read is not a failing store)."""
-    from .errors import ObjectReplacedError
+    from ..errors import ObjectReplacedError
 
     if isinstance(exc, ObjectReplacedError):
         return ObjectReplacedError(

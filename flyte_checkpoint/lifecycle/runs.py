@@ -37,12 +37,12 @@ import re
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING
 
-from .errors import ConfigurationError, RunInUseError, StoreError
-from .logs import logger
-from .uri import is_local, join, local_path, normalize, redact
+from ..errors import ConfigurationError, RunInUseError, StoreError
+from ..uri import is_local, join, local_path, normalize, redact
+from ..util.logs import logger
 
 if TYPE_CHECKING:
-    from .taskcontext import TaskContext
+    from ..taskcontext import TaskContext
 
 MARKER = ".attempt"
 KEEP_ENV = "FLYTE_CHECKPOINT_KEEP_RUNS"
@@ -199,7 +199,7 @@ class Run:
     def started(self, attempt: int) -> None:
         """Mark ``attempt`` as begun (named runs), so a later call numbers after it."""
         if self.named:
-            from .storage.registry import store_for
+            from ..storage.registry import store_for
 
             marker = join(self.folder, str(attempt), MARKER)
             store_for(marker).write_bytes(marker, b"")
@@ -215,8 +215,8 @@ class Run:
         """
         if attempt == 0:
             return None
-        from .retry import RetryPolicy
-        from .storage.registry import store_for
+        from ..storage.registry import store_for
+        from ..util.retry import RetryPolicy
 
         policy = RetryPolicy.from_env()
         earlier = {n for n in (*self.earlier, *range(self.first, attempt)) if n < attempt}
@@ -246,7 +246,7 @@ class Run:
                 self._lock = None
 
     def _find_attempts(self) -> list[int]:
-        from .storage.registry import store_for
+        from ..storage.registry import store_for
 
         prefix = self.folder.rstrip("/") + "/"
         numbers = set()
@@ -257,7 +257,7 @@ class Run:
         return sorted(numbers)
 
     def _remove(self) -> None:
-        from .storage.registry import store_for
+        from ..storage.registry import store_for
 
         prefix = self.folder.rstrip("/") + "/"
         try:

@@ -20,9 +20,9 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 
-from .cancellation import Scope
-from .errors import OperationCancelledError
-from .forksafe import PerProcess, generation
+from ..errors import OperationCancelledError
+from ..util.cancellation import Scope
+from ..util.forksafe import PerProcess, generation
 
 
 class _Lines:
