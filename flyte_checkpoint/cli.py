@@ -49,7 +49,7 @@ from .errors import (
     PathTooLongError,
 )
 from .progress import ProgressBar, format_bytes, progress_bar
-from .uri import redact, redact_text
+from .uri import is_local, local_path, redact, redact_text
 from .util.workfiles import PULL, STAGED
 
 if TYPE_CHECKING:
@@ -336,6 +336,8 @@ def _pull_once(store: Any, uri: str, dest: Path, bar: ProgressBar | None) -> tup
     from .storage.pinned import read_pinned
 
     with read_pinned(store, uri) as view:  # one version read, whatever commits meanwhile
+        if view is None:
+            _not_a_prefix(store, uri)
         _no_checkpoint(uri, None if view is None else view.size)
         assert view is not None
         return _pull_version(view, uri, dest, bar)
@@ -382,6 +384,27 @@ def _no_checkpoint(uri: str, size: int | None) -> None:
         raise NoCheckpointError(f"no checkpoint at {redact(uri)}: there is no object there")
     if size == 0:
         raise NoCheckpointError(f"no checkpoint at {redact(uri)}: the object is empty (zero bytes)")
+
+
+#: How many of the objects under a prefix an error names.
+PREFIX_SHOWN = 3
+
+
+def _not_a_prefix(store: Any, uri: str) -> None:
+    """Raise :class:`NoCheckpointError` naming a few objects under ``uri`` taken as a prefix,
+    if it has any: a pull of a folder or prefix instead of one of its checkpoints."""
+    import itertools
+
+    prefix = uri.rstrip("/") + "/"
+    found = [u for u in itertools.islice(store.list(prefix), 100) if not _is_marker(u, prefix)]
+    if not found:
+        return
+    shown = ", ".join(redact(u)[len(redact(prefix)) :] for u in found[:PREFIX_SHOWN])
+    more = " and more" if len(found) > PREFIX_SHOWN else ""
+    raise NoCheckpointError(
+        f"no checkpoint at {redact(uri)}: it is a prefix, not an object, with checkpoints under it"
+        f" ({shown}{more}): pull one of them, as {redact(found[0])}"
+    )
 
 
 def _reraise_as_no_checkpoint(exc: NotFoundError) -> NoReturn:
@@ -452,6 +475,8 @@ def _pull_members(store: Any, uri: str, dest: Path, names: tuple[str, ...]) -> t
         read += n
 
     with read_pinned(store, uri) as view:  # one version read, whatever commits meanwhile
+        if view is None:
+            _not_a_prefix(store, uri)
         _no_checkpoint(uri, None if view is None else view.size)
         assert view is not None
         dest.parent.mkdir(parents=True, exist_ok=True)  # DIR itself is made only when files come
@@ -485,6 +510,13 @@ def _pull_to_folder(args: argparse.Namespace, uri: str, dest: Path) -> dict[str,
 
     if dest.exists() and not dest.is_dir():
         raise FileExistsError(f"{dest} exists and is not a folder: pull into a new or empty folder")
+    if is_local(uri) and local_path(uri).is_dir():
+        _not_a_prefix(store_for(uri), uri)  # else the store's own "is a directory" error
+    if dest.is_symlink() and not dest.exists():
+        raise FileExistsError(
+            f"{dest} is a link to {os.readlink(dest)}, which does not exist: pull into a new or empty"
+            " folder (remove the link, or make the folder it leads to)"
+        )
     if dest.is_dir() and any(dest.iterdir()):
         raise FileExistsError(f"{dest} is not empty: pull into a new or empty folder")
     store = store_for(uri)

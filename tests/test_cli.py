@@ -891,3 +891,50 @@ def test_what_an_interrupted_push_left_is_said_from_the_versions_before_and_afte
     assert interrupted_push(uri, (5, "v1"), None).startswith("whether the push committed is unknown")
     failed = interrupted_push(uri, None, TransientError("the service is busy"))
     assert failed.startswith("whether the push committed is unknown (the service is busy)"), failed
+
+
+@pytest.mark.parametrize("where", ["file", "memory"])
+def test_pull_of_a_prefix_names_a_few_checkpoints_under_it(tmp_path, where, capsys):
+    """Proves (issue 35): pull of a folder or prefix holding checkpoints exits 3 naming a few of
+    them and one to pull (it said 'is a directory' locally and 'there is no object there' on a
+    cloud store, naming none); the library's own files under it are not named; a text prefix
+    of a name ('pr' of 'pre/') is no prefix."""
+    from flyte_checkpoint.cli import EXIT_NO_CHECKPOINT, main
+
+    root = str(tmp_path / "store") if where == "file" else f"memory://{uuid.uuid4().hex}"
+    for name in ("pre/a/one", "pre/b", "pre/c", "pre/d"):
+        fc.Checkpoint(f"{root}/{name}").save_sync(b"state")
+    fc.Checkpoint(f"{root}/pre/.train.lock").save_sync(b"x")  # a named run's lock: not named
+    out = tmp_path / "out"
+    assert main(["pull", f"{root}/pre", str(out)]) == EXIT_NO_CHECKPOINT
+    err = capsys.readouterr().err
+    assert f"no checkpoint at {root}/pre: it is a prefix, not an object" in err, err
+    assert "(a/one, b, c and more): pull one of them, as " + f"{root}/pre/a/one" in err, err
+    assert ".train.lock" not in err and not out.exists()
+    assert main(["pull", f"{root}/pr", str(out)]) == EXIT_NO_CHECKPOINT
+    assert "there is no object there" in capsys.readouterr().err
+
+
+def test_pull_into_a_dangling_link_and_push_under_an_object_say_what_is_in_the_way(tmp_path, capsys):
+    """Proves (issue 35): pull into DIR that is a link leading nowhere names the link and its
+    target (it printed '[Errno 20] Not a directory' naming the library's staging folder); a push
+    to store/ckpt/x where store/ckpt is an object names ckpt as the file in the way (it said
+    'File exists' of store/ckpt/x)."""
+    from flyte_checkpoint.cli import EXIT_ERROR, main
+
+    (tmp_path / "f").write_bytes(b"state")
+    store = tmp_path / "store"
+    assert main(["push", str(tmp_path / "f"), str(store / "ckpt")]) == 0
+    link = tmp_path / "dl"
+    link.symlink_to(tmp_path / "nowhere")
+    capsys.readouterr()
+    assert main(["pull", str(store / "ckpt"), str(link)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert f"{link} is a link to {tmp_path / 'nowhere'}, which does not exist" in err, err
+    assert "Errno" not in err and not (tmp_path / "nowhere").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".fcp-")] == []
+    for target in ("x", "x/y/z"):
+        assert main(["push", str(tmp_path / "f"), str(store / "ckpt" / target)]) == EXIT_ERROR
+        err = capsys.readouterr().err
+        assert f"{store / 'ckpt'} is a file (an object), not a folder: choose another URI" in err, err
+    assert (store / "ckpt").is_file()

@@ -99,7 +99,22 @@ def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
         )
     if isinstance(exc, IsADirectoryError):
         return StoreError(f"{path} is a directory, not a checkpoint object: point the URI at a file")
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):  # a folder of the path is a file
+        blocker = _file_in_the_way(path)
+        if blocker is not None:
+            return StoreError(
+                f"cannot {action} {path}: {blocker} is a file (an object), not a folder: choose"
+                f" another URI, or remove {blocker}"
+            )
     return StoreError(f"cannot {action} {path}: {exc.strerror or exc}")
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The first of ``path``'s folders that is something other than a folder, if one is."""
+    for folder in reversed(path.parents):
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            return folder
+    return None
 
 
 def _temp_prefix(target: Path) -> str:
