@@ -50,7 +50,10 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     print(f"\nfinished all {result} steps in 3 attempts; no step ran twice after its checkpoint was saved")
     if not given:
-        print(f"(removed {root}; set FLYTE_CHECKPOINT_ROOT to keep the checkpoints)")
+        print(
+            f"(removed {root}; to keep the checkpoints, set FLYTE_CHECKPOINT_ROOT to a folder and"
+            " FLYTE_CHECKPOINT_KEEP_RUNS=1: a run that succeeds removes its own)"
+        )
 
 
 if __name__ == "__main__":
