@@ -179,6 +179,8 @@ def test_a_uri_of_a_missing_backend_fails_with_the_pip_install():
     assert out.returncode == 1
     checkout = Path(__file__).resolve().parent.parent
     assert f"Install it with: pip install -e {checkout}/plugins/s3 (" in one_line_error(out)
+    # the plugin is installed here: the message says the variable kept it from loading
+    assert "FLYTE_CHECKPOINT_DISABLE_PLUGIN_AUTOLOAD is set, so no installed plugin was loaded" in out.stderr
 
 
 # --------------------------------------------------------------------------- push, inspect, pull: folders

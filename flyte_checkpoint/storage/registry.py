@@ -442,6 +442,11 @@ class Registry:
         )
         broken = "; ".join(str(b) for b in self.broken_plugins)
         broken_note = f" Plugins that failed to load: {broken}." if broken else ""
+        if not self._autoload and _env_true(DISABLE_AUTOLOAD_ENV):  # it may well be installed
+            broken_note += (
+                f" {DISABLE_AUTOLOAD_ENV} is set, so no installed plugin was loaded: unset it if the"
+                " backend is installed."
+            )
         hint = install_hint(scheme)
         if hint:
             label = KNOWN_SCHEMES[scheme][1]
