@@ -656,7 +656,7 @@ def _push_chunks(args: argparse.Namespace, uri: str, read: Callable[[int], bytes
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM during a command; ``str()`` says what it left at the URI, if known."""
 
-    def __init__(self, message: str = "", *, signum: int = 2) -> None:
+    def __init__(self, message: str = "", *, signum: int = signal.SIGINT) -> None:
         super().__init__(message)
         self.signum = signum
 
@@ -665,7 +665,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Interrupted(signum=signum)  # as Ctrl-C: a save in progress aborts, its temp files go
 
 
-Version = tuple[int, "str | None"] | None
+Version = tuple[int, str | None] | None
 
 
 def _version_at(uri: str) -> Version:
