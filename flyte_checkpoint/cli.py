@@ -422,8 +422,11 @@ def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
     from .util.logs import log_transfer
 
     store = store_for(uri)
+    if is_local(uri) and local_path(uri).is_dir():
+        _not_a_prefix(store, uri)  # else the store's own "is a directory" error
     pinned = _retry().call(lambda: store.pin(uri), f"stat of {redact(uri)}")  # one version streamed
     if pinned is None:
+        _not_a_prefix(store, uri)  # a prefix: name a few checkpoints under it
         _no_checkpoint(uri, None)
     assert pinned is not None
     out = sys.stdout.buffer

@@ -913,6 +913,10 @@ def test_pull_of_a_prefix_names_a_few_checkpoints_under_it(tmp_path, where, caps
     assert f"no checkpoint at {root}/pre: it is a prefix, not an object" in err, err
     assert "(a/one, b, c and more): pull one of them, as " + f"{root}/pre/a/one" in err, err
     assert ".train.lock" not in err and not out.exists()
+    assert main(["pull", f"{root}/pre", "-"]) == EXIT_NO_CHECKPOINT  # to stdout: the same message
+    captured = capsys.readouterr()
+    assert "(a/one, b, c and more): pull one of them, as " + f"{root}/pre/a/one" in captured.err, captured
+    assert captured.out == ""
     assert main(["pull", f"{root}/pr", str(out)]) == EXIT_NO_CHECKPOINT
     assert "there is no object there" in capsys.readouterr().err
 
