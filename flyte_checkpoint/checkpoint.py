@@ -701,9 +701,15 @@ class Checkpoint(BaseCheckpoint):
                 with store.open_write(dest) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     index = IndexBuilder()
-                    copy_run = None if reuse is None else reuse.copy_run
+                    copy_run, keep = (None, 0) if reuse is None else (reuse.copy_run, reuse.copy_keep)
                     align = store.copy_limits.align if store.copy_limits is not None else 0
-                    with ParallelGzipWriter(writer, index=index, copy_run=copy_run, align=align) as gz:  # type: ignore[arg-type]
+                    with ParallelGzipWriter(
+                        writer,  # type: ignore[arg-type]
+                        index=index,
+                        copy_run=copy_run,
+                        copy_keep=keep,
+                        align=align,
+                    ) as gz:
                         pack_directory(
                             src,
                             gz,  # type: ignore[arg-type]

@@ -38,6 +38,7 @@ from ..util.workfiles import is_working_file
 from . import tarstream as ts
 from .hashing import Hasher
 from .index import ALIGN_MIN, IndexBuilder
+from .incremental import GAP_MAX, Copy
 from .lookahead import Lookahead
 
 if TYPE_CHECKING:
@@ -182,6 +183,12 @@ class _Packer:
         self._align = getattr(out, "align", self._cut) if index is not None else None
         self._hasher: Hasher | None = None  # hashes of file data off this thread (with an index)
         self._lookahead: Lookahead | None = None  # hashes of files that may be copied, computed ahead
+        # The run of copies being given to ``out``: its last span, its compressed length, the
+        # tar offset where it ends, and whether it is (or is planned to be) long enough for the
+        # store's shortest copy (``Reuse.min_copy``).
+        self._run: tuple[Copy, int, int, bool] | None = None
+        # The entries of the folder being walked that follow the file being added (to plan runs).
+        self._upcoming: list[os.DirEntry[str]] = []
         self.reuse = reuse if self._cut is not None else None
         self._gz = out
         self.root_real = os.path.realpath(root)
@@ -274,7 +281,8 @@ class _Packer:
             ]
             if self._lookahead is not None and via is None:
                 self._announce(entries)
-            for entry in entries:
+            for i, entry in enumerate(entries):
+                self._upcoming = entries[i + 1 :] if via is None and self.reuse is not None else []
                 self.add(entry.path, f"{arcname}/{entry.name}" if arcname else entry.name, entry, via)
         finally:
             self.open_dirs.discard(key)
@@ -401,6 +409,17 @@ class _Packer:
             return False
         pending = gz.pending()  # type: ignore[attr-defined]
         gap = reuse.gap_before(span.first, pending)
+        run = self._run
+        joined = (  # the copy continues the run before it: everything since is the gap copied
+            run is not None
+            and pending is not None
+            and self.offset - len(pending) == run[2]
+            and (gap.first if gap is not None else span.first if not pending else -1) == run[0].last + 1
+        )
+        length = (run[1] if joined and run is not None else 0) + span.length + (gap.length if gap else 0)
+        long = (joined and run is not None and run[3]) or length >= reuse.min_copy
+        if not long and not self._run_ahead(span, reuse.min_copy - length):
+            return False  # a short run, copied by a store with a minimum piece only by reading it
         if pending:
             index.add_gap(self.offset - len(pending), pending)
         if gap is not None:
@@ -408,12 +427,45 @@ class _Packer:
         start = self.offset
         gz.copy(reuse.source, span.start, span.length, _rows(span.members))  # type: ignore[attr-defined]
         self.offset += size + ts.padding(size)
+        self._run = (span, length, self.offset, True)
         if self.on_data is not None:
             self.on_data(size)
         reuse.files_copied += 1
         reuse.bytes_copied += span.length + (gap.length if gap is not None else 0)
         index.add_file(arcname, start, size, meta["mtime"], meta["mode"] & 0o7777, digest)
         return True
+
+    def _run_ahead(self, span: Copy, need: int) -> bool:
+        """Whether the files after this one in its folder (hashed ahead) are unchanged and follow
+        ``span`` in the base, so that with them the run holds ``need`` more bytes: then a file
+        too short to copy alone is copied as part of the run. A plan: should a file turn out
+        otherwise, the run is copied as it is (a short one read and sent by the store's writer)."""
+        reuse, lookahead = self.reuse, self._lookahead
+        assert reuse is not None
+        if lookahead is None or need <= 0:
+            return need <= 0
+        got, small, before = 0, 0, span
+        for entry in self._upcoming:
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    return False  # a folder or a link: its members are not planned here
+                size = entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                return False
+            if size < ALIGN_MIN:  # stored between the files: copied with them when the same
+                small += 512 + size
+                if small > GAP_MAX:
+                    return False
+                continue
+            digest = lookahead.peek(entry.path) if reuse.wants(size) else None
+            after = reuse.match(size, digest) if digest is not None else None
+            if after is None or not reuse.adjacent(before, after):
+                return False
+            got += after.start + after.length - (before.start + before.length)
+            if got >= need:
+                return True
+            before, small = after, 0
+        return False
 
     def add_link(self, path: str, arcname: str, st: os.stat_result) -> None:
         target = os.readlink(path)

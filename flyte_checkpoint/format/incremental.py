@@ -40,10 +40,20 @@ _limit_lock = lock()
 
 #: The most bytes of small members (headers, small files) fetched to compare with what the
 #: save would write there, where the store needs long copies (S3).
-_GAP_MAX = 4 * 1024 * 1024
-#: Where the store gains nothing from longer copies (no minimum part: the file store's
-#: ``copy_file_range``), a run of copies this long starts while the packer goes on.
+GAP_MAX = 4 * 1024 * 1024
+#: A run of copies this long is given to the store while the packer goes on (a copy part
+#: of its own, copied in parallel with the next ones); longer in a large object
+#: (:func:`copy_chunk`), so that S3's 10,000 parts hold it.
 _COPY_RUN = 64 * 1024 * 1024
+
+
+def copy_chunk(run: int, offset: int, max_copy: int | None = None) -> int:
+    """The length of a copy given to the store ahead of the rest of its run: ``run`` (the
+    planner's :attr:`Reuse.copy_run`), or 1/1024 of the object so far (``offset``) where that is
+    more, at most ``max_copy``. Parts of 64 MiB to 64 GiB, then growing with the object, take
+    about 5,500 parts to reach 5 TiB, within S3's 10,000."""
+    chunk = max(run, offset >> 10)
+    return min(chunk, max_copy) if max_copy else chunk
 
 
 @dataclass(frozen=True)
@@ -70,17 +80,24 @@ class Reuse:
         #: copy would be read back and sent by the writer anyway).
         self.min_copy = max(limits.min_part, limits.min_copy, 1)
         self._by_size: dict[int, dict[str, tuple[int, int]]] = {}
-        #: Files of the base that would be copies but for ``min_copy`` (too short to copy).
+        # Every file stored in members of its own is a candidate, however short: a run of
+        # adjacent unchanged files is one copy (the packer copies a short file only as part of a
+        # run of at least ``min_copy``, :meth:`~.archive._Packer._copied`).
+        spans = [(e, self._members_of(e, 1)) for e in index.files.values()]
+        found = [(e, span) for e, span in spans if span is not None]
+        #: Files of the base that would be copies but for ``min_copy``: all of them, when
+        #: together they are stored in less than it (nothing can ever be copied from it).
         self.too_short = 0
-        for entry in index.files.values():
-            span = self._members_of(entry, self.min_copy)
-            if span is not None:
-                self._by_size.setdefault(entry.size, {}).setdefault(entry.digest, span)
-            elif self.min_copy > 1 and self._members_of(entry, 1) is not None:
-                self.too_short += 1
-        #: How long a run of adjacent copies grows before the store is given it (None: as long
-        #: as it gets, for a store whose parts have a minimum, where one long copy beats several).
-        self.copy_run: int | None = None if limits.min_part else _COPY_RUN
+        if self.min_copy > 1 and sum(self._span(*span).length for _, span in found) < self.min_copy:
+            self.too_short, found = len(found), []
+        for entry, span in found:
+            self._by_size.setdefault(entry.size, {}).setdefault(entry.digest, span)
+        #: How long a run of adjacent copies grows before the store is given (the first part of)
+        #: it, so the store copies while the packer goes on: :data:`_COPY_RUN`, and for a store
+        #: whose pieces have a minimum, at least ``copy_keep`` more stay in the run (its end
+        #: never becomes a short copy). :func:`copy_chunk` grows it with the object.
+        self.copy_run: int | None = _COPY_RUN
+        self.copy_keep = limits.min_part
         #: Files copied and bytes copied, by this save (for logs and tests).
         self.files_copied = 0
         self.bytes_copied = 0
@@ -150,6 +167,22 @@ class Reuse:
         found = self._by_size.get(size, {}).get(digest)
         return None if found is None else self._span(*found)
 
+    def short(self, span: Copy) -> bool:
+        """Whether ``span`` alone is shorter than the store's shortest copy (copied only as
+        part of a longer run)."""
+        return span.length < self.min_copy
+
+    def adjacent(self, before: Copy, after: Copy) -> bool:
+        """Whether ``after`` follows ``before`` in the base with only a few small members
+        between them (tar headers, small files: what :meth:`gap_before` may copy too), so
+        that both may be one copy. A guess used to plan runs; :meth:`gap_before` decides."""
+        if after.first <= before.last:
+            return False
+        between = range(before.last + 1, after.first)
+        if not self._damaged.isdisjoint(between):
+            return False
+        return after.start - (before.start + before.length) <= GAP_MAX
+
     def _span(self, first: int, last: int) -> Copy:
         members = self.index.members[first : last + 1]
         m0 = members[0]
@@ -158,8 +191,9 @@ class Reuse:
     def gap_before(self, first: int, pending: bytes) -> Copy | None:
         """The members just before member ``first`` whose content is exactly ``pending`` (the
         headers and small files the save would compress there), when the store needs long
-        copies: copying them too joins the copies on either side into one. None otherwise."""
-        if not self.limits.min_part or not pending or len(pending) > _GAP_MAX:
+        copies (a minimum piece, or a shortest copy worth a request): copying them too joins
+        the copies on either side into one. None otherwise."""
+        if self.min_copy <= 1 or not pending or len(pending) > GAP_MAX:
             return None
         start, total = first, 0
         while start > 0 and total < len(pending):
@@ -174,7 +208,7 @@ class Reuse:
             if recorded != (len(pending), digests.of_bytes(pending, self.index.algorithm).hex()):
                 return None
             return span
-        if span.length > _GAP_MAX:
+        if span.length > GAP_MAX:
             return None
         from .compression import inflate
 
@@ -327,4 +361,4 @@ def _say_limit_once(store: BlobStore, reuse: Reuse, uri: str) -> None:
     )
 
 
-__all__ = ["Copy", "Reuse", "find_base", "save_checked"]
+__all__ = ["Copy", "Reuse", "copy_chunk", "find_base", "save_checked"]

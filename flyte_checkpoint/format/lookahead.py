@@ -87,6 +87,14 @@ class Lookahead:
         self.missed += 1
         return None
 
+    def peek(self, path: str) -> str | None:
+        """The hash ``path``'s job found (waiting for it), without taking it; None if it was
+        never announced, changed while hashed, or the job failed. Not checked against the
+        packer's look at the file (:meth:`take` is): for planning only."""
+        job = self._jobs.get(path)
+        found = job.result() if job is not None else None
+        return None if found is None else found[1]
+
     def close(self) -> None:
         """Stop the jobs still queued or running, and wait for the threads to end."""
         self._stop.set()

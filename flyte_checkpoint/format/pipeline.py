@@ -134,6 +134,7 @@ class _GzipState:
         # [source, start, length, [(clen, ccrc) of its members]] of a copy not yet given to the sink
         self.copying: list = []
         self.copy_run: int | None = None  # hand a copy this long to the sink without waiting for more
+        self.copy_keep = 0  # ... keeping at least this much of the run back (the sink's minimum piece)
         self.closing = threading.Event()  # nothing more will be queued: write the rest, then stop
         self.aborted = threading.Event()  # drop what is queued, and stop
         self.error: BaseException | None = None
@@ -172,11 +173,38 @@ def _take_copy(state: _GzipState, item: _CopyItem) -> None:
             _pad(state)  # from an aligned place to an aligned place: the store may share blocks
         state.copying = [item.source, item.start, item.length, pieces]
     state.coff += item.length
-    if state.copy_run is not None and state.copying[2] >= state.copy_run:
-        _flush_copy(state)
+    if state.copy_run is not None:
+        _copy_ahead(state)
     if state.on_member is not None:
         for row in item.members:
             state.on_member(*row)
+
+
+def _copy_ahead(state: _GzipState) -> None:
+    """Give the sink the first members of the run being gathered once they hold a chunk
+    (:func:`~.incremental.copy_chunk`), keeping back at least ``copy_keep`` bytes so that the
+    run's end is never a short copy: the store copies them (in parallel, as a part of their
+    own) while the packer goes on."""
+    from .incremental import copy_chunk
+
+    assert state.copy_run is not None
+    source, start, length, pieces = state.copying
+    chunk = copy_chunk(state.copy_run, state.coff - length)
+    while length >= chunk + state.copy_keep:
+        n = taken = 0
+        while taken < chunk:
+            taken += pieces[n][0]
+            n += 1
+        if length - taken < state.copy_keep:
+            break  # the members do not split there: more will come, or it ends as one copy
+        state.sink.copy(source, start, taken, CopyCheck(tuple(pieces[:n])))  # type: ignore[attr-defined]
+        del pieces[:n]
+        start, length = start + taken, length - taken
+        chunk = copy_chunk(state.copy_run, state.coff - length)
+    if length:
+        state.copying[1:3] = [start, length]
+    else:
+        state.copying = []
 
 
 def _drain(state: _GzipState) -> None:
@@ -240,9 +268,11 @@ class ParallelGzipWriter:
     member written is recorded there and ``close()`` appends the index after the last one;
     ``cut()`` ends a member early (so the next byte starts one); ``copy()`` puts members of
     another object next, copied by ``sink`` (a :class:`~flyte_checkpoint.storage.blobstore.BlobWriter`
-    of a store with ``copy_limits``), adjacent copies joined into one; with ``copy_run``, a
-    joined copy is handed to ``sink`` once it is that long (for a store that gains nothing from
-    longer copies: it copies while the packer goes on). Neither closes ``sink``.
+    of a store with ``copy_limits``), adjacent copies joined into one; with ``copy_run``, the
+    first members of a joined copy are handed to ``sink`` once they are that long (more in a
+    large object: :func:`~.incremental.copy_chunk`) and at least ``copy_keep`` bytes (the
+    store's minimum piece) stay in the run, so the store copies while the packer goes on and
+    the run's end is never a short piece. Neither closes ``sink``.
     With ``align`` (the store's ``copy_limits.align``), ``align()`` starts the next member at a
     multiple of ``align`` bytes from the sink's first byte, after a padding member
     (:func:`~.index.padding`, recorded in the index as a member); so does a copy from such a
@@ -265,6 +295,7 @@ class ParallelGzipWriter:
         on_block: Callable[[int], None] | None = None,
         index: IndexBuilder | None = None,
         copy_run: int | None = None,
+        copy_keep: int = 0,
         align: int = 0,
     ) -> None:
         import weakref
@@ -279,6 +310,7 @@ class ParallelGzipWriter:
         self._index = index
         self._state = _GzipState(sink, n + 2, index.add_member if index is not None else None)
         self._state.copy_run = copy_run
+        self._state.copy_keep = copy_keep
         self._state.align = align
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
         self._finalizer = weakref.finalize(self, _abandon, self._state, self._pool)

@@ -45,7 +45,8 @@ class PartWriter(BlobWriter):
 
     - at most ``max_concurrency`` parts in flight (one with ``ordered=True``): a ``write`` that
       fills another part waits for a place, so the writer holds at most
-      ``part_size * (max_concurrency + 1)`` bytes; ``peak_in_flight`` records the most at once;
+      ``part_size * (max_concurrency + 1)`` bytes (plus ``min_part`` kept back, for a writer with
+      ``copy_limits``); ``peak_in_flight`` records the most at once;
     - the caller's buffer is copied, never kept: it may be reused once ``write`` returns;
     - the first part's buffer grows by doubling as data arrives, so a small object costs its own
       size; a full part is sent only when more bytes follow, so an object of at most one part
@@ -74,9 +75,14 @@ class PartWriter(BlobWriter):
 
     Server-side copies (:meth:`BlobWriter.copy`), for a writer given ``copy_limits``: a copy is
     one part (or several, of at most ``max_copy`` bytes) sent by ``_copy_part``, so it ends the
-    part being filled. Where that part would be shorter than ``min_part``, the first bytes of the
-    copy are read (``_read_source``) and added to it; a copy shorter than ``min_part`` (or than
-    ``min_copy``) is read and written whole. Hooks, for such a writer:
+    part being filled. With a ``min_part``, the writer keeps the last ``min_part`` bytes written
+    back from each full part it sends (the part sent is ``part_size``; the next one starts with
+    them), so the written bytes before a copy make a part of at least ``min_part`` whenever
+    there are that many (the tail of a long written run absorbs its short end: nothing is
+    read). Where fewer were written since the last copy, the first bytes of the copy are read
+    (``_read_source``, in the pool thread that sends the part, not the caller's) and added to
+    them; a copy shorter than ``min_part`` (or than ``min_copy``) with what precedes it is read
+    and written whole. Hooks, for such a writer:
 
     - ``_copy_part(number, source, start, length) -> result``: make part ``number`` from bytes
       ``start .. start + length`` of ``source`` on the server, only while ``source.version``
@@ -139,6 +145,12 @@ class PartWriter(BlobWriter):
         self._started = False
         self._cancelled = False
         self._checks: list[_Checked] = []  # copies given an ``expect``, checked before the commit
+        # Bytes kept back from each full part sent, so that the written bytes before a copy make
+        # a part of at least ``min_part`` (S3) without reading any of the copy.
+        self._reserve = copy_limits.min_part if copy_limits is not None and not ordered else 0
+        #: Bytes of copies read from their source and sent, because too few were written before
+        #: them or the copy was too short (for tests and logs).
+        self.bytes_read_back = 0
 
     # -- hooks ------------------------------------------------------------------------------
 
@@ -179,11 +191,12 @@ class PartWriter(BlobWriter):
         self._raise_failed()
         view = memoryview(data).cast("B")
         while view:
-            size = self._part_size(self._next_part)
+            size = self._capacity(self._next_part)
             if self._fill == size:
-                # Full, and more bytes follow: send it (an object of one part stays one request).
-                self._send_buffer()
-                size = self._part_size(self._next_part)
+                # Full, and more bytes follow: send it (an object of one part stays one request),
+                # but the bytes kept back, which start the next part.
+                self._send_buffer(keep=self._reserve)
+                size = self._capacity(self._next_part)
             if self._fill == len(self._buf):
                 self._make_room(size, len(view))
             n = min(len(view), len(self._buf) - self._fill)
@@ -199,12 +212,18 @@ class PartWriter(BlobWriter):
         check = None if expect is None else _Checked(source, start, expect)
         if check is not None:
             self._checks.append(check)
+        shortest = max(limits.min_part, limits.min_copy, 1)
         if 0 < self._fill < limits.min_part:
-            # The part being filled would be too short to precede a copied one: fill it from the copy.
+            # The part being filled would be too short to precede a copied one: fill it from the
+            # copy, read in the pool thread that sends the part, when the rest is still long.
             take = min(limits.min_part - self._fill, length)
-            self._write(self._read_checked(source, start, take, check))
+            if length - take < shortest:
+                self._write(self._read_checked(source, start, length, check))
+                return
+            data = self._take()
+            self._submit(self._filled_job(data, source, start, take, check))
             start, length = start + take, length - take
-        if length < max(limits.min_part, limits.min_copy, 1):
+        if length < shortest:
             if length:
                 self._write(self._read_checked(source, start, length, check))
             return
@@ -218,9 +237,30 @@ class PartWriter(BlobWriter):
 
     def _read_checked(self, source: CopySource, start: int, length: int, check: _Checked | None) -> bytes:
         data = self._read_source(source, start, length)
+        with self._count_lock:
+            self.bytes_read_back += length
         if check is not None:
             check.add(crc32().compute(data), length)
         return data
+
+    def _filled_job(
+        self, data: bytearray | bytes, source: CopySource, start: int, take: int, check: _Checked | None
+    ) -> Callable[[int], Any]:
+        """The job that sends ``data`` followed by ``take`` bytes of ``source`` read from ``start``
+        (in the pool thread), as one part."""
+        slot = None if check is None else check.slot(take)
+
+        def job(number: int) -> Any:
+            got = self._read_source(source, start, take)
+            with self._count_lock:
+                self.bytes_read_back += take
+            if check is not None and slot is not None:
+                check.fill(slot, crc32().compute(got))
+            part = data if isinstance(data, bytearray) else bytearray(data)
+            part += got
+            return self._send_part(number, part)
+
+        return job
 
     def _copy_job(
         self, source: CopySource, start: int, length: int, check: _Checked | None = None
@@ -350,6 +390,11 @@ class PartWriter(BlobWriter):
             number, self.part_size, double_every=self.double_every, maximum=self.max_part_size
         )
 
+    def _capacity(self, number: int) -> int:
+        """The bytes the buffer of part ``number`` holds before it is sent: the part and the
+        bytes kept back for the next (never over ``max_part_size``)."""
+        return min(self._part_size(number) + self._reserve, self.max_part_size)
+
     def _make_room(self, size: int, coming: int) -> None:
         """A bigger buffer for the part being filled: the whole part, or for the first part twice
         what it holds (at least what is ``coming``), keeping its bytes."""
@@ -367,9 +412,16 @@ class PartWriter(BlobWriter):
         self._buf, self._fill = bytearray(), 0
         return data
 
-    def _send_buffer(self) -> None:
+    def _send_buffer(self, keep: int = 0) -> None:
+        """Send the bytes buffered as the next part, but the last ``keep``, which stay buffered."""
         cancellation.check()
+        kept = bytes(memoryview(self._buf)[self._fill - keep : self._fill]) if keep else b""
+        self._fill -= len(kept)
         data = self._take()
+        if kept:
+            self._buf = bytearray(self._capacity(self._next_part + 1))
+            self._buf[: len(kept)] = kept
+            self._fill = len(kept)
         self._submit(lambda number: self._send_part(number, data))
 
     def _submit(self, job: Callable[[int], Any]) -> None:
