@@ -143,9 +143,7 @@ def test_a_short_unchanged_file_between_changed_ones_is_sent_not_read_back(count
 
 
 @pytest.mark.parametrize("changed", [5 * MIN_PART // 2, 3 * MIN_PART // 4])
-def test_a_written_run_absorbs_its_short_end_and_only_a_short_run_reads_the_copy(
-    counting, tmp_path, changed
-):
+def test_a_written_run_absorbs_its_short_end_and_only_a_short_run_reads_the_copy(counting, tmp_path, changed):
     """A changed file between long runs of copies, with parts of ``MIN_PART``: one of 2.5 parts
     ends in a short piece that the part before it absorbs (nothing read back); one shorter than
     a part takes the rest of its part from the next copy, read back (at most ``MIN_PART``)."""
@@ -230,4 +228,5 @@ def test_copy_parts_reach_the_store_while_the_run_still_grows():
             gz.copy(source, i * MiB, MiB, [(MiB, MiB, 0, i)])
             if i == 7:
                 assert sink.first.wait(60), "no copy reached the store while the run grew"
-    assert sink.copies == [(0, 4 * MiB), (4 * MiB, 4 * MiB), (8 * MiB, 4 * MiB), (12 * MiB, 3 * MiB)], sink.copies
+    expected = [(0, 4 * MiB), (4 * MiB, 4 * MiB), (8 * MiB, 4 * MiB), (12 * MiB, 3 * MiB)]
+    assert sink.copies == expected, sink.copies

@@ -37,8 +37,8 @@ from ..util.sparse import SparseWriter
 from ..util.workfiles import is_working_file
 from . import tarstream as ts
 from .hashing import Hasher
-from .index import ALIGN_MIN, IndexBuilder
 from .incremental import GAP_MAX, Copy
+from .index import ALIGN_MIN, IndexBuilder
 from .lookahead import Lookahead
 
 if TYPE_CHECKING:
