@@ -272,7 +272,9 @@ class ParallelGzipWriter:
     first members of a joined copy are handed to ``sink`` once they are that long (more in a
     large object: :func:`~.incremental.copy_chunk`) and at least ``copy_keep`` bytes (the
     store's minimum piece) stay in the run, so the store copies while the packer goes on and
-    the run's end is never a short piece. Neither closes ``sink``.
+    the run's end is never a short piece; a ``sink`` with ``expect_copies`` (the kit's
+    :class:`~flyte_checkpoint.storage.kit.PartWriter`) is told, with ``copy_run``, that copies
+    will come. Neither closes ``sink``.
     With ``align`` (the store's ``copy_limits.align``), ``align()`` starts the next member at a
     multiple of ``align`` bytes from the sink's first byte, after a padding member
     (:func:`~.index.padding`, recorded in the index as a member); so does a copy from such a
@@ -311,6 +313,9 @@ class ParallelGzipWriter:
         self._state = _GzipState(sink, n + 2, index.add_member if index is not None else None)
         self._state.copy_run = copy_run
         self._state.copy_keep = copy_keep
+        expect_copies = getattr(sink, "expect_copies", None) if copy_run is not None else None
+        if expect_copies is not None:  # a PartWriter: keep bytes back for the copies to come
+            expect_copies()
         self._state.align = align
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="fcp-gzip")
         self._finalizer = weakref.finalize(self, _abandon, self._state, self._pool)

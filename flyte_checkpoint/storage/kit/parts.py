@@ -45,8 +45,8 @@ class PartWriter(BlobWriter):
 
     - at most ``max_concurrency`` parts in flight (one with ``ordered=True``): a ``write`` that
       fills another part waits for a place, so the writer holds at most
-      ``part_size * (max_concurrency + 1)`` bytes (plus ``min_part`` kept back, for a writer with
-      ``copy_limits``); ``peak_in_flight`` records the most at once;
+      ``part_size * (max_concurrency + 1)`` bytes (plus ``min_part`` kept back, once told
+      :meth:`expect_copies`); ``peak_in_flight`` records the most at once;
     - the caller's buffer is copied, never kept: it may be reused once ``write`` returns;
     - the first part's buffer grows by doubling as data arrives, so a small object costs its own
       size; a full part is sent only when more bytes follow, so an object of at most one part
@@ -75,8 +75,8 @@ class PartWriter(BlobWriter):
 
     Server-side copies (:meth:`BlobWriter.copy`), for a writer given ``copy_limits``: a copy is
     one part (or several, of at most ``max_copy`` bytes) sent by ``_copy_part``, so it ends the
-    part being filled. With a ``min_part``, the writer keeps the last ``min_part`` bytes written
-    back from each full part it sends (the part sent is ``part_size``; the next one starts with
+    part being filled. With a ``min_part``, a writer told :meth:`expect_copies` before its first
+    byte keeps the last ``min_part`` bytes written back from each full part it sends (the part sent is ``part_size``; the next one starts with
     them), so the written bytes before a copy make a part of at least ``min_part`` whenever
     there are that many (the tail of a long written run absorbs its short end: nothing is
     read). Where fewer were written since the last copy, the first bytes of the copy are read
@@ -147,7 +147,7 @@ class PartWriter(BlobWriter):
         self._checks: list[_Checked] = []  # copies given an ``expect``, checked before the commit
         # Bytes kept back from each full part sent, so that the written bytes before a copy make
         # a part of at least ``min_part`` (S3) without reading any of the copy.
-        self._reserve = copy_limits.min_part if copy_limits is not None and not ordered else 0
+        self._reserve = 0
         #: Bytes of copies read from their source and sent, because too few were written before
         #: them or the copy was too short (for tests and logs).
         self.bytes_read_back = 0
@@ -184,6 +184,14 @@ class PartWriter(BlobWriter):
     def _copied_crc32(self, result: Any) -> int | None:
         """The CRC-32 the server computed of the part ``_copy_part`` made (None: it gave none)."""
         return None
+
+    def expect_copies(self) -> None:
+        """Say, before the first byte, that :meth:`copy` calls will come (an incremental save):
+        a writer whose pieces have a minimum (``copy_limits.min_part``) then keeps that many
+        bytes back from each full part it sends, so that the written bytes before a copy make a
+        long enough part without reading the copy. Nothing for any other writer."""
+        if self.copy_limits is not None and not self.ordered and not self.bytes_written:
+            self._reserve = self.copy_limits.min_part
 
     # -- BlobWriter ---------------------------------------------------------------------------
 
