@@ -333,7 +333,7 @@ _limit_said_in: int | None = None  # the process that said it (a forked child sa
 
 def _say_limit_once(store: BlobStore, reuse: Reuse, uri: str) -> None:
     """Say, once per process at INFO, that an incremental save copies nothing from ``uri``
-    because each of its files is shorter than the store's shortest copy (S3's 5 MiB part)."""
+    because its files together are shorter than the store's shortest copy (S3's 5 MiB part)."""
     import os
 
     global _limit_said_in
@@ -348,9 +348,9 @@ def _say_limit_once(store: BlobStore, reuse: Reuse, uri: str) -> None:
     what = "minimum part" if limits.min_part >= limits.min_copy else "shortest copy worth a request"
     least = format_bytes(reuse.min_copy)
     log.info(
-        "an incremental save copies nothing from %s: the %d files it could copy are each stored in"
-        " less than %s (%d bytes), the %s of %s, so every file is sent again; files stored in %s or"
-        " more are copied (said once per process)",
+        "an incremental save copies nothing from %s: the %d files it could copy are stored in"
+        " less than %s (%d bytes) together, the %s of %s, so every file is sent again; runs of"
+        " adjacent unchanged files stored in %s or more are copied (said once per process)",
         redact(uri),
         reuse.too_short,
         least,

@@ -168,6 +168,36 @@ class IncrementalSuite:
         assert self.restored(nxt, tmp_path) == tree_of(src)
         assert self.pieces_left(server, dest) == [] and self.pieces_left(server, nxt) == []
 
+    def test_a_run_of_files_each_too_short_to_copy_is_copied(self, proxied, server, tmp_path) -> None:
+        """Twelve files each shorter than half the store's shortest copy (S3's 5 MiB part), one
+        changed: the unchanged ones on either side are copied as runs, so what goes up is the
+        changed file and at most one minimum piece more (and the index); the object loads as the
+        tree, and ``tarfile`` reads it (issue 36, point 4)."""
+        import io
+        import tarfile
+
+        from ..storage.registry import store_for
+
+        proxy, prefix = proxied
+        limits = store_for(prefix).copy_limits
+        assert limits is not None
+        short = max(limits.min_part // 2, 128 * 1024)
+        src = tmp_path / "src"
+        src.mkdir()
+        for i in range(12):
+            (src / f"t{i:02}.bin").write_bytes(_blob(short, seed=100 + i))
+        dest = prefix + "runs.tgz"
+        full = self.save(proxy, dest, src)
+        (src / "t05.bin").write_bytes(_blob(short, seed=999))
+        one = self.save(proxy, dest, src)
+        assert one < short + limits.min_part + self.overhead, (
+            f"promise broken: one changed file of {short} bytes among 12: {one} of {full} bytes sent"
+        )
+        assert self.restored(dest, tmp_path) == tree_of(src)
+        with tarfile.open(fileobj=io.BytesIO(server.read_bytes(dest)), mode="r:gz") as tf:
+            names = [m.name for m in tf.getmembers() if m.isfile()]
+        assert names == sorted(p.name for p in src.iterdir())
+
     def test_a_damaged_base_is_not_copied_where_it_is_damaged(
         self, proxied, server, tmp_path, caplog
     ) -> None:
