@@ -76,10 +76,10 @@ class PartWriter(BlobWriter):
     Server-side copies (:meth:`BlobWriter.copy`), for a writer given ``copy_limits``: a copy is
     one part (or several, of at most ``max_copy`` bytes) sent by ``_copy_part``, so it ends the
     part being filled. With a ``min_part``, a writer told :meth:`expect_copies` before its first
-    byte keeps the last ``min_part`` bytes written back from each full part it sends (the part sent is ``part_size``; the next one starts with
-    them), so the written bytes before a copy make a part of at least ``min_part`` whenever
-    there are that many (the tail of a long written run absorbs its short end: nothing is
-    read). Where fewer were written since the last copy, the first bytes of the copy are read
+    byte keeps the last ``min_part`` bytes written back from each full part it sends (the part
+    sent is ``part_size``; the next one starts with them), so the written bytes before a copy
+    make a part of at least ``min_part`` whenever there are that many (the tail of a long
+    written run absorbs its short end: nothing is read). Where fewer were written since the last copy, the first bytes of the copy are read
     (``_read_source``, in the pool thread that sends the part, not the caller's) and added to
     them; a copy shorter than ``min_part`` (or than ``min_copy``) with what precedes it is read
     and written whole. Hooks, for such a writer:
