@@ -79,10 +79,11 @@ class PartWriter(BlobWriter):
     byte keeps the last ``min_part`` bytes written back from each full part it sends (the part
     sent is ``part_size``; the next one starts with them), so the written bytes before a copy
     make a part of at least ``min_part`` whenever there are that many (the tail of a long
-    written run absorbs its short end: nothing is read). Where fewer were written since the last copy, the first bytes of the copy are read
-    (``_read_source``, in the pool thread that sends the part, not the caller's) and added to
-    them; a copy shorter than ``min_part`` (or than ``min_copy``) with what precedes it is read
-    and written whole. Hooks, for such a writer:
+    written run absorbs its short end: nothing is read). Where fewer were written since the
+    last copy, the first bytes of the copy are read (``_read_source``, in the pool thread that
+    sends the part, not the caller's) and added to them; a copy shorter than ``min_part`` (or
+    than ``min_copy``) with what precedes it is read and written whole. Hooks, for such a
+    writer:
 
     - ``_copy_part(number, source, start, length) -> result``: make part ``number`` from bytes
       ``start .. start + length`` of ``source`` on the server, only while ``source.version``
