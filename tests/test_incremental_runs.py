@@ -230,3 +230,25 @@ def test_copy_parts_reach_the_store_while_the_run_still_grows():
                 assert sink.first.wait(60), "no copy reached the store while the run grew"
     expected = [(0, 4 * MiB), (4 * MiB, 4 * MiB), (8 * MiB, 4 * MiB), (12 * MiB, 3 * MiB)]
     assert sink.copies == expected, sink.copies
+
+
+def test_a_damaged_piece_read_to_fill_a_part_is_found(counting):
+    """The bytes of a copy read (in a pool thread) to fill the short written part before it are
+    checked as the copied ones are: a byte flipped there is named, alone, and nothing commits."""
+    from flyte_checkpoint.errors import CopyDamagedError
+    from flyte_checkpoint.testing.incremental import checks_of
+
+    store, dest = counting
+    data = _blob(4 * MIN_PART, seed=77)
+    src_uri = dest + ".src"
+    stored = bytearray(data)
+    stored[1000] ^= 0x10  # inside the first piece, which fills the written part
+    store.write_bytes(src_uri, bytes(stored))
+    source = store.copy_source(src_uri)
+    assert source is not None
+    piece = MIN_PART // 4
+    with pytest.raises(CopyDamagedError) as info, store.open_write(dest) as w:
+        w.write(b"head" * 100)
+        w.copy(source, 0, 3 * MIN_PART, checks_of(data, 0, 3 * MIN_PART, piece))
+    assert [(s.uri, a, n) for s, a, n in info.value.damaged] == [(src_uri, 0, piece)]
+    assert store.read_back == MIN_PART - 400 and store.stat(dest) is None

@@ -424,7 +424,10 @@ class PartWriter(BlobWriter):
     def _send_buffer(self, keep: int = 0) -> None:
         """Send the bytes buffered as the next part, but the last ``keep``, which stay buffered."""
         cancellation.check()
-        kept = bytes(memoryview(self._buf)[self._fill - keep : self._fill]) if keep else b""
+        kept = b""
+        if keep:
+            with memoryview(self._buf) as view:  # released before _take trims the buffer in place
+                kept = bytes(view[self._fill - keep : self._fill])
         self._fill -= len(kept)
         data = self._take()
         if kept:
