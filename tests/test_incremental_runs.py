@@ -142,6 +142,23 @@ def test_a_short_unchanged_file_between_changed_ones_is_sent_not_read_back(count
     check_object(dest, src, tmp_path)
 
 
+def test_files_rewritten_with_the_same_bytes_are_sent_not_read_back(counting, tmp_path):
+    """Every file written again with the same bytes (a new mtime, so a new tar header before
+    each): no two copies join, each file is too short alone, and the plan sees that from the
+    headers the base recorded: they are sent from the folder, nothing is read back."""
+    import os
+
+    store, dest = counting
+    src = make_tree(tmp_path / "src", 16)
+    saved(store, dest, src)
+    for i, p in enumerate(sorted(src.iterdir())):
+        os.utime(p, (1_700_000_000 + i, 1_700_000_000 + i))
+    sent, read = saved(store, dest, src)
+    assert read == 0, f"{read} bytes read back"
+    assert sent >= 16 * FILE, sent
+    check_object(dest, src, tmp_path)
+
+
 @pytest.mark.parametrize("changed", [5 * MIN_PART // 2, 3 * MIN_PART // 4])
 def test_a_written_run_absorbs_its_short_end_and_only_a_short_run_reads_the_copy(counting, tmp_path, changed):
     """A changed file between long runs of copies, with parts of ``MIN_PART``: one of 2.5 parts

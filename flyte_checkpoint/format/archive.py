@@ -37,7 +37,7 @@ from ..util.sparse import SparseWriter
 from ..util.workfiles import is_working_file
 from . import tarstream as ts
 from .hashing import Hasher
-from .incremental import GAP_MAX, Copy
+from .incremental import Copy
 from .index import ALIGN_MIN, IndexBuilder
 from .lookahead import Lookahead
 
@@ -187,8 +187,10 @@ class _Packer:
         # tar offset where it ends, and whether it is (or is planned to be) long enough for the
         # store's shortest copy (``Reuse.min_copy``).
         self._run: tuple[Copy, int, int, bool] | None = None
-        # The entries of the folder being walked that follow the file being added (to plan runs).
+        # The entries of the folder being walked that follow the file being added, and the
+        # folder's name in the archive (to plan runs).
         self._upcoming: list[os.DirEntry[str]] = []
+        self._upcoming_in = ""
         self.reuse = reuse if self._cut is not None else None
         self._gz = out
         self.root_real = os.path.realpath(root)
@@ -283,6 +285,7 @@ class _Packer:
                 self._announce(entries)
             for i, entry in enumerate(entries):
                 self._upcoming = entries[i + 1 :] if via is None and self.reuse is not None else []
+                self._upcoming_in = arcname
                 self.add(entry.path, f"{arcname}/{entry.name}" if arcname else entry.name, entry, via)
         finally:
             self.open_dirs.discard(key)
@@ -436,35 +439,37 @@ class _Packer:
         return True
 
     def _run_ahead(self, span: Copy, need: int) -> bool:
-        """Whether the files after this one in its folder (hashed ahead) are unchanged and follow
-        ``span`` in the base, so that with them the run holds ``need`` more bytes: then a file
-        too short to copy alone is copied as part of the run. A plan: should a file turn out
-        otherwise, the run is copied as it is (a short one read and sent by the store's writer)."""
+        """Whether the files right after this one in its folder (hashed ahead) are unchanged,
+        follow ``span`` in the base, and have the tar headers the base recorded there (same
+        name, size, mode, owner and mtime), so that with them the run holds ``need`` more bytes:
+        then a file too short to copy alone is copied as part of the run. Conservative (a small
+        file or a folder between, a base that recorded no header hashes: no); should a file
+        still turn out otherwise, the run is copied as it is (a short one read back and sent by
+        the store's writer)."""
         reuse, lookahead = self.reuse, self._lookahead
         assert reuse is not None
         if lookahead is None or need <= 0:
             return need <= 0
-        got, small, before = 0, 0, span
+        got, before = 0, span
         for entry in self._upcoming:
             try:
-                if not entry.is_file(follow_symlinks=False):
-                    return False  # a folder or a link: its members are not planned here
-                size = entry.stat(follow_symlinks=False).st_size
+                st = entry.stat(follow_symlinks=False)
             except OSError:
                 return False
-            if size < ALIGN_MIN:  # stored between the files: copied with them when the same
-                small += 512 + size
-                if small > GAP_MAX:
-                    return False
-                continue
-            digest = lookahead.peek(entry.path) if reuse.wants(size) else None
-            after = reuse.match(size, digest) if digest is not None else None
-            if after is None or not reuse.adjacent(before, after):
+            if not stat.S_ISREG(st.st_mode) or st.st_size < ALIGN_MIN or st.st_nlink > 1:
+                return False  # its members (a folder's, a small file's, a hard link's) are not planned
+            digest = lookahead.peek(entry.path) if reuse.wants(st.st_size) else None
+            after = reuse.match(st.st_size, digest) if digest is not None else None
+            if after is None:
+                return False
+            arcname = f"{self._upcoming_in}/{entry.name}" if self._upcoming_in else entry.name
+            header = ts.header(arcname, size=st.st_size, typeflag=ts.REGTYPE, **self.meta(st))
+            if reuse.gap_is(after.first, header) != before.last + 1:  # not next, or a new header
                 return False
             got += after.start + after.length - (before.start + before.length)
             if got >= need:
                 return True
-            before, small = after, 0
+            before = after
         return False
 
     def add_link(self, path: str, arcname: str, st: os.stat_result) -> None:

@@ -40,7 +40,7 @@ _limit_lock = lock()
 
 #: The most bytes of small members (headers, small files) fetched to compare with what the
 #: save would write there, where the store needs long copies (S3).
-GAP_MAX = 4 * 1024 * 1024
+_GAP_MAX = 4 * 1024 * 1024
 #: A run of copies this long is given to the store while the packer goes on (a copy part
 #: of its own, copied in parallel with the next ones); longer in a large object
 #: (:func:`copy_chunk`), so that S3's 10,000 parts hold it.
@@ -172,16 +172,23 @@ class Reuse:
         part of a longer run)."""
         return span.length < self.min_copy
 
-    def adjacent(self, before: Copy, after: Copy) -> bool:
-        """Whether ``after`` follows ``before`` in the base with only a few small members
-        between them (tar headers, small files: what :meth:`gap_before` may copy too), so
-        that both may be one copy. A guess used to plan runs; :meth:`gap_before` decides."""
-        if after.first <= before.last:
-            return False
-        between = range(before.last + 1, after.first)
-        if not self._damaged.isdisjoint(between):
-            return False
-        return after.start - (before.start + before.length) <= GAP_MAX
+    def gap_is(self, first: int, pending: bytes) -> int | None:
+        """The first of the base's members just before member ``first`` that hold exactly
+        ``pending`` by the hash the base recorded of them (what :meth:`gap_before` would copy,
+        known without reading); None where it recorded nothing there, other bytes, or they are
+        damaged."""
+        if first < 1 or not pending:
+            return None
+        recorded = self.index.gaps.get(self.index.members[first].uoff)
+        if recorded is None or recorded[0] != len(pending):
+            return None
+        start, total = first, 0
+        while start > 0 and total < len(pending):
+            start -= 1
+            total += self.index.members[start].ulen
+        if total != len(pending) or not self._damaged.isdisjoint(range(start, first)):
+            return None
+        return start if recorded[1] == digests.of_bytes(pending, self.index.algorithm).hex() else None
 
     def _span(self, first: int, last: int) -> Copy:
         members = self.index.members[first : last + 1]
@@ -193,7 +200,7 @@ class Reuse:
         headers and small files the save would compress there), when the store needs long
         copies (a minimum piece, or a shortest copy worth a request): copying them too joins
         the copies on either side into one. None otherwise."""
-        if self.min_copy <= 1 or not pending or len(pending) > GAP_MAX:
+        if self.min_copy <= 1 or not pending or len(pending) > _GAP_MAX:
             return None
         start, total = first, 0
         while start > 0 and total < len(pending):
@@ -208,7 +215,7 @@ class Reuse:
             if recorded != (len(pending), digests.of_bytes(pending, self.index.algorithm).hex()):
                 return None
             return span
-        if span.length > GAP_MAX:
+        if span.length > _GAP_MAX:
             return None
         from .compression import inflate
 
