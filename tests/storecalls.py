@@ -158,10 +158,17 @@ class _RecordedShardedWrites:
         self._add("begin", token)
         return self._inner.begin(token)
 
-    def segment(self, session: Any, rank: int, world: int, joiner: str) -> Any:
+    def segment(self, session: Any, rank: int, world: int, joiner: str, size: int = 0) -> Any:
+        from flyte_checkpoint.sharded.api import _segment
+
         self._add("segment", rank, world)
-        segment = self._inner.segment(session, rank, world, joiner=joiner)
+        segment = _segment(self._inner, session, rank, world, joiner, size)
         return _RecordedSegment(segment, rank, self._calls)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("check_world", "plan"):  # pure: no store call to record
+            return getattr(self._inner, name)
+        raise AttributeError(name)
 
     def commit(self, session: Any, pieces: Any, tail: bytes) -> None:
         self._add("commit", len(pieces), tail)

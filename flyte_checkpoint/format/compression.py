@@ -71,6 +71,12 @@ _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags,
 _STORED_MAX = 0xFFFF
 
 
+def stored_length(n: int) -> int:
+    """The bytes of :func:`stored_member` of ``n`` bytes: the header and trailer (18) and 5 for
+    each 65,535-byte block (one for empty data)."""
+    return n + 18 + 5 * max(1, -(-n // _STORED_MAX))
+
+
 def stored_member(data: bytes | memoryview) -> list[bytes | memoryview]:
     """``data`` as one gzip member of stored (uncompressed) deflate blocks, in pieces.
 

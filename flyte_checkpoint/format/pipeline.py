@@ -26,7 +26,7 @@ from ..errors import TransientError
 from ..storage.blobstore import CopyCheck
 from ..storage.kit.checksums import crc32
 from ..util.interrupts import finish
-from .compression import DEFAULT_LEVEL, compress_member, stored_member
+from .compression import DEFAULT_LEVEL, compress_member, stored_length, stored_member
 
 if TYPE_CHECKING:
     from ..storage.blobstore import CopySource
@@ -69,7 +69,10 @@ def compress_block(data: bytes | memoryview, level: int) -> list[bytes | memoryv
             return stored_member(data)
         if ratio < DENSE_RATIO:
             level += 2
-    return [compress_member(data, level)]
+    member = compress_member(data, level)
+    if len(member) > stored_length(len(data)):  # never more than stored: a bound a plan can use
+        return stored_member(data)
+    return [member]
 
 
 class _Stop:

@@ -118,7 +118,7 @@ def save_sharded(
     from ..uri import is_local
     from .coordinate import StoreCoordinator, TorchCoordinator, new_token
     from .identity import Caller, job_identity, lease_seconds, next_save
-    from .segment import check_union, pack_segment, tail
+    from .segment import check_union, pack_segment, segment_bound, tail
     from .writes import coordination_prefix, writes_for
 
     rank, world, torch = find_rank(rank, world_size)
@@ -131,6 +131,9 @@ def save_sharded(
         raise ConfigurationError(f"save_sharded saves a folder; {src} is not one")
     store = store_for(dest)
     writes = writes_for(store, dest)
+    check_world = getattr(writes, "check_world", None)
+    if check_world is not None:
+        check_world(world)  # a world the store's part numbers cannot share: every rank, no request
 
     def own(session: dict[str, Any]) -> dict[str, Any]:
         from .coordinate import step
@@ -141,7 +144,8 @@ def save_sharded(
             if mismatch is not None:
                 return {"ok": False, "error": mismatch}
             step(rank, "packing")
-            segment = _segment(writes, session, rank, world, caller.joiner)
+            # the plan of the segment's parts comes from a bound of its size, before any byte is sent
+            segment = _segment(writes, session, rank, world, caller.joiner, segment_bound(src))
             leave_out = leave_out_for(dest) if is_local(dest) else None  # a destination in the folder
             report = pack_segment(src, segment, segment.padding_needed, leave_out)  # type: ignore[arg-type]
             step(rank, "segment")
@@ -201,18 +205,24 @@ def save_sharded(
     logger().info("rank %d of %d: sharded save to %s committed", rank, world, redact(dest))
 
 
-def _segment(writes: Any, session: dict[str, Any], rank: int, world: int, joiner: str) -> Segment:
-    """``writes.segment(...)``; a store written before segments took ``joiner`` gets the call it
-    knows (two processes reporting as one rank may then write one segment: docs/sharded.md)."""
+def _segment(writes: Any, session: dict[str, Any], rank: int, world: int, joiner: str, size: int) -> Segment:
+    """``writes.segment(...)`` with what it takes: ``size`` (the bound of the segment, from which
+    a store plans its parts) and ``joiner``; a store written before segments took ``joiner`` gets
+    the call it knows (two processes reporting as one rank may then write one segment:
+    docs/sharded.md)."""
     import inspect
 
+    params: Any
     try:
-        takes_joiner = "joiner" in inspect.signature(writes.segment).parameters
+        params = inspect.signature(writes.segment).parameters
     except (TypeError, ValueError):  # no signature to read: assume the current one
-        takes_joiner = True
-    if takes_joiner:
-        return writes.segment(session, rank, world, joiner=joiner)
-    return writes.segment(session, rank, world)
+        params = None
+    extra: dict[str, Any] = {}
+    if params is None or "size" in params:
+        extra["size"] = size
+    if params is None or "joiner" in params:
+        extra["joiner"] = joiner
+    return writes.segment(session, rank, world, **extra)
 
 
 def _guard(own):

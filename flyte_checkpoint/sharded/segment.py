@@ -12,6 +12,7 @@ reader decodes to nothing.
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -59,6 +60,93 @@ def pack_segment(
         "files": [[*f[:5], f[5] if isinstance(f[5], str) else f[5]()] for f in index._files],
         "names": [[name.rstrip("/"), flag == ts.DIRTYPE] for name, flag in names],
     }
+
+
+#: Bytes a gzip member adds to the data it stores at most, besides 5 a 65,535-byte deflate
+#: block: its header (10), trailer (8) and one empty stored block (5). A member is never larger
+#: than the same data stored (:func:`~flyte_checkpoint.format.pipeline.compress_block`).
+MEMBER_OVERHEAD = 23
+
+
+def gzip_bound(tar_bytes: int, entries: int) -> int:
+    """The most bytes the segment writer's gzip members of ``tar_bytes`` bytes of tar stream
+    (of ``entries`` members) take: the data stored (5 bytes a 65,535-byte block), and each
+    member's :data:`MEMBER_OVERHEAD`, for as many members as the writer can make of it (one a
+    quarter block at most, and two cuts and a write around each file)."""
+    from ..format.pipeline import BLOCK_SIZE
+
+    members = 8 * -(-tar_bytes // BLOCK_SIZE) + 3 * entries + 4
+    return tar_bytes + 5 * (tar_bytes // 0xFFFF + 1) + MEMBER_OVERHEAD * members
+
+
+def segment_bound(folder: str | os.PathLike[str]) -> int:
+    """An upper bound of the bytes :func:`pack_segment` writes for ``folder`` (before padding),
+    from one walk of it (no file is read): each entry's tar header as the packer writes it,
+    each file's data in 512-byte blocks, and :func:`gzip_bound` of that. A link is counted as
+    the packer stores it: a link inside the tree as a link, one that leaves it as the file's
+    or folder's content; this library's working files are left out (as the packer does). A
+    folder that grows after this walk can outgrow the bound (the save then fails, naming it)."""
+    from ..format import tarstream as ts
+    from ..util.workfiles import is_working_file
+
+    root = os.path.realpath(os.fspath(folder))
+    inside = root.rstrip("/") + "/"
+    seen: dict[tuple[int, int], str] = {}
+    walking: set[str] = set()
+    total = entries = 0
+
+    def head(name: str, size: int = 0, link: str = "") -> int:
+        return len(ts.header(name, mode=0o644, size=size, mtime=0, typeflag=ts.REGTYPE, linkname=link))
+
+    def walk(path: str, arcname: str) -> None:
+        nonlocal total, entries
+        real = os.path.realpath(path)
+        if real in walking:
+            return  # a loop: the packer refuses it
+        walking.add(real)
+        try:
+            with os.scandir(path) as it:
+                found = [e for e in it if not is_working_file(e.name)]
+        except OSError:
+            found = []  # the packer meets it and says what is wrong
+        for entry in found:
+            name = f"{arcname}/{entry.name}" if arcname else entry.name
+            entries += 1
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                total += head(name)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    target = os.readlink(entry.path)
+                    real_target = os.path.realpath(entry.path)
+                except OSError:
+                    total += head(name)
+                    continue
+                if real_target == root or real_target.startswith(inside) or not os.path.exists(real_target):
+                    # stored as a link: as written, or made relative to its folder (the longer)
+                    made = os.path.relpath(real_target, os.path.realpath(os.path.dirname(entry.path)))
+                    total += head(name, link=max(target, made, key=lambda t: len(os.fsencode(t))))
+                    continue
+                try:
+                    st = os.stat(entry.path)
+                except OSError:
+                    total += head(name)
+                    continue
+            if stat.S_ISDIR(st.st_mode):
+                total += head(name + "/")
+                walk(entry.path, name)
+            elif (st.st_dev, st.st_ino) in seen:  # a hard link to a file already counted: a header
+                total += head(name, link=seen[st.st_dev, st.st_ino])
+            else:
+                if st.st_nlink > 1:
+                    seen[st.st_dev, st.st_ino] = name
+                total += head(name, size=st.st_size) + st.st_size + ts.padding(st.st_size)
+        walking.discard(real)
+
+    walk(os.fspath(folder), "")
+    return gzip_bound(total, entries)
 
 
 def check_union(reports: list[Report]) -> None:

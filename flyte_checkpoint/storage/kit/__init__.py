@@ -10,6 +10,7 @@
 - :mod:`.checksums`: CRC32/CRC32C/CRC64NVME computed and combined, MD5, from the best library here;
 - :mod:`.reads`: :class:`RangedReader`, a stream of ranges fetched ahead, bounded, in order, verified;
 - :mod:`.parts`: :class:`PartWriter`, parts sent from the pool, bounded, committed or cancelled;
+- :mod:`.plans`: :func:`plan_shard`, a rank's parts of a sharded save from its store's limits (pure);
 - from the core's small pieces, for a backend's own code: :class:`PerProcess` and
   :func:`per_process_lock` (clients, pools and locks a forked child makes afresh),
   :func:`open_source` (the file an ``upload_file`` reads, checked unchanged before the commit)
@@ -29,6 +30,7 @@ from .errors import TRANSIENT_STATUS, chain, container_missing, from_status, tra
 from .files import download_to_file
 from .locations import Location, parse_location
 from .parts import PartWriter, part_size_for
+from .plans import PartLimits, ShardPlan, check_world, compose_plan, plan_shard
 from .pools import StorePool
 from .reads import RangedReader, RangeFetch
 from .redaction import protect_logs, scrub, scrub_values
@@ -65,6 +67,11 @@ __all__ = [
     "RangedReader",
     "RangeFetch",
     "PartWriter",
+    "PartLimits",
+    "ShardPlan",
+    "check_world",
+    "compose_plan",
+    "plan_shard",
     "Digest",
     "Crc",
     "CHOICE",

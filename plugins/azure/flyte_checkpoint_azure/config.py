@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from flyte_checkpoint.errors import ConfigurationError
 from flyte_checkpoint.storage.kit.locations import Location
+from flyte_checkpoint.storage.kit.plans import PartLimits
 from flyte_checkpoint.storage.kit.settings import CHOICE, OBJECT, SIZE, TEXT, URL, CloudConfig, MiB, setting
 from flyte_checkpoint.uri import redact
 
@@ -39,6 +40,17 @@ from flyte_checkpoint.uri import redact
 MIN_PART_SIZE = 1
 MAX_PART_SIZE = 4000 * MiB
 MAX_PARTS = 50_000
+#: The blocks of a sharded save's one blob (``flyte_checkpoint.storage.kit.plans``): the ranks
+#: share 49,999 of the 50,000 (the tail's is the last); no smallest block, so no padding. The
+#: largest blob is 50,000 x 4,000 MiB (190.7 TiB).
+SHARD_LIMITS = PartLimits(
+    store="Azure",
+    min_part=0,
+    max_part=MAX_PART_SIZE,
+    max_parts=MAX_PARTS,
+    max_object=MAX_PARTS * MAX_PART_SIZE,
+    described="50,000 blocks of at most 4,000 MiB",
+)
 PART_MULTIPLE = 1
 DEFAULT_SUFFIX = "core.windows.net"
 #: Azurite's published development account (``UseDevelopmentStorage=true``); not a secret.

@@ -17,11 +17,16 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from .config import MAX_PARTS
+from flyte_checkpoint.storage.kit import ShardPlan, check_world, plan_shard
+from flyte_checkpoint.uri import redact
+
+from .config import SHARD_LIMITS
 from .uris import parse
-from .writer import DOUBLE_EVERY, AzureWriter
+from .writer import AzureWriter
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .store import AzureStore
 
 #: Characters of a block id's tag that tell the save and the joiner apart (the rest of the 16
@@ -37,16 +42,24 @@ def _tag(token: str, who: str, joiner: str = "") -> str:
 
 
 class AzureSegment(AzureWriter):
-    """One rank's blocks of the blob: its share of the 50,000 (sizes doubling as a whole
-    object's would within it), staged but never committed here."""
+    """One rank's blocks of the blob: its share of the 49,999 (:func:`plan_shard`), each of
+    the plan's size (the store's ``part_size``, larger where the rank's bound needs it), staged
+    but never committed here."""
 
-    def __init__(self, store: AzureStore, uri: str, token: str, rank: int, world: int, joiner: str) -> None:
+    def __init__(self, store: AzureStore, uri: str, token: str, joiner: str, plan: ShardPlan) -> None:
         super().__init__(store, store.client.blob(parse(uri)), uri)
-        self._tag = _tag(token, str(rank), joiner)
+        self._tag = _tag(token, str(plan.rank), joiner)
         self._md5 = None  # the object's MD5 is not this segment's to give
-        self.max_parts = (MAX_PARTS - 1) // world
-        self.double_every = max(1, DOUBLE_EVERY // world)
+        self.plan = plan
+        self.part_size = plan.part_size
+        self.max_parts = plan.count
+        self.double_every = plan.count + 1  # every block the plan's size: none doubles
         self._blocks: list[str] = []
+
+    def _submit(self, job: Callable[[int], Any]) -> None:
+        if self._next_part > self.max_parts:
+            raise self.plan.outgrown(redact(self.uri))
+        super()._submit(job)
 
     def _put_whole(self, data: bytes | bytearray) -> None:
         self._blocks = [self._send_part(1, data)] if data else []
@@ -76,8 +89,27 @@ class AzureShardedWrites:
     def begin(self, token: str) -> dict[str, Any]:
         return {}  # a block blob's upload begins with its first block
 
-    def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> AzureSegment:
-        return AzureSegment(self.store, self.uri, session["token"], rank, world, joiner)
+    def check_world(self, world: int) -> None:
+        """Raise ShardedSaveError if Azure's 49,999 blocks cannot give each of ``world`` ranks
+        one (pure: every rank calls it before any request)."""
+        check_world(SHARD_LIMITS, world, redact(self.uri))
+
+    def plan(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Rank ``rank``'s blocks for a segment of at most ``size`` bytes (pure; raises
+        ShardedSaveError when they cannot fit Azure's limits)."""
+        return plan_shard(
+            SHARD_LIMITS,
+            rank=rank,
+            world=world,
+            size=size,
+            part_size=self.store.config.part_size,
+            uri=redact(self.uri),
+        )
+
+    def segment(
+        self, session: dict[str, Any], rank: int, world: int, joiner: str, size: int = 0
+    ) -> AzureSegment:
+        return AzureSegment(self.store, self.uri, session["token"], joiner, self.plan(rank, world, size))
 
     def commit(self, session: dict[str, Any], pieces: list[dict[str, Any]], tail: bytes) -> None:
         writer = AzureWriter(self.store, self.store.client.blob(parse(self.uri)), self.uri)

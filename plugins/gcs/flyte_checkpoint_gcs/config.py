@@ -15,7 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flyte_checkpoint.storage.kit import CHOICE, COUNT, FLAG, OBJECT, SIZE, TEXT, URL, CloudConfig, KiB, MiB
+from flyte_checkpoint.storage.kit import (
+    CHOICE,
+    COUNT,
+    FLAG,
+    OBJECT,
+    SIZE,
+    TEXT,
+    URL,
+    CloudConfig,
+    GiB,
+    KiB,
+    MiB,
+    PartLimits,
+)
 from flyte_checkpoint.storage.kit import setting as _setting
 from flyte_checkpoint.storage.kit.settings import Setting
 
@@ -28,6 +41,20 @@ PART_MULTIPLE = 256 * KiB
 MIN_PART_SIZE = PART_MULTIPLE
 MAX_PART_SIZE = sys.maxsize
 MAX_PARTS = sys.maxsize
+#: A sharded save's pieces (``flyte_checkpoint.storage.kit.plans``): each rank's segment is a
+#: whole object (a resumable upload: no count or size of chunks to plan), composed by the
+#: committing rank at most MAX_SOURCES a request, in rounds; no smallest piece, so no padding.
+#: GCS's largest object, a piece or the composite, is 5 TiB.
+MAX_OBJECT_SIZE = 5 * 1024 * GiB
+MAX_SOURCES = 32
+SHARD_LIMITS = PartLimits(
+    store="GCS",
+    min_part=0,
+    max_part=MAX_OBJECT_SIZE,
+    max_parts=None,
+    max_object=MAX_OBJECT_SIZE,
+    described="objects of at most 5 TiB, composed 32 a request",
+)
 PROJECT_ENVS = ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT")
 
 

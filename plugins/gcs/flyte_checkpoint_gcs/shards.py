@@ -23,16 +23,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.sharded.writes import GatherWrites, Session
+from flyte_checkpoint.storage.kit import ShardPlan, check_world, compose_plan, plan_shard
+from flyte_checkpoint.uri import redact
 
 from . import errors
+from .config import MAX_SOURCES, SHARD_LIMITS
 from .uris import parse
 from .writer import CONTENT_TYPE, GCSWriter
 
 if TYPE_CHECKING:
     from .store import GCSStore
-
-#: The most source objects one ``compose`` request takes.
-MAX_SOURCES = 32
 
 
 class GCSSegment(GCSWriter):
@@ -62,7 +62,29 @@ class GCSShardedWrites(GatherWrites):
     def begin(self, token: str) -> Session:
         return super().begin(token)  # the pieces are named by the token: nothing to start
 
-    def segment(self, session: Session, rank: int, world: int, joiner: str) -> GCSSegment:
+    def check_world(self, world: int) -> None:
+        """GCS has no count of pieces to share: any world of at least one rank fits."""
+        check_world(SHARD_LIMITS, world, redact(self.uri))
+
+    def plan(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Rank ``rank``'s piece for a segment of at most ``size`` bytes: one object, sent in
+        the store's ``part_size`` chunks (pure; raises ShardedSaveError past 5 TiB)."""
+        return plan_shard(
+            SHARD_LIMITS,
+            rank=rank,
+            world=world,
+            size=size,
+            part_size=self.store.config.part_size,
+            uri=redact(self.uri),
+        )
+
+    @staticmethod
+    def compose_requests(world: int) -> tuple[int, int]:
+        """(rounds, compose requests) of the commit of ``world`` ranks' pieces and the tail."""
+        return compose_plan(world + 1, MAX_SOURCES)
+
+    def segment(self, session: Session, rank: int, world: int, joiner: str, size: int = 0) -> GCSSegment:
+        self.plan(rank, world, size)  # refused past GCS's largest object, before any byte
         return GCSSegment(self.store, self._piece(session["token"], rank, joiner))
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:

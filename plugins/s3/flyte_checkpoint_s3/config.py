@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from flyte_checkpoint.errors import ConfigurationError
-from flyte_checkpoint.storage.kit import CHOICE, SIZE, TEXT, URL, CloudConfig, GiB, MiB, setting
+from flyte_checkpoint.storage.kit import CHOICE, SIZE, TEXT, URL, CloudConfig, GiB, MiB, PartLimits, setting
 from flyte_checkpoint.uri import redact
 
 if TYPE_CHECKING:
@@ -36,6 +36,18 @@ MIN_PART_SIZE = 5 * MiB
 MAX_PART_SIZE = 5 * GiB
 MAX_PARTS = 10_000
 PART_MULTIPLE = 1
+#: The parts of a sharded save's one upload (``flyte_checkpoint.storage.kit.plans``): the ranks
+#: share part numbers 1 to 9,999 (10,000 is the tail's); every rank's last part, followed by the
+#: next rank's, must reach MIN_PART_SIZE too. AWS's largest object is 48.8 TiB (10,000 x 5 GiB).
+SHARD_LIMITS = PartLimits(
+    store="S3",
+    min_part=MIN_PART_SIZE,
+    max_part=MAX_PART_SIZE,
+    max_parts=MAX_PARTS,
+    max_object=MAX_PARTS * MAX_PART_SIZE,
+    multiple=PART_MULTIPLE,
+    described="10,000 parts of 5 MiB to 5 GiB",
+)
 
 #: botocore's switch that turns the ``AWS_ENDPOINT_URL*`` variables off.
 IGNORE_ENDPOINTS = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"

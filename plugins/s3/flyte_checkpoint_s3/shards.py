@@ -1,52 +1,88 @@
 """Sharded saves on S3: one multipart upload written by every rank (``flyte_checkpoint.sharded``).
 
-Rank 0 starts the upload; each rank sends its segment as parts numbered from its own range
-(``(10,000 - 1) // world`` numbers each), its last part padded to S3's 5 MiB minimum; rank 0
-sends the tail as part 10,000 and completes the upload with every rank's parts in order
-(and the whole object's CRC, combined from theirs), or aborts it. Unfinished uploads of the
-same key that earlier, killed saves left are aborted after the next commit.
+Rank 0 starts the upload; each rank sends its segment as parts numbered from its own range of
+the 9,999 numbers (dealt out in rank order, :func:`flyte_checkpoint.storage.kit.plan_shard`),
+each part as large as the rank's bound of its segment needs to fit its numbers (at least the
+store's ``part_size``, at most 5 GiB less 5 MiB); the last 5 MiB of each full part are held back
+for the next one, so the rank's last part, which other ranks' parts follow, always reaches S3's
+5 MiB minimum without padding; only a segment shorter than 5 MiB in all is padded (an empty
+one sends no part). Rank 0 sends the tail as part 10,000 and completes the upload with every
+rank's parts in order (and the whole object's CRC, combined from theirs), or aborts it. A
+world of more than 9,999 ranks, or a rank whose bound does not fit its numbers, is refused
+before any part is sent. Unfinished uploads of the same key that earlier, killed saves left
+are aborted after the next commit.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from flyte_checkpoint.storage.kit import part_size_for
+from flyte_checkpoint.storage.kit import ShardPlan, check_cancelled, check_world, plan_shard
+from flyte_checkpoint.uri import redact
 
-from .config import MAX_PARTS, MIN_PART_SIZE
+from .config import MAX_PARTS, SHARD_LIMITS
 from .errors import error_code
 from .uris import parse
 from .writer import S3Writer
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .store import S3Store
 
 
 class S3Segment(S3Writer):
-    """One rank's parts, numbered ``first .. first + count - 1``, of rank 0's upload."""
+    """One rank's parts, numbered ``plan.first .. plan.first + plan.count - 1``, of rank 0's
+    upload: ``plan.part_size`` bytes each but the last, which holds from 5 MiB (``plan.hold``,
+    held back from the part before) to ``plan.part_size + plan.hold`` bytes."""
 
-    def __init__(self, store: S3Store, uri: str, upload_id: str, first: int, count: int) -> None:
+    def __init__(self, store: S3Store, uri: str, upload_id: str, plan: ShardPlan) -> None:
         super().__init__(store, uri, parse(uri))
         self.upload_id = upload_id
-        self.part_size = max(self.part_size, MIN_PART_SIZE)
-        self._first = first
-        self._next_part = first
-        self.max_parts = first + count - 1
+        self.plan = plan
+        self.part_size = plan.part_size
+        self._hold = plan.hold
+        self._first = plan.first
+        self._next_part = plan.first
+        self.max_parts = plan.first + plan.count - 1
         self._results: list[Any] = []
+        self._closing = False
+        #: Bytes of padding added to the segment (its last part brought to S3's minimum).
+        self.padded = 0
 
     def _part_size(self, number: int) -> int:
-        return part_size_for(
-            number - self._first + 1,
-            self.part_size,
-            double_every=self.double_every,
-            maximum=self.max_part_size,
-        )
+        return self.plan.part_size + self._hold  # a part, and the bytes held back for the next
+
+    def _send_buffer(self) -> None:
+        if self._closing or not self._hold:
+            super()._send_buffer()
+            return
+        # Full while more bytes follow: send all but the last ``hold`` bytes, which start the
+        # next part (so the segment's last part is never shorter than S3's minimum).
+        check_cancelled()
+        data = self._take()
+        assert isinstance(data, bytearray)
+        keep = data[len(data) - self._hold :]
+        del data[len(data) - self._hold :]
+        buf = bytearray(self._part_size(self._next_part + 1))
+        buf[: len(keep)] = keep
+        self._submit(lambda number: self._send_part(number, data))
+        self._buf, self._fill = buf, len(keep)
+
+    def _submit(self, job: Callable[[int], Any]) -> None:
+        if self._next_part > self.max_parts:
+            raise self.plan.outgrown(redact(self.uri))
+        super()._submit(job)
+
+    def _commit(self) -> None:
+        self._closing = True
+        super()._commit()
 
     def _start(self) -> None:
         pass  # the upload is rank 0's
 
     def _put_whole(self, data: bytes | bytearray) -> None:
-        self._results = [self._send_part(self._first, data)]
+        self._results = [self._send_part(self._first, data)] if data else []  # an empty segment: no part
 
     def _complete(self, results: list[Any], tail: memoryview | None) -> None:
         self._results = results
@@ -55,8 +91,10 @@ class S3Segment(S3Writer):
         pass  # rank 0 aborts the whole upload
 
     def padding_needed(self) -> int:
-        """Bytes that bring the part being filled (the segment's last) to :data:`MIN_PART_SIZE`."""
-        return max(0, MIN_PART_SIZE - self._fill)
+        """Bytes that bring the segment's last part to S3's 5 MiB minimum: only for a segment
+        shorter than that in all (a longer one's last part holds the bytes held back)."""
+        self.padded = self._hold - self._fill if 0 < self._fill < self._hold else 0
+        return self.padded
 
     def finish(self) -> dict[str, Any]:
         self.close()
@@ -87,11 +125,29 @@ class S3ShardedWrites:
         )
         return {"upload_id": resp["UploadId"]}
 
-    def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> S3Segment:
+    def check_world(self, world: int) -> None:
+        """Raise ShardedSaveError if S3's part numbers cannot give each of ``world`` ranks one
+        (pure: every rank calls it before any request)."""
+        check_world(SHARD_LIMITS, world, redact(self.uri))
+
+    def plan(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Rank ``rank``'s parts for a segment of at most ``size`` bytes (pure; raises
+        ShardedSaveError when they cannot fit S3's limits)."""
+        return plan_shard(
+            SHARD_LIMITS,
+            rank=rank,
+            world=world,
+            size=size,
+            part_size=self.store.config.part_size,
+            uri=redact(self.uri),
+        )
+
+    def segment(
+        self, session: dict[str, Any], rank: int, world: int, joiner: str, size: int = 0
+    ) -> S3Segment:
         # Two processes reporting as one rank send the same part numbers; the completion names
         # each part's ETag and checksum, so a part replaced by the other fails it (InvalidPart).
-        count = (MAX_PARTS - 1) // world
-        return S3Segment(self.store, self.uri, session["upload_id"], 1 + rank * count, count)
+        return S3Segment(self.store, self.uri, session["upload_id"], self.plan(rank, world, size))
 
     def commit(self, session: dict[str, Any], pieces: list[dict[str, Any]], tail: bytes) -> None:
         writer = S3Writer(self.store, self.uri, self.loc)
