@@ -39,7 +39,7 @@ def pack_segment(
 ) -> Report:
     """Write ``folder``'s tar stream (no end-of-archive; ``leave_out`` left out) to ``sink`` as
     gzip members, then ``pad()`` bytes of padding members; returns what the committing rank
-    needs of it.
+    needs of it. An empty folder writes no member (and so no padding: ``pad()`` sees nothing).
 
     Raises what :func:`~flyte_checkpoint.format.archive.pack_directory` raises.
     """
@@ -49,8 +49,16 @@ def pack_segment(
 
     index = _SegmentIndex()
     names: list[tuple[str, bytes]] = []
-    with ParallelGzipWriter(sink, index=index) as gz:
+    gz = ParallelGzipWriter(sink, index=index)
+    try:
         pack_directory(folder, gz, index=index, end=False, names=names, leave_out=leave_out)  # type: ignore[arg-type]
+    except BaseException:
+        gz.abort()
+        raise
+    if gz.bytes_in:
+        gz.close()
+    else:
+        gz.abort()  # an empty folder: no member at all (a segment of nothing needs no part)
     for member in padding(pad() if pad is not None else 0):
         sink.write(member)
         index.add_member(len(member), 0, 0, zlib.crc32(member))

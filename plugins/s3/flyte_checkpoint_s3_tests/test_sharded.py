@@ -212,3 +212,127 @@ def test_a_part_replaced_by_another_process_as_the_same_rank_fails_the_commit(cl
     writes.abort(session)
     assert client.list_objects_v2(Bucket=BUCKET, Prefix=key_of(dest)).get("KeyCount") == 0
     assert uploads(client, dest) == []
+
+
+# -- part plans (issue 36): refused before any request, and a last part that needs no padding --
+
+
+@pytest.fixture
+def requests(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every S3 API call any boto3 client of this process makes from now on, by name."""
+    import botocore.client
+
+    made: list[str] = []
+    real = botocore.client.BaseClient._make_api_call
+
+    def counted(self: Any, operation: str, params: Any) -> Any:
+        made.append(operation)
+        return real(self, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counted)
+    return made
+
+
+def test_a_world_larger_than_s3s_part_numbers_is_refused_before_any_request(tmp_path, dest, requests):
+    from flyte_checkpoint.errors import ShardedSaveError
+    from flyte_checkpoint.sharded import save_sharded
+
+    folder = sr.make_folders(tmp_path, 1)[0]
+    for rank in (0, 1, 9_999):
+        with pytest.raises(ShardedSaveError) as caught:
+            save_sharded(dest, folder, rank=rank, world_size=10_000, timeout=60)
+        message = str(caught.value)
+        assert "10,000 ranks" in message and "S3" in message and "9,999" in message, message
+    assert requests == []
+
+
+def test_a_shard_past_its_ranks_parts_fails_every_rank_and_sends_none_of_its_bytes(
+    tmp_path, client, dest, monkeypatch, requests
+):
+    """Limits made small (3 part numbers of at most 6 MiB for the ranks): rank 1's 12 MiB bound
+    cannot fit its one part; it sends no part, and both ranks raise, naming the limit."""
+    from flyte_checkpoint_s3 import shards
+
+    from flyte_checkpoint.errors import ShardedSaveError
+    from flyte_checkpoint.storage.kit import PartLimits
+
+    small = PartLimits("S3", 5 * 1024 * 1024, 6 * 1024 * 1024, 4, 1 << 40, described="4 parts (test)")
+    monkeypatch.setattr(shards, "SHARD_LIMITS", small)
+    sent: list[int] = []
+    real_send = shards.S3Segment._send_part
+
+    def send(self: Any, number: int, data: Any) -> Any:
+        sent.append(self.plan.rank)
+        return real_send(self, number, data)
+
+    monkeypatch.setattr(shards.S3Segment, "_send_part", send)
+    folders = sr.make_folders(tmp_path, 2, size=1000)
+    (folders[1] / "big.bin").write_bytes(os.urandom(12 * 1024 * 1024))
+    errors = sr.save_threads(dest, folders)
+    assert len(errors) == 2 and all(isinstance(e, ShardedSaveError) for e in errors), errors
+    for error in errors:
+        assert "rank 1's segment" in str(error) and "4 parts (test)" in str(error), error
+        assert "2 ranks" in str(error) and "Nothing was sent" in str(error), error
+    assert 1 not in sent  # rank 1 sent none of its bytes: every part sent is rank 0's
+    assert requests.count("UploadPart") == len(sent)
+    assert uploads(client, dest) == []
+
+
+def test_small_parts_leave_no_padding_and_load_byte_identical(tmp_path, client, dest, monkeypatch):
+    """Parts of 5 MiB (the setting's smallest that S3 takes), segments of 17 MiB that do not
+    compress: each rank's last part holds the 5 MiB held back and the rest, so nothing is
+    padded; the object loads back as the exact union, and tarfile and ``tar xzf`` read it."""
+    import shutil
+    import subprocess
+
+    from flyte_checkpoint_s3 import shards
+
+    from flyte_checkpoint.storage.registry import get_registry
+
+    monkeypatch.setenv("FLYTE_CHECKPOINT_S3_PART_SIZE", "5MiB")
+    get_registry().close()
+    padded: list[int] = []
+    real_pad = shards.S3Segment.padding_needed
+
+    def pad(self: Any) -> int:
+        padded.append(real_pad(self))
+        return padded[-1]
+
+    monkeypatch.setattr(shards.S3Segment, "padding_needed", pad)
+    folders = sr.make_folders(tmp_path, 3, size=1000)
+    for rank, folder in enumerate(folders):
+        (folder / f"weights{rank}.bin").write_bytes(os.urandom(17 * 1024 * 1024 + rank))
+    assert sr.save_threads(dest, folders) == []
+    assert padded == [0, 0, 0]
+    expected = sr.union(folders)
+    assert untar(client, dest) == expected
+    assert sr.restore(dest, tmp_path) == expected
+    etag = client.head_object(Bucket=BUCKET, Key=key_of(dest))["ETag"]
+    assert etag.strip('"').endswith(f"-{3 * 3 + 1}")  # parts of 5, 5 and 7+ MiB a rank, the tail
+    if shutil.which("tar") is not None:
+        obj = tmp_path / "object.tar.gz"
+        obj.write_bytes(client.get_object(Bucket=BUCKET, Key=key_of(dest))["Body"].read())
+        out = tmp_path / "untarred"
+        out.mkdir()
+        subprocess.run(["tar", "xzf", str(obj), "-C", str(out)], check=True)
+        assert sr.tree(out) == expected
+    assert uploads(client, dest) == []
+
+
+def test_an_empty_rank_sends_no_part(tmp_path, client, dest):
+    import shutil
+
+    folders = sr.make_folders(tmp_path, 3, size=1000)
+    shutil.rmtree(folders[1])
+    folders[1].mkdir()
+    assert sr.save_threads(dest, folders) == []
+    assert untar(client, dest) == sr.union(folders)
+    etag = client.head_object(Bucket=BUCKET, Key=key_of(dest))["ETag"]
+    assert etag.strip('"').endswith("-3")  # ranks 0 and 2 (each padded to 5 MiB), the tail
+    import flyte_checkpoint as fc
+    from flyte_checkpoint.sharded import load_sharded
+
+    for rank, folder in enumerate(folders):
+        with fc.Checkpoint(str(tmp_path / f"own{rank}"), dest) as cp:
+            loaded = load_sharded(cp, own=True, rank=rank)
+            assert (sr.tree(loaded) if loaded is not None else {}) == sr.tree(folder)
