@@ -158,3 +158,14 @@ def test_a_compressed_member_is_never_longer_than_stored(monkeypatch):
     data = bytes(64 * 1024) + os.urandom(2 * MiB)  # the sample compresses, the rest does not
     pieces = pipeline.compress_block(data, 1)
     assert sum(len(p) for p in pieces) <= stored_length(len(data))
+
+
+def test_large_parts_are_sent_fewer_at_once():
+    """A writer holds one part more than it sends: with parts of GiBs, the store's
+    max_concurrency would hold tens of GiB, so the plan keeps about 1 GiB in flight."""
+    small = plan_shard(S3_LIKE, rank=0, world=64, size=64 * MiB, part_size=8 * MiB)
+    assert small.concurrency(8) == 8
+    large = plan_shard(S3_LIKE, rank=0, world=64, size=50 * GiB, part_size=8 * MiB)
+    assert large.concurrency(8) == 3 and 3 * large.buffer <= GiB
+    huge = plan_shard(S3_LIKE, rank=0, world=1000, size=40 * GiB, part_size=8 * MiB)
+    assert huge.concurrency(8) == 1

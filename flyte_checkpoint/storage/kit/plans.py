@@ -30,6 +30,9 @@ from ...errors import ShardedSaveError
 from .settings import GiB, KiB, MiB
 
 TiB = 1024 * GiB
+#: Bytes of parts one rank's segment keeps in flight at most when its plan's parts are large
+#: (at the store's default 8 MiB parts, its ``max_concurrency`` decides alone).
+IN_FLIGHT_BUDGET = 1 * GiB
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,12 @@ class ShardPlan:
     def buffer(self) -> int:
         """Bytes one part being filled holds at most (the writer's memory per part)."""
         return self.part_size + self.hold
+
+    def concurrency(self, configured: int) -> int:
+        """Parts in flight at once: the store's ``max_concurrency``, fewer where the plan's parts
+        are so large that more would hold over :data:`IN_FLIGHT_BUDGET` (at least one: a writer
+        holds one part more than it sends)."""
+        return max(1, min(configured, IN_FLIGHT_BUDGET // self.buffer))
 
 
 def _size(n: float) -> str:

@@ -15,6 +15,7 @@ cannot be combined from the ranks' blocks; every block carries its own Content-M
 from __future__ import annotations
 
 import hashlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.storage.kit import ShardPlan, check_world, plan_shard
@@ -53,6 +54,8 @@ class AzureSegment(AzureWriter):
         self.plan = plan
         self.part_size = plan.part_size
         self.max_parts = plan.count
+        self.max_concurrency = plan.concurrency(self.max_concurrency)  # large parts: fewer at once
+        self._places = threading.Semaphore(self.max_concurrency)
         self.double_every = plan.count + 1  # every block the plan's size: none doubles
         self._blocks: list[str] = []
 

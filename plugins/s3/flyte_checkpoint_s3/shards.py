@@ -15,6 +15,7 @@ are aborted after the next commit.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.storage.kit import ShardPlan, check_cancelled, check_world, plan_shard
@@ -45,6 +46,8 @@ class S3Segment(S3Writer):
         self._first = plan.first
         self._next_part = plan.first
         self.max_parts = plan.first + plan.count - 1
+        self.max_concurrency = plan.concurrency(self.max_concurrency)  # large parts: fewer at once
+        self._places = threading.Semaphore(self.max_concurrency)
         self._results: list[Any] = []
         self._closing = False
         #: Bytes of padding added to the segment (its last part brought to S3's minimum).
