@@ -336,3 +336,23 @@ def test_an_empty_rank_sends_no_part(tmp_path, client, dest):
         with fc.Checkpoint(str(tmp_path / f"own{rank}"), dest) as cp:
             loaded = load_sharded(cp, own=True, rank=rank)
             assert (sr.tree(loaded) if loaded is not None else {}) == sr.tree(folder)
+
+
+def test_a_folder_that_grows_past_its_plan_fails_the_save_naming_it(tmp_path, client, dest, monkeypatch):
+    """The bound is measured before the save: a folder that then grows can need more parts than
+    the rank's plan has (made so here: the bound reported as 0, three numbers of 5 MiB)."""
+    from flyte_checkpoint_s3 import shards
+
+    from flyte_checkpoint.errors import ShardedSaveError
+    from flyte_checkpoint.sharded import segment
+    from flyte_checkpoint.storage.kit import PartLimits
+
+    monkeypatch.setattr(segment, "segment_bound", lambda folder: 0)
+    small = PartLimits("S3", 5 * 1024 * 1024, 10 * 1024 * 1024, 4, 1 << 40, described="4 parts (test)")
+    monkeypatch.setattr(shards, "SHARD_LIMITS", small)
+    folder = sr.make_folders(tmp_path, 1, size=1000)[0]
+    (folder / "grown.bin").write_bytes(os.urandom(30 * 1024 * 1024))
+    errors = sr.save_threads(dest, [folder])
+    assert len(errors) == 1 and isinstance(errors[0], ShardedSaveError), errors
+    assert "outgrew its plan" in str(errors[0]) and "grew while they were saved" in str(errors[0])
+    assert uploads(client, dest) == []
