@@ -356,3 +356,14 @@ def test_a_folder_that_grows_past_its_plan_fails_the_save_naming_it(tmp_path, cl
     assert len(errors) == 1 and isinstance(errors[0], ShardedSaveError), errors
     assert "outgrew its plan" in str(errors[0]) and "grew while they were saved" in str(errors[0])
     assert uploads(client, dest) == []
+
+
+def test_a_save_whose_every_rank_is_empty_is_the_tail_alone(tmp_path, client, dest):
+    folders = [tmp_path / f"empty{rank}" for rank in range(3)]
+    for folder in folders:
+        folder.mkdir()
+    assert sr.save_threads(dest, folders) == []
+    assert untar(client, dest) == {}
+    assert client.head_object(Bucket=BUCKET, Key=key_of(dest))["ETag"].strip('"').endswith("-1")
+    assert sr.restore(dest, tmp_path) == {}
+    assert uploads(client, dest) == []
