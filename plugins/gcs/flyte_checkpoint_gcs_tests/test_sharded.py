@@ -171,3 +171,15 @@ def test_a_parallel_inflate_restores_a_composed_object(tmp_path, gcs_server, des
         (folder / f"weights{rank}.bin").write_bytes(os.urandom(9_000_000))
     assert sr.run(dest, folders) == ["OK"] * WORLD
     assert sr.parallel_restore(dest, tmp_path, monkeypatch) == sr.union(folders)
+
+
+def test_an_empty_rank_composes_an_empty_piece(tmp_path, raw, dest):
+    """Part plans (issue 36): an empty folder writes no gzip member; its piece is empty."""
+    import shutil
+
+    folders = sr.make_folders(tmp_path, 3, size=1000)
+    shutil.rmtree(folders[1])
+    folders[1].mkdir()
+    assert sr.save_threads(dest, folders) == []
+    assert untar(raw, dest) == sr.union(folders)
+    assert sr.restore(dest, tmp_path) == sr.union(folders)
