@@ -110,7 +110,11 @@ def save_sharded(
             saves, or another job's save is in progress at the destination (rank 0 refuses
             it, naming it, and its ranks raise too); nothing was committed and the previous
             checkpoint is unchanged. Also when two processes reported as this rank and the
-            other's part was committed: this call's files are not in the checkpoint.
+            other's part was committed: this call's files are not in the checkpoint. Also when
+            the store's part limits cannot hold the save: a world with more ranks than its
+            part numbers (every rank, before any request), or a rank's segment (measured before
+            it is sent) past the part numbers it gets (that rank sends none of it); the message
+            names the limit (docs/sharded.md, "Part plans").
         ConfigurationError: a bad rank, world size, timeout, job or step.
     """
     from ..storage.registry import store_for
