@@ -158,15 +158,13 @@ class _RecordedShardedWrites:
         self._add("begin", token)
         return self._inner.begin(token)
 
-    def segment(self, session: Any, rank: int, world: int, joiner: str, size: int = 0) -> Any:
-        from flyte_checkpoint.sharded.api import _segment
-
+    def segment(self, session: Any, rank: int, world: int, joiner: str) -> Any:
         self._add("segment", rank, world)
-        segment = _segment(self._inner, session, rank, world, joiner, size)
+        segment = self._inner.segment(session, rank, world, joiner=joiner)
         return _RecordedSegment(segment, rank, self._calls)
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("check_world", "plan"):  # pure: no store call to record
+        if name in ("check_world", "plan", "prepare"):  # part plans: no store call to record
             return getattr(self._inner, name)
         raise AttributeError(name)
 

@@ -110,11 +110,7 @@ def save_sharded(
             saves, or another job's save is in progress at the destination (rank 0 refuses
             it, naming it, and its ranks raise too); nothing was committed and the previous
             checkpoint is unchanged. Also when two processes reported as this rank and the
-            other's part was committed: this call's files are not in the checkpoint. Also when
-            the store's part limits cannot hold the save: a world with more ranks than its
-            part numbers (every rank, before any request), or a rank's segment (measured before
-            it is sent) past the part numbers it gets (that rank sends none of it); the message
-            names the limit (docs/sharded.md, "Part plans").
+            other's part was committed: this call's files are not in the checkpoint.
         ConfigurationError: a bad rank, world size, timeout, job or step.
     """
     from ..storage.registry import store_for
@@ -122,7 +118,7 @@ def save_sharded(
     from ..uri import is_local
     from .coordinate import StoreCoordinator, TorchCoordinator, new_token
     from .identity import Caller, job_identity, lease_seconds, next_save
-    from .segment import check_union, pack_segment, segment_bound, tail
+    from .segment import check_union, pack_segment, tail
     from .writes import coordination_prefix, writes_for
 
     rank, world, torch = find_rank(rank, world_size)
@@ -141,6 +137,7 @@ def save_sharded(
 
     def own(session: dict[str, Any]) -> dict[str, Any]:
         from .coordinate import step
+        from .segment import segment_bound
 
         segment = None
         try:
@@ -148,8 +145,10 @@ def save_sharded(
             if mismatch is not None:
                 return {"ok": False, "error": mismatch}
             step(rank, "packing")
-            # the plan of the segment's parts comes from a bound of its size, before any byte is sent
-            segment = _segment(writes, session, rank, world, caller.joiner, segment_bound(src))
+            prepare = getattr(writes, "prepare", None)
+            if prepare is not None:  # the segment's parts, planned from a bound of its size: before any byte
+                prepare(rank, world, segment_bound(src))
+            segment = _segment(writes, session, rank, world, caller.joiner)
             leave_out = leave_out_for(dest) if is_local(dest) else None  # a destination in the folder
             report = pack_segment(src, segment, segment.padding_needed, leave_out)  # type: ignore[arg-type]
             step(rank, "segment")
@@ -209,24 +208,18 @@ def save_sharded(
     logger().info("rank %d of %d: sharded save to %s committed", rank, world, redact(dest))
 
 
-def _segment(writes: Any, session: dict[str, Any], rank: int, world: int, joiner: str, size: int) -> Segment:
-    """``writes.segment(...)`` with what it takes: ``size`` (the bound of the segment, from which
-    a store plans its parts) and ``joiner``; a store written before segments took ``joiner`` gets
-    the call it knows (two processes reporting as one rank may then write one segment:
-    docs/sharded.md)."""
+def _segment(writes: Any, session: dict[str, Any], rank: int, world: int, joiner: str) -> Segment:
+    """``writes.segment(...)``; a store written before segments took ``joiner`` gets the call it
+    knows (two processes reporting as one rank may then write one segment: docs/sharded.md)."""
     import inspect
 
-    params: Any
     try:
-        params = inspect.signature(writes.segment).parameters
+        takes_joiner = "joiner" in inspect.signature(writes.segment).parameters
     except (TypeError, ValueError):  # no signature to read: assume the current one
-        params = None
-    extra: dict[str, Any] = {}
-    if params is None or "size" in params:
-        extra["size"] = size
-    if params is None or "joiner" in params:
-        extra["joiner"] = joiner
-    return writes.segment(session, rank, world, **extra)
+        takes_joiner = True
+    if takes_joiner:
+        return writes.segment(session, rank, world, joiner=joiner)
+    return writes.segment(session, rank, world)
 
 
 def _guard(own):

@@ -40,18 +40,19 @@ class ShardedWrites(Protocol):
 
     A store whose object takes a limited count of parts also has ``check_world(world)``, called
     on every rank before any request (it raises ShardedSaveError for a world its part numbers
-    cannot share), and ``plan(rank, world, size)``, the rank's part plan for a segment of at
-    most ``size`` bytes (:func:`flyte_checkpoint.storage.kit.plan_shard`; pure)."""
+    cannot share); ``plan(rank, world, size)``, the rank's part plan for a segment of at most
+    ``size`` bytes (:func:`flyte_checkpoint.storage.kit.plan_shard`; pure); and
+    ``prepare(rank, world, size)``, called with the bound of the rank's segment before
+    :meth:`segment`: it plans the parts that segment then writes, and raises ShardedSaveError
+    (before any byte is sent) when they cannot hold it."""
 
     def begin(self, token: str) -> Session:
         """On the committing rank, before any segment: server-side state for a save (JSON)."""
         ...
 
-    def segment(self, session: Session, rank: int, world: int, joiner: str, size: int = 0) -> Segment:
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> Segment:
         """Where rank ``rank`` writes its segment. ``joiner`` (a nonce of the rank's call) keeps
-        two processes that report as one rank from writing over each other's segment; ``size``
-        bounds the segment's bytes (the store plans its parts from it, and refuses a segment
-        they cannot hold before any byte is sent)."""
+        two processes that report as one rank from writing over each other's segment."""
         ...
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
@@ -114,7 +115,7 @@ class GatherWrites:
     def _piece(self, token: str, rank: int, joiner: str) -> str:
         return f"{self.prefix}{token}.piece-{rank:05d}.{joiner}"
 
-    def segment(self, session: Session, rank: int, world: int, joiner: str, size: int = 0) -> Segment:
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> Segment:
         return _ObjectSegment(self.store, self._piece(session["token"], rank, joiner))
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:

@@ -737,7 +737,7 @@ class LocalShardedWrites:
     def _piece(self, token: str, rank: int, joiner: str) -> str:
         return f"{self.folder}{token}.piece-{rank:05d}.{joiner}"
 
-    def segment(self, session: Session, rank: int, world: int, joiner: str, size: int = 0) -> _FileSegment:
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> _FileSegment:
         return _FileSegment(self._piece(session["token"], rank, joiner))
 
     def _path(self, token: str, rank: int, piece: dict[str, Any]) -> str:

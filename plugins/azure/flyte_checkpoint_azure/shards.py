@@ -88,6 +88,7 @@ class AzureShardedWrites:
     def __init__(self, store: AzureStore, uri: str) -> None:
         self.store = store
         self.uri = uri
+        self._prepared: ShardPlan | None = None
 
     def begin(self, token: str) -> dict[str, Any]:
         return {}  # a block blob's upload begins with its first block
@@ -109,10 +110,17 @@ class AzureShardedWrites:
             uri=redact(self.uri),
         )
 
-    def segment(
-        self, session: dict[str, Any], rank: int, world: int, joiner: str, size: int = 0
-    ) -> AzureSegment:
-        return AzureSegment(self.store, self.uri, session["token"], joiner, self.plan(rank, world, size))
+    def prepare(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Plan the blocks of the segment :meth:`segment` gives next, for at most ``size`` bytes
+        (raises ShardedSaveError, before any byte is sent, when they cannot hold it)."""
+        self._prepared = self.plan(rank, world, size)
+        return self._prepared
+
+    def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> AzureSegment:
+        plan = self._prepared
+        if plan is None or (plan.rank, plan.world) != (rank, world):
+            plan = self.plan(rank, world, 0)  # not prepared: the store's part_size, the rank's share
+        return AzureSegment(self.store, self.uri, session["token"], joiner, plan)
 
     def commit(self, session: dict[str, Any], pieces: list[dict[str, Any]], tail: bytes) -> None:
         writer = AzureWriter(self.store, self.store.client.blob(parse(self.uri)), self.uri)

@@ -83,8 +83,12 @@ class GCSShardedWrites(GatherWrites):
         """(rounds, compose requests) of the commit of ``world`` ranks' pieces and the tail."""
         return compose_plan(world + 1, MAX_SOURCES)
 
-    def segment(self, session: Session, rank: int, world: int, joiner: str, size: int = 0) -> GCSSegment:
-        self.plan(rank, world, size)  # refused past GCS's largest object, before any byte
+    def prepare(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Check the segment :meth:`segment` gives next, of at most ``size`` bytes: refused past
+        GCS's largest object, before any byte is sent."""
+        return self.plan(rank, world, size)
+
+    def segment(self, session: Session, rank: int, world: int, joiner: str) -> GCSSegment:
         return GCSSegment(self.store, self._piece(session["token"], rank, joiner))
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:

@@ -115,6 +115,7 @@ class S3ShardedWrites:
         self.store = store
         self.uri = uri
         self.loc = parse(uri)
+        self._prepared: ShardPlan | None = None
 
     def _args(self, **more: Any) -> dict[str, Any]:
         return {"Bucket": self.loc.bucket, "Key": self.loc.key, **more}
@@ -145,12 +146,19 @@ class S3ShardedWrites:
             uri=redact(self.uri),
         )
 
-    def segment(
-        self, session: dict[str, Any], rank: int, world: int, joiner: str, size: int = 0
-    ) -> S3Segment:
+    def prepare(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Plan the parts of the segment :meth:`segment` gives next, for at most ``size`` bytes
+        (raises ShardedSaveError, before any byte is sent, when they cannot hold it)."""
+        self._prepared = self.plan(rank, world, size)
+        return self._prepared
+
+    def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> S3Segment:
         # Two processes reporting as one rank send the same part numbers; the completion names
         # each part's ETag and checksum, so a part replaced by the other fails it (InvalidPart).
-        return S3Segment(self.store, self.uri, session["upload_id"], self.plan(rank, world, size))
+        plan = self._prepared
+        if plan is None or (plan.rank, plan.world) != (rank, world):
+            plan = self.plan(rank, world, 0)  # not prepared: the store's part_size, the rank's share
+        return S3Segment(self.store, self.uri, session["upload_id"], plan)
 
     def commit(self, session: dict[str, Any], pieces: list[dict[str, Any]], tail: bytes) -> None:
         writer = S3Writer(self.store, self.uri, self.loc)
