@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from flyte_checkpoint.errors import ShardedSaveError
 from flyte_checkpoint.sharded.writes import GatherWrites, Session
 from flyte_checkpoint.storage.kit import ShardPlan, check_world, compose_plan, plan_shard
 from flyte_checkpoint.uri import redact
 
 from . import errors
-from .config import MAX_SOURCES, SHARD_LIMITS
+from .config import MAX_OBJECT_SIZE, MAX_SOURCES, SHARD_LIMITS
 from .uris import parse
 from .writer import CONTENT_TYPE, GCSWriter
 
@@ -47,7 +48,7 @@ class GCSSegment(GCSWriter):
 
     def finish(self) -> dict[str, Any]:
         self.close()
-        return {"uri": self.uri, "generation": self.generation}
+        return {"uri": self.uri, "generation": self.generation, "size": self.bytes_written}
 
 
 class GCSShardedWrites(GatherWrites):
@@ -92,6 +93,14 @@ class GCSShardedWrites(GatherWrites):
         return GCSSegment(self.store, self._piece(session["token"], rank, joiner))
 
     def commit(self, session: Session, pieces: list[dict[str, Any]], tail: bytes) -> None:
+        total = sum(int(p.get("size", 0)) for p in pieces) + len(tail)
+        if total > MAX_OBJECT_SIZE:  # the one limit no rank could check alone: refused before compose
+            raise ShardedSaveError(
+                f"the {len(pieces):,} ranks' segments of {redact(self.uri)} add up to {total:,} bytes, more"
+                f" than GCS's largest object ({MAX_OBJECT_SIZE:,} bytes, 5 TiB), which compose cannot"
+                " make: nothing was committed. Save fewer bytes to one checkpoint (split the ranks into"
+                " groups that each save to their own URI)"
+            )
         token = session["token"]
         last = GCSSegment(self.store, self._piece_named(token, "tail"))
         last.write(tail)

@@ -183,3 +183,21 @@ def test_an_empty_rank_composes_an_empty_piece(tmp_path, raw, dest):
     assert sr.save_threads(dest, folders) == []
     assert untar(raw, dest) == sr.union(folders)
     assert sr.restore(dest, tmp_path) == sr.union(folders)
+
+
+def test_segments_past_the_largest_object_are_refused_before_compose(tmp_path, raw, dest, monkeypatch):
+    """Part plans (issue 36): each rank's piece fits, but their sum is past GCS's largest object
+    (made 64 KiB here): rank 0 refuses the commit naming the limit, and every rank raises."""
+    from flyte_checkpoint_gcs import shards
+
+    from flyte_checkpoint.errors import ShardedSaveError
+
+    monkeypatch.setattr(shards, "MAX_OBJECT_SIZE", 64 * 1024)
+    folders = sr.make_folders(tmp_path, 2, size=1000)
+    for rank, folder in enumerate(folders):
+        (folder / f"weights{rank}.bin").write_bytes(os.urandom(40_000))  # 80 KB that does not compress
+    errors = sr.save_threads(dest, folders)
+    assert len(errors) == 2 and all(isinstance(e, ShardedSaveError) for e in errors), errors
+    assert all("GCS's largest object" in str(e) and "nothing was committed" in str(e) for e in errors)
+    assert dest not in list(raw.list(dest))
+    assert [n for n in leftovers(raw, dest) if ".piece-" in n] == []  # the pieces were deleted
