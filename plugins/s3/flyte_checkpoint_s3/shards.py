@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from flyte_checkpoint.storage.kit import ShardPlan, check_cancelled, check_world, plan_shard
+from flyte_checkpoint.storage.kit import ShardPlan, check_world, plan_shard
 from flyte_checkpoint.uri import redact
 
 from .config import MAX_PARTS, SHARD_LIMITS
@@ -43,43 +43,25 @@ class S3Segment(S3Writer):
         self.plan = plan
         self.part_size = plan.part_size
         self._hold = plan.hold
+        # Full while more bytes follow, a part keeps its last ``hold`` bytes back for the next
+        # (the kit's reserve), so the segment's last part is never shorter than S3's minimum.
+        self._reserve = plan.hold
         self._first = plan.first
         self._next_part = plan.first
         self.max_parts = plan.first + plan.count - 1
         self.max_concurrency = plan.concurrency(self.max_concurrency)  # large parts: fewer at once
         self._places = threading.Semaphore(self.max_concurrency)
         self._results: list[Any] = []
-        self._closing = False
         #: Bytes of padding added to the segment (its last part brought to S3's minimum).
         self.padded = 0
 
     def _part_size(self, number: int) -> int:
-        return self.plan.part_size + self._hold  # a part, and the bytes held back for the next
-
-    def _send_buffer(self) -> None:
-        if self._closing or not self._hold:
-            super()._send_buffer()
-            return
-        # Full while more bytes follow: send all but the last ``hold`` bytes, which start the
-        # next part (so the segment's last part is never shorter than S3's minimum).
-        check_cancelled()
-        data = self._take()
-        assert isinstance(data, bytearray)
-        keep = data[len(data) - self._hold :]
-        del data[len(data) - self._hold :]
-        buf = bytearray(self._part_size(self._next_part + 1))
-        buf[: len(keep)] = keep
-        self._submit(lambda number: self._send_part(number, data))
-        self._buf, self._fill = buf, len(keep)
+        return self.plan.part_size
 
     def _submit(self, job: Callable[[int], Any]) -> None:
         if self._next_part > self.max_parts:
             raise self.plan.outgrown(redact(self.uri))
         super()._submit(job)
-
-    def _commit(self) -> None:
-        self._closing = True
-        super()._commit()
 
     def _start(self) -> None:
         pass  # the upload is rank 0's
