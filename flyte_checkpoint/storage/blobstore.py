@@ -12,7 +12,9 @@ registry picks the store from the URI's scheme. Five operations are required:
 
 Everything else has a default built on those and may be overridden as a fast path;
 :meth:`BlobStore.list_details` (sizes and modification times, one level with folders) is the
-one to override where a cloud's listing returns them (the default stats each object).
+one to override where a cloud's listing returns them (the default stats each object), and
+:meth:`BlobStore.delete_many` where the server deletes many objects in one request (S3's
+``DeleteObjects``, 1,000 keys; the default deletes one object a request, 8 at a time).
 Backends raise the errors of :mod:`flyte_checkpoint.errors`: ``NotFoundError``
 (``ContainerNotFoundError`` for a missing bucket), ``CheckpointPermissionError``,
 ``TransientError`` (worth retrying) and ``StoreError`` for the rest. A denied request is
@@ -587,11 +589,68 @@ class BlobStore(abc.ABC):
         with self.open_write(uri) as w:
             w.write(data)
 
+    def delete_many(self, uris: Iterable[str]) -> None:
+        """Remove every object of ``uris``; an absent one is not an error. Every object is
+        tried, even after a failure; then the failures are raised together (:func:`deletes_failed`:
+        the error names each URI that may remain, and carries them as ``failed``).
+
+        The default calls :meth:`delete` per URI, :data:`DELETE_THREADS` at a time; a store whose
+        server deletes many objects in one request overrides it (S3: ``DeleteObjects``, 1,000
+        keys a request).
+        """
+        todo = list(dict.fromkeys(uris))
+        failures: list[tuple[str, BaseException]] = []
+
+        def one(uri: str) -> None:
+            try:
+                self.delete(uri)
+            except Exception as exc:
+                failures.append((uri, exc))
+
+        if len(todo) <= 1:
+            for uri in todo:
+                one(uri)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(DELETE_THREADS, len(todo)), "flyte-checkpoint-delete") as pool:
+                list(pool.map(one, todo))
+        if failures:
+            raise deletes_failed(failures, len(todo))
+
     def close(self) -> None:
         """Release clients and pools. The store may be used again afterwards."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
+
+
+#: Deletes in flight at once in :meth:`BlobStore.delete_many`'s default.
+DELETE_THREADS = 8
+
+
+def deletes_failed(failures: list[tuple[str, BaseException]], total: int) -> BaseException:
+    """The error of a :meth:`BlobStore.delete_many` of ``total`` objects of which ``failures``
+    (``(uri, error)`` each, in the order given) were not deleted: of the errors' one class
+    where they share it (a ``TransientError`` is retried by the core, a
+    ``ContainerNotFoundError`` stays one), else :class:`~flyte_checkpoint.errors.StoreError`;
+    its message names the URIs (the first ten) and its ``failed`` holds them all."""
+    from ..errors import CheckpointError
+
+    failures = sorted(failures, key=lambda f: f[0])
+    kinds = {type(exc) for _, exc in failures}
+    kind = kinds.pop() if len(kinds) == 1 else StoreError
+    if not issubclass(kind, CheckpointError):
+        kind = StoreError
+    shown = "; ".join(f"{redact(uri)} ({exc})" for uri, exc in failures[:10])
+    more = f" and {len(failures) - 10} more" if len(failures) > 10 else ""
+    error = kind(
+        f"could not delete {len(failures)} of {total} objects: {shown}{more}; the others were"
+        " deleted. Delete again (an absent object is not an error)"
+    )
+    error.failed = tuple(uri for uri, _ in failures)  # type: ignore[attr-defined]
+    error.__cause__ = failures[0][1]
+    return error
 
 
 def details_from_listing(

@@ -35,7 +35,8 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 - :class:`BlobStoreSuite`: the contract of :mod:`flyte_checkpoint.storage.blobstore` (streams,
   atomic writes, stat, delete, list, errors), at sizes it picks around the store's parts and
   read ranges (:mod:`.sizes`), with siblings that share a name prefix and odd keys
-  (:mod:`.listing`), and with readers while the object is overwritten (:mod:`.overwrites`);
+  (:mod:`.listing`), many objects deleted at once (``delete_many``: :mod:`.deletes`), and with
+  readers while the object is overwritten (:mod:`.overwrites`);
 - :class:`CheckpointSuite`: save and load through ``Checkpoint``;
 - :class:`FaultSuite` (network stores): through a :class:`FaultProxy` in front of the server,
   an interrupted save (sized from the store's ``part_size``) leaves the previous object whole
@@ -80,6 +81,7 @@ Class attributes adapt the suites to the backend:
 - ``supports_list`` (default True): set it to False for a store that cannot list; the
   listing test is then not part of the class at all (it neither runs nor skips), and the
   other tests stop looking at listings;
+- ``delete_many_count`` (default 1,003): the objects the ``delete_many`` test deletes at once;
 - ``fault_parts`` / ``crash_parts`` (default 4): the size, in parts, of the objects the fault
   and crash tests save.
 """

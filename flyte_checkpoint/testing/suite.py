@@ -16,6 +16,7 @@ from ..uri import join
 from ..util.sources import SourceFile
 from .data import data as _data
 from .data import described, outcome
+from .deletes import DeleteManyTests
 from .listing import ListingTests
 from .overwrites import OverwriteTests
 from .sizes import SizeTests
@@ -66,10 +67,11 @@ def check_empty_root(store: BlobStore, root: str) -> None:
     )
 
 
-class BlobStoreSuite(SizeTests, ListingTests, OverwriteTests):
+class BlobStoreSuite(SizeTests, ListingTests, DeleteManyTests, OverwriteTests):
     """The :class:`BlobStore` contract: streams, atomic writes, stat, delete, list; at sizes
     picked from the store's parts and ranges (:mod:`.sizes`), with siblings that share a name
-    prefix and odd keys (:mod:`.listing`), and with readers during overwrites (:mod:`.overwrites`).
+    prefix and odd keys (:mod:`.listing`), many deleted at once (:mod:`.deletes`), and with
+    readers during overwrites (:mod:`.overwrites`).
 
     A capability flag set to False on a test class removes the tests that need it from that
     class (see :data:`CAPABILITY_TESTS`): they are not collected at all, so nothing skips.
