@@ -25,12 +25,28 @@ size differs fails the save on every rank. The markers:
   processes reporting as one rank are seen, and the save fails);
 - ``<token>.result``: the outcome, naming the report accepted for each rank (a rank whose
   report was not the one committed raises).
+
+What the markers cost (issue 36; counted by ``tests/test_shard_coordination.py``): every wait
+polls with backoff and jitter (:class:`_Waiter`): pauses grow by half from 20 ms to a cap, each
+lengthened by up to a quarter at random so that ranks do not poll in step. The followers' pauses
+start at ``world / 4,000`` s and are capped at four times that (at least 0.2 s), so that all
+followers together poll at most 4,000 times a second whatever the world size (S3 serves 5,500
+reads a second per prefix). A follower makes, per save, one write (its report) and polls: while it
+finds the session, then one read of the outcome a poll (and of ``open`` every fourth poll, to see
+a session that replaced its own); a wait of ``W`` seconds takes at most
+``1 + ceil(log1.5(cap / first)) + W / cap`` polls. Rank 0 gathers the reports with one listing
+a round (``world / 1,000`` pages on S3), its rounds paced the same way (capped at
+``max(0.2, world / 4,000)`` s); it reads each report once, the first time a listing shows it,
+16 at a time; it removes the markers with :meth:`BlobStore.delete_many` (S3: one request per
+1,000). A listing may lag behind the writes (a store that lists eventually consistently): a
+rank absent at the deadline is looked for in two more listings before it counts as missing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 import secrets
 import threading
 import time
@@ -53,7 +69,18 @@ Decide = Callable[[list[Doc], list[str]], Doc]
 #: (written, not yet durable), "reported" (not rank 0), "committing" and "outcome". Tests
 #: stop a rank there (synchronised on its own progress).
 observers: list[Callable[[int, str], None]] = []
-_POLL_FIRST, _POLL_MAX = 0.01, 0.2
+_POLL_FIRST, _POLL_MAX = 0.02, 0.2
+#: Polls a second of all followers of a save together, at most (a follower's pauses are at least
+#: ``world / _RATE`` s): S3 serves 5,500 reads a second per prefix.
+_RATE = 4000.0
+#: Each pause grows by this factor, and is lengthened by up to this fraction at random.
+_GROWTH, _JITTER = 1.5, 0.25
+#: Listings after the deadline that must also lack a rank's report before it counts as missing.
+_CONFIRM = 2
+#: Reports rank 0 reads at once.
+_READERS = 16
+#: A follower reads ``open`` while it awaits the outcome on every this many polls (the first included).
+_OPEN_EVERY = 4
 #: Tokens of sessions this process took part in, per destination and rank: never taken again.
 _used: dict[tuple[str, int], set[str]] = {}
 #: Tokens of the sessions this process led that have ended: their leader is not coming back.
@@ -106,27 +133,74 @@ class Markers:
         return [uri[len(self.prefix) :] for uri in self.store.list(self.prefix + start)]
 
     def sweep(self, keep: str) -> None:
-        """Remove every marker but ``open`` and ``keep``'s result."""
+        """Remove every marker but ``open`` and ``keep``'s result (one listing, then
+        :meth:`BlobStore.delete_many`). Markers it could not remove are left to the next save's
+        sweep, with a warning."""
+        gone = []
         for uri in list(self.store.list(self.prefix)):
             name = uri[len(self.prefix) :]
             if ".piece-" not in name and name not in ("open", f"{keep}.result"):
-                self.store.delete(uri)
+                gone.append(uri)
+        try:
+            self.store.delete_many(gone)
+        except Exception as exc:
+            logger().warning(
+                "could not remove markers of earlier sharded saves (the next save tries again): %s", exc
+            )
+
+
+def follower_pauses(world: int) -> tuple[float, float]:
+    """(first, cap): a follower's pauses between polls in a world of ``world`` ranks, so that
+    all followers together poll at most :data:`_RATE` times a second."""
+    floor = world / _RATE
+    return max(_POLL_FIRST, floor), max(_POLL_MAX, 4 * floor)
+
+
+def leader_cap(world: int) -> float:
+    """The longest pause between two of rank 0's listings of the reports."""
+    return max(_POLL_MAX, world / _RATE)
 
 
 class _Waiter:
-    """Polls (10 ms, growing to 0.2 s) until a condition holds or ``timeout`` has passed."""
+    """Polls with backoff and jitter (``first``, growing by half to ``cap``; each pause up to a
+    quarter longer, at random) until a condition holds or ``timeout`` has passed."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, first: float = _POLL_FIRST, cap: float = _POLL_MAX) -> None:
         self.deadline = time.monotonic() + timeout
-        self.pause = _POLL_FIRST
+        self.pause = first
+        self.cap = cap
 
     def again(self) -> bool:
         left = self.deadline - time.monotonic()
         if left <= 0:
             return False
-        time.sleep(min(self.pause, left))
-        self.pause = min(self.pause * 1.5, _POLL_MAX)
+        time.sleep(min(self.pause * (1 + _JITTER * random.random()), left))
+        self.pause = min(self.pause * _GROWTH, self.cap)
         return True
+
+
+class _Readers:
+    """Reads markers :data:`_READERS` at a time (a pool started at the first batch of two or
+    more), in the order given."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+
+    def read(self, markers: Markers, names: list[str]) -> list[tuple[str, Doc | None]]:
+        if len(names) <= 1:
+            return [(name, markers.get(name)) for name in names]
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(_READERS, "flyte-checkpoint-shard-reports")
+        return list(zip(names, self._pool.map(markers.get, names), strict=True))
+
+    def __enter__(self) -> _Readers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
 
 def describe(session: Doc) -> str:
@@ -345,35 +419,25 @@ class StoreCoordinator:
         found: dict[int, Doc] = {0: mine}
         problems: list[str] = []
         read: set[str] = set()
-        waiter = _Waiter(self.timeout)
-        failed = not mine["ok"]
-        # Every rank is awaited, even after a failure: a rank that comes late then still finds
-        # the session open, and hears the outcome instead of waiting for its timeout.
-        while len(found) < self.world and not problems:
-            for name in self.markers.names(f"{token}.done-"):
-                doc = None if name in read else self.markers.get(name)
-                if doc is None:
-                    continue
-                read.add(name)
-                rank = doc.get("rank")
-                if not isinstance(rank, int) or not 0 < rank < self.world:
-                    problems.append(
-                        f"rank {rank} (started with WORLD_SIZE={doc.get('world')}) reported to this save"
-                        f" of {self.world} ranks: every rank of a job needs the same world size"
-                    )
-                elif rank in found:
-                    first = found[rank]
-                    problems.append(
-                        f"two processes reported as rank {rank}, on {describe_process(first.get('process'))}"
-                        f" and on {describe_process(doc.get('process'))}: two jobs are saving to"
-                        f" {redact(self.uri)} at once, or a rank was started twice. Give each job its own"
-                        " URI, or name each job (job= or FLYTE_CHECKPOINT_JOB)"
-                    )
-                else:
-                    found[rank] = doc
-                    failed = failed or not doc.get("ok")
-            if len(found) < self.world and not problems and not waiter.again():
-                break
+        waiter = _Waiter(self.timeout, cap=leader_cap(self.world))
+        confirm = _CONFIRM  # listings after the deadline
+        with _Readers() as readers:
+            # Every rank is awaited, even after a failure: a rank that comes late then still finds
+            # the session open, and hears the outcome instead of waiting for its timeout.
+            while len(found) < self.world and not problems:
+                new = [name for name in self.markers.names(f"{token}.done-") if name not in read]
+                for name, doc in readers.read(self.markers, new):
+                    if doc is not None:  # else not readable yet: the next round reads it again
+                        read.add(name)
+                        self._take(doc, found, problems)
+                if len(found) < self.world and not problems and not waiter.again():
+                    # The deadline passed. A listing may lag behind the writes: a rank counts as
+                    # missing only once more listings lacked it too.
+                    if confirm <= 0:
+                        break
+                    confirm -= 1
+                    time.sleep(waiter.pause * (1 + _JITTER * random.random()))
+        failed = not all(doc.get("ok") for doc in found.values())
         reports = []
         for rank in range(self.world):  # after a failure, only the failure is told
             reports.append(
@@ -388,6 +452,25 @@ class StoreCoordinator:
                 }
             )
         return reports, problems
+
+    def _take(self, doc: Doc, found: dict[int, Doc], problems: list[str]) -> None:
+        """Record a report in ``found`` (by rank), or what is wrong with it in ``problems``."""
+        rank = doc.get("rank")
+        if not isinstance(rank, int) or not 0 < rank < self.world:
+            problems.append(
+                f"rank {rank} (started with WORLD_SIZE={doc.get('world')}) reported to this save"
+                f" of {self.world} ranks: every rank of a job needs the same world size"
+            )
+        elif rank in found:
+            problems.append(
+                f"two processes reported as rank {rank}, on"
+                f" {describe_process(found[rank].get('process'))} and on"
+                f" {describe_process(doc.get('process'))}: two jobs are saving to {redact(self.uri)}"
+                " at once, or a rank was started twice. Give each job its own URI, or name each job"
+                " (job= or FLYTE_CHECKPOINT_JOB)"
+            )
+        else:
+            found[rank] = doc
 
     # -- the other ranks ----------------------------------------------------------------------
 
@@ -415,7 +498,7 @@ class StoreCoordinator:
 
     def _find(self, watch: _Watch) -> Doc:
         """The session of this call's save, once rank 0 opened it."""
-        waiter = _Waiter(self.timeout)
+        waiter = _Waiter(self.timeout, *follower_pauses(self.world))
         doc = None
         while True:
             doc = self.markers.get("open")
@@ -474,8 +557,9 @@ class StoreCoordinator:
         """(the outcome, None), or (None, a newer session of this save) when the one joined was
         left by a killed leader and its successor opened this save again."""
         token = session["token"]
-        waiter = _Waiter(self.timeout)
+        waiter = _Waiter(self.timeout, *follower_pauses(self.world))
         collecting = session.get("state") != "packing"
+        polls = 0
         while True:
             outcome = self.markers.get(f"{token}.result")
             if outcome is not None:
@@ -486,10 +570,14 @@ class StoreCoordinator:
                         " damaged: whether rank 0 committed or not, the object is whole: save again"
                     )
                 return outcome, None
-            doc = self.markers.get("open")
+            polls += 1
+            # ``open`` on the first poll and every few after it: it changes rarely (rank 0 begins
+            # to collect; a successor took over a killed leader's session).
+            doc = self.markers.get("open") if polls % _OPEN_EVERY == 1 else None
             if doc is not None and doc.get("token") == token:
                 if not collecting and doc.get("state") != "packing":
-                    collecting, waiter = True, _Waiter(self.timeout)  # rank 0 now awaits the others
+                    collecting = True  # rank 0 now awaits the others: the timeout starts again
+                    waiter = _Waiter(self.timeout, waiter.pause, waiter.cap)
             elif (
                 doc is not None
                 and doc.get("token") not in self.used
