@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
 from flyte_checkpoint.errors import (
@@ -13,13 +13,13 @@ from flyte_checkpoint.errors import (
     ContainerNotFoundError,
     NotFoundError,
 )
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopySource, ObjectInfo
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, CopySource, ObjectInfo, deletes_failed
 from flyte_checkpoint.storage.kit import StorePool, download_to_file
 
 from . import copies, integrity
 from .client import S3Client
 from .config import S3Config
-from .errors import container_missing, map_error
+from .errors import KEY_MISSING_CODES, container_missing, map_error
 from .reader import S3Pinned, fetch, open_reader
 from .uris import parse
 from .writer import S3Writer
@@ -128,6 +128,40 @@ class S3Store(BlobStore):
         except NotFoundError:
             pass
 
+    def delete_many(self, uris: Iterable[str]) -> None:
+        """``DeleteObjects``: 1,000 keys a request (per bucket). A key S3 could not delete is
+        named in the error raised once every request was sent; an absent key is not an error."""
+        by_bucket: dict[str, dict[str, str]] = {}
+        for uri in dict.fromkeys(uris):
+            loc = parse(uri)
+            by_bucket.setdefault(loc.bucket, {})[loc.key] = uri
+        failures: list[tuple[str, BaseException]] = []
+        total = sum(len(keys) for keys in by_bucket.values())
+        for bucket, keys in by_bucket.items():
+            names = list(keys)
+            for at in range(0, len(names), DELETE_BATCH):
+                batch = names[at : at + DELETE_BATCH]
+                where = keys[batch[0]]
+                request = {"Objects": [{"Key": key} for key in batch], "Quiet": True}
+                try:
+                    resp = self.call(
+                        lambda b=bucket, r=request: self.client.get().delete_objects(Bucket=b, Delete=r),  # type: ignore[misc]
+                        where,
+                        "delete",
+                    )
+                except ContainerNotFoundError:
+                    raise
+                except Exception as exc:
+                    failures += [(keys[key], exc) for key in batch]
+                    continue
+                for error in resp.get("Errors", ()):
+                    key = error.get("Key", "")
+                    if error.get("Code") in KEY_MISSING_CODES or key not in keys:
+                        continue
+                    failures.append((keys[key], self.map_error(_client_error(error), keys[key], "delete")))
+        if failures:
+            raise deletes_failed(failures, total)
+
     def list(self, prefix: str) -> Iterator[str]:
         for info in self.list_details(prefix):
             yield info.uri
@@ -199,6 +233,19 @@ class S3Store(BlobStore):
             raise container_missing(uri, "stat", config=self.config, detail="HeadBucket: 404") from exc
         except CheckpointPermissionError:
             pass  # not allowed to ask: the HEAD of the key said 404, so the key is what is missing
+
+
+#: Keys one ``DeleteObjects`` request takes (S3's limit).
+DELETE_BATCH = 1000
+
+
+def _client_error(error: dict[str, Any]) -> BaseException:
+    """A key's entry in ``DeleteObjects``'s ``Errors`` as the ``ClientError`` a request for that
+    key alone would have raised (mapped to the project's errors as any other)."""
+    from botocore.exceptions import ClientError
+
+    detail = {"Code": error.get("Code", ""), "Message": error.get("Message", "")}
+    return ClientError({"Error": detail}, "DeleteObjects")
 
 
 def make_store(**settings: Any) -> S3Store:
