@@ -143,6 +143,8 @@ class AzureStore(BlobStore):
                     code = answer.headers.get("x-ms-error-code") or ""
                     if status < 300 or (status == 404 and code != "ContainerNotFound"):
                         continue
+                    if code == "ContainerNotFound":
+                        self.delete(uri)  # raises ContainerNotFoundError, as a delete of it alone
                     failures.append(
                         (
                             uri,

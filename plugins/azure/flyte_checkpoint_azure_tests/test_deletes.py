@@ -70,3 +70,13 @@ def test_blobs_the_service_did_not_delete_are_named(make_store: Any, status: int
     assert set(raised.value.failed) == {uris[1], uris[3]}
     assert uris[1] in str(raised.value) and uris[3] in str(raised.value)
     assert [u for u in uris if store.stat(u) is not None] == [uris[1], uris[3]]
+
+
+def test_a_missing_container_raises(make_store: Any) -> None:
+    from flyte_checkpoint.errors import ContainerNotFoundError
+
+    from .helpers import MISSING_BUCKET
+
+    store = make_store()
+    with pytest.raises(ContainerNotFoundError):
+        store.delete_many([f"az://{MISSING_BUCKET}/a", f"az://{MISSING_BUCKET}/b"])

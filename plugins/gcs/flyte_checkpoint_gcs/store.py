@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, BinaryIO, TypeVar
 
 from flyte_checkpoint.errors import (
@@ -12,9 +13,10 @@ from flyte_checkpoint.errors import (
     ConfigurationError,
     ContainerNotFoundError,
     NotFoundError,
+    StoreError,
 )
-from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo
-from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file
+from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter, ObjectInfo, deletes_failed
+from flyte_checkpoint.storage.kit import Location, StorePool, download_to_file, from_status
 from flyte_checkpoint.uri import redact
 
 from . import copies, errors
@@ -25,6 +27,10 @@ from .uris import parse
 from .writer import GCSWriter
 
 T = TypeVar("T")
+
+
+#: Calls one JSON API batch request takes (GCS's limit).
+DELETE_BATCH = 100
 
 
 class GCSStore(BlobStore):
@@ -102,6 +108,54 @@ class GCSStore(BlobStore):
             raise
         except NotFoundError:
             self._check_bucket(loc, uri)
+
+    def delete_many(self, uris: Iterable[str]) -> None:
+        """A JSON API batch (``/batch/storage/v1``): 100 deletes a request per bucket. An object
+        the service did not delete (its sub-response's status) is named in the error raised
+        once every batch was sent; an absent one is no error. A missing bucket raises
+        ContainerNotFoundError, as ``delete`` does."""
+        groups: dict[str, list[tuple[str, Location]]] = {}
+        for uri in dict.fromkeys(uris):
+            loc = parse(uri)
+            groups.setdefault(loc.bucket, []).append((uri, loc))
+        failures: list[tuple[str, BaseException]] = []
+        for bucket, items in groups.items():
+            checked = False
+            for at in range(0, len(items), DELETE_BATCH):
+                batch = items[at : at + DELETE_BATCH]
+                try:
+                    answers = self.call(partial(self._batch_delete, bucket, batch), batch[0][0], "delete")
+                except Exception as exc:
+                    failures += [(uri, exc) for uri, _ in batch]
+                    continue
+                for (uri, loc), status in zip(batch, answers, strict=True):
+                    if status == 404 and not checked:
+                        self._check_bucket(loc, uri)  # a missing bucket raises (once a bucket)
+                        checked = True
+                    elif status != 404 and not 200 <= status < 300:
+                        failures.append(
+                            (
+                                uri,
+                                from_status(
+                                    status, uri=uri, action="delete", permission_hint=errors.PERMISSION_HINT
+                                ),
+                            )
+                        )
+        if failures:
+            raise deletes_failed(failures, sum(len(items) for items in groups.values()))
+
+    def _batch_delete(self, bucket: str, items: list[tuple[str, Location]]) -> list[int]:
+        """One batch request deleting ``items``' objects; the status of each sub-request."""
+        client = self.client.storage
+        target = client.bucket(bucket)
+        batch = client.batch(raise_exception=False)
+        with batch:
+            for _, loc in items:
+                target.delete_blob(loc.key, timeout=self.config.timeout, retry=None)
+        answers = getattr(batch, "_responses", None)  # what finish() returned (the SDK keeps it)
+        if not isinstance(answers, list) or len(answers) != len(items):
+            raise StoreError(f"the GCS SDK's batch answered {len(answers or ())} of {len(items)} deletes")
+        return [int(answer.status_code) for answer in answers]
 
     def list(self, prefix: str) -> Iterator[str]:
         return (info.uri for info in self.list_details(prefix))
