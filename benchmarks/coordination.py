@@ -10,7 +10,7 @@ wall time of the save (from the start of the first thread to the return of the l
 the requests: rank 0's (its lease and report readers included), per listing round, and the
 followers' (the largest, the median, and the bound of ``coordinate``'s budget for the wait
 they saw). ``--giveup N`` also times a save of ``N`` ranks with ``timeout=3`` whose last rank
-never comes: how long until every rank has raised (on the memory store, no latency).
+never comes: how long until every rank has raised (through the same store).
 
 The threads share this machine's cores (and Python's lock): the times are an upper bound of
 what ranks on their own machines see; the counts do not depend on it.
@@ -45,6 +45,7 @@ class Run:
         default_factory=list
     )  # seconds each follower waited (found + outcome)
     kinds: dict[str, int] = field(default_factory=dict)
+    leader_seconds: float = 0.0  # rank 0's call, from the start
 
     @property
     def leader_total(self) -> int:
@@ -115,19 +116,30 @@ def save_world(
     kinds: dict[str, int] = {}
     for (_, kind), n in store.counts.items():
         kinds[kind] = kinds.get(kind, 0) + n
-    return Run(world, seconds, errors, leader, followers, [waits[r] for r in sorted(waits) if r], kinds)
+    return Run(
+        world,
+        seconds,
+        errors,
+        leader,
+        followers,
+        [waits[r] for r in sorted(waits) if r],
+        kinds,
+        waits.get(0, 0.0),
+    )
 
 
 def follower_budget(world: int, wait: float) -> int:
     """The most requests a follower makes in a save in which it waited ``wait`` seconds in all
-    (finding the session, then the outcome): its report, and per wait ``1 + ceil(log1.5(cap /
-    first)) + W / cap`` polls of one read (the outcome's wait reads ``open`` too, every fourth
-    poll); see :mod:`flyte_checkpoint.sharded.coordinate`."""
+    (finding the session, then the outcome): its report, and per wait of ``W`` seconds at most
+    ``2 + ceil(log1.5(cap / first)) + W / cap`` polls of one read (the outcome's wait reads
+    ``open`` too, every fourth poll); see :mod:`flyte_checkpoint.sharded.coordinate`."""
     from flyte_checkpoint.sharded.coordinate import _GROWTH, _OPEN_EVERY, follower_pauses
 
     first, cap = follower_pauses(world)
     ramp = math.ceil(math.log(cap / first, _GROWTH))
-    polls = 2 * (1 + ramp) + math.ceil(wait / cap)  # two waits, each with its ramp
+    # A wait: a poll, then one after each pause; the pauses of the ramp, then pauses of at least
+    # ``cap`` (the last one maybe cut short by the deadline). Two waits, each with its ramp.
+    polls = 2 * (2 + ramp) + math.ceil(wait / cap)
     return 1 + polls + math.ceil(polls / _OPEN_EVERY)
 
 
@@ -137,7 +149,7 @@ def leader_rounds(world: int, wait: float) -> int:
     from flyte_checkpoint.sharded.coordinate import _CONFIRM, _GROWTH, _POLL_FIRST, leader_cap
 
     cap = leader_cap(world)
-    return 1 + math.ceil(math.log(cap / _POLL_FIRST, _GROWTH)) + math.ceil(wait / cap) + _CONFIRM
+    return 2 + math.ceil(math.log(cap / _POLL_FIRST, _GROWTH)) + math.ceil(wait / cap) + _CONFIRM
 
 
 def pages(keys: int) -> int:
@@ -199,14 +211,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.giveup:
         from flyte_checkpoint.testing.counting import CountingLatencyStore
 
-        run = save_world(
-            args.giveup, timeout=3.0, absent=(args.giveup - 1,), store=CountingLatencyStore(latency=0.0)
+        store = CountingLatencyStore(latency=latency)
+        run = save_world(args.giveup, timeout=3.0, absent=(args.giveup - 1,), store=store)
+        print(
+            f"## {args.giveup} ranks, timeout=3, rank {args.giveup - 1} never comes, {latency * 1000:g} ms a request\n"
         )
         print(
-            f"## {args.giveup} ranks, timeout=3, rank {args.giveup - 1} never comes (memory store, no latency)\n"
-        )
-        print(
-            f"- every rank raised after {run.seconds:.2f} s ({len(run.errors)} of {args.giveup - 1} raised)"
+            f"- every rank raised after {run.seconds:.2f} s ({len(run.errors)} of {args.giveup - 1} raised;"
+            f" rank 0 after {run.leader_seconds:.2f} s)"
         )
         print(f"- rank 0: {run.leader_total} requests; other ranks: at most {max(run.followers)} each\n")
 

@@ -34,7 +34,7 @@ followers together poll at most 4,000 times a second whatever the world size (S3
 reads a second per prefix). A follower makes, per save, one write (its report) and polls: while it
 finds the session, then one read of the outcome a poll (and of ``open`` every fourth poll, to see
 a session that replaced its own); a wait of ``W`` seconds takes at most
-``1 + ceil(log1.5(cap / first)) + W / cap`` polls. Rank 0 gathers the reports with one listing
+``2 + ceil(log1.5(cap / first)) + W / cap`` polls. Rank 0 gathers the reports with one listing
 a round (``world / 1,000`` pages on S3), its rounds paced the same way (capped at
 ``max(0.2, world / 4,000)`` s); it reads each report once, the first time a listing shows it,
 16 at a time; it removes the markers with :meth:`BlobStore.delete_many` (S3: one request per
@@ -557,7 +557,10 @@ class StoreCoordinator:
         """(the outcome, None), or (None, a newer session of this save) when the one joined was
         left by a killed leader and its successor opened this save again."""
         token = session["token"]
-        waiter = _Waiter(self.timeout, *follower_pauses(self.world))
+        # Rank 0 decides a little after its deadline (its listings after it): a rank that awaits
+        # its outcome waits that much longer, so that it hears why rather than its own timeout.
+        patience = self.timeout + (_CONFIRM + 1) * leader_cap(self.world) * (1 + _JITTER)
+        waiter = _Waiter(patience, *follower_pauses(self.world))
         collecting = session.get("state") != "packing"
         polls = 0
         while True:
@@ -577,7 +580,7 @@ class StoreCoordinator:
             if doc is not None and doc.get("token") == token:
                 if not collecting and doc.get("state") != "packing":
                     collecting = True  # rank 0 now awaits the others: the timeout starts again
-                    waiter = _Waiter(self.timeout, waiter.pause, waiter.cap)
+                    waiter = _Waiter(patience, waiter.pause, waiter.cap)
             elif (
                 doc is not None
                 and doc.get("token") not in self.used
