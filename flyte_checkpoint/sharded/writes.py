@@ -127,13 +127,13 @@ class GatherWrites:
         self.abort(session)
 
     def abort(self, session: Session) -> None:
-        for uri in list(self.store.list(f"{self.prefix}{session['token']}.piece-")):
-            self.store.delete(uri)
+        self.store.delete_many(list(self.store.list(f"{self.prefix}{session['token']}.piece-")))
 
     def sweep(self, session: Session) -> None:
-        for uri in list(self.store.list(self.prefix)):
-            if ".piece-" in uri and not uri.startswith(f"{self.prefix}{session['token']}."):
-                self.store.delete(uri)
+        mine = f"{self.prefix}{session['token']}."
+        self.store.delete_many(
+            [uri for uri in self.store.list(self.prefix) if ".piece-" in uri and not uri.startswith(mine)]
+        )
 
 
 __all__ = [
