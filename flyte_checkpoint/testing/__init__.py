@@ -66,6 +66,10 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 - :class:`CrashSuite`: a process SIGKILLed mid-save (mid-upload, through the proxy, for a
   network store) leaves the previous object whole: it catches a server that writes in place.
 
+And a tool for measuring: :class:`CountingLatencyStore` (:mod:`.counting`) wraps a store,
+counts every request per caller and kind and delays each (a cloud's round trip); a sharded
+save's coordination is counted through it (``python -m benchmarks.coordination``).
+
 ``FaultSuite``, ``ContainerSuite`` and ``CrashSuite`` build their stores from the
 ``store_recipe`` fixture (a
 :class:`StoreRecipe`: the server's endpoint and how to build a store pointed at any endpoint,
@@ -88,6 +92,7 @@ Class attributes adapt the suites to the backend:
 
 from .containers import ContainerSuite
 from .copies import CopySuite
+from .counting import CountingLatencyStore
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
 from .faults import FaultSuite, RequestFaultSuite
@@ -103,6 +108,7 @@ __all__ = [
     "ContainerSuite",
     "CopyCheckSuite",
     "CopySuite",
+    "CountingLatencyStore",
     "CrashSuite",
     "Fault",
     "FaultProxy",
