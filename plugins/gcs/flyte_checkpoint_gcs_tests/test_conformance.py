@@ -23,6 +23,7 @@ class TestGcsConformance(BlobStoreSuite, CheckpointSuite):
     """``gs://`` through the registry (the installed entry point), parallel ranged reads."""
 
     large_object_size = LARGE
+    delete_many_count = 250  # three batches of 100: the emulator writes 1,003 objects slowly
 
     @pytest.fixture
     def store(self, gcs_server: GCSServer) -> BlobStore:
@@ -40,6 +41,7 @@ class TestGcsAliasSerialConformance(BlobStoreSuite):
     """``gcs://`` on a store built directly, reading one range at a time, SDK retries on."""
 
     large_object_size = LARGE
+    delete_many_count = 250  # three batches of 100: the emulator writes 1,003 objects slowly
 
     @pytest.fixture
     def store(self, gcs_server: GCSServer) -> Iterator[BlobStore]:
