@@ -46,6 +46,7 @@ class Run:
     )  # seconds each follower waited (found + outcome)
     kinds: dict[str, int] = field(default_factory=dict)
     leader_seconds: float = 0.0  # rank 0's call, from the start
+    failures: dict[int, BaseException] = field(default_factory=dict)  # what each rank raised
 
     @property
     def leader_total(self) -> int:
@@ -71,6 +72,7 @@ def save_world(
     register_store("counted-bench", "counted", lambda: store)
     dest = f"counted://bench/{uuid.uuid4().hex}/ckpt"
     errors: list[BaseException] = []
+    failures: dict[int, BaseException] = {}
     lock = threading.Lock()
     waits: dict[int, float] = {}
     empty = Path(tempfile.mkdtemp(prefix="coordination-"))
@@ -84,6 +86,7 @@ def save_world(
         except BaseException as exc:
             with lock:
                 errors.append(exc)
+                failures[r] = exc
         finally:
             with lock:
                 waits[r] = time.monotonic() - began
@@ -125,6 +128,7 @@ def save_world(
         [waits[r] for r in sorted(waits) if r],
         kinds,
         waits.get(0, 0.0),
+        failures,
     )
 
 

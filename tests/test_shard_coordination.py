@@ -83,3 +83,17 @@ def test_a_save_whose_listings_lag_commits(tmp_path):
     run = save_world(3, store=store)
     assert run.errors == []
     assert run.leader["list"] >= 6
+
+
+def test_a_rank_that_never_comes_fails_the_save_within_the_budget():
+    """50 ranks, the last never calls: rank 0 names it (after its timeout and its listings after
+    it), every rank raises, and no rank sent more than its budget while it waited."""
+    from flyte_checkpoint.errors import ShardedSaveError
+
+    run = save_world(50, timeout=1.0, absent=(49,))
+    assert sorted(run.failures) == list(range(49))
+    assert all(isinstance(e, ShardedSaveError) for e in run.errors)
+    assert "rank 49 did not report within 1s" in str(run.failures[0])
+    for requests, wait in zip(run.followers, run.follower_waits, strict=True):
+        assert requests <= follower_budget(50, wait), (requests, wait)
+    assert run.leader.get("get", 0) <= leader_budget(50, run.leader_seconds)["get"]

@@ -576,7 +576,7 @@ class StoreCoordinator:
             polls += 1
             # ``open`` on the first poll and every few after it: it changes rarely (rank 0 begins
             # to collect; a successor took over a killed leader's session).
-            doc = self.markers.get("open") if polls % _OPEN_EVERY == 1 else None
+            doc = self.markers.get("open") if (polls - 1) % _OPEN_EVERY == 0 else None
             if doc is not None and doc.get("token") == token:
                 if not collecting and doc.get("state") != "packing":
                     collecting = True  # rank 0 now awaits the others: the timeout starts again
