@@ -7,6 +7,7 @@
     python -m benchmarks.incremental --scale 0.05 --runs 1   # a quick check
     python -m benchmarks.incremental --content model  # float32 weights: the full save compresses
     python -m benchmarks.incremental --against main --runs 9   # file store: main's code against this one
+    python -m benchmarks.incremental --links 5,10,25  # S3 through a simulated link: 64 x 4 MiB, 32 x 8 MiB
 
 Each run saves the tree whole to a fresh object (no index to copy from: everything is sent),
 then changes one file (new bytes, same size) and saves again over that object (the unchanged
@@ -27,6 +28,12 @@ code, one file is changed, and the version's incremental save over that object i
 fresh process (wall and CPU time, after ``sync``); medians and their ratio. This is how the cost of
 checking every copied range against the base's index (issue 32, item 5) is measured.
 
+With ``--links RATE[,RATE...]`` (issue 36) the saves go to moto's S3 server through a simulated
+link of each rate (benchmarks/links.py: a token-bucket proxy, validated against a raw upload
+before each rate; a link more than 10% off refuses the run), for each tree of ``--trees``
+(default 64 files of 4 MiB and 32 of 8 MiB) side by side: the time and the bytes up of the
+incremental save as a fraction of the full save's, and the bytes it read (down).
+
 The commit column is the time in the writers' commit step (the file store's fsync and rename,
 a cloud writer's completion request), timed around those methods: it follows the object's
 size, not the bytes sent (the file store writes the copied bytes to disk again; moto joins the
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import re
@@ -51,6 +59,8 @@ from pathlib import Path
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.storage.stores.local import wait_for_freeing
+
+from .links import TOLERANCE, load_line, parse_rates
 
 ROOT = Path(__file__).resolve().parent
 MiB = 1024 * 1024
@@ -138,29 +148,36 @@ def pair(
     sent: Callable[[], int],
     content: Content,
     commit: CommitTime,
+    received: Callable[[], int] | None = None,
 ) -> dict:
-    """``runs`` times: a full save to a fresh object, one file changed, an incremental save."""
+    """``runs`` times: a full save to a fresh object, one file changed, an incremental save.
+    With ``received`` (bytes come down so far), also the bytes each save read."""
     full_t, incr_t, full_b, incr_b, full_c, incr_c = [], [], [], [], [], []
+    full_d: list[int] = []
+    incr_d: list[int] = []
+    down = received or (lambda: 0)
     files = sorted(src.glob("part-*.bin"))
     for run in range(runs):
         uri = dest(run)
         wait_for_freeing()  # the replaced object's freeing must not run into the next timed save
         os.sync()  # each save starts with no dirty pages of the tree or earlier objects to write back
-        before, committed = sent(), commit.seconds
+        before, committed, read = sent(), commit.seconds, down()
         started = time.monotonic()
         fc.Checkpoint(uri).save_sync(str(src))
         full_t.append(time.monotonic() - started)
         full_b.append(sent() - before)
         full_c.append(commit.seconds - committed)
+        full_d.append(down() - read)
         files[(7 * run + 3) % len(files)].write_bytes(content.make(size))
         wait_for_freeing()
         os.sync()
-        before, committed = sent(), commit.seconds
+        before, committed, read = sent(), commit.seconds, down()
         started = time.monotonic()
         fc.Checkpoint(uri).save_sync(str(src))
         incr_t.append(time.monotonic() - started)
         incr_b.append(sent() - before)
         incr_c.append(commit.seconds - committed)
+        incr_d.append(down() - read)
         from flyte_checkpoint.storage.registry import store_for
 
         store_for(uri).delete(uri)  # the S3 server holds objects in memory
@@ -172,6 +189,10 @@ def pair(
         "incr_bytes": med(incr_b),
         "full_commit_s": med(full_c),
         "incr_commit_s": med(incr_c),
+        "full_down_bytes": med(full_d),
+        "incr_down_bytes": med(incr_d),
+        "full_runs_s": full_t,
+        "incr_runs_s": incr_t,
     }
 
 
@@ -405,6 +426,107 @@ def versions(rev: str, files: int, size: int, runs: int, content: Content, work:
     return lines
 
 
+def parse_trees(text: str) -> list[tuple[int, float]]:
+    """``"64x4,32x8"``: trees of 64 files of 4 MiB and of 32 files of 8 MiB."""
+    trees = []
+    for part in filter(None, (t.strip() for t in text.split(","))):
+        files, _, mib = part.partition("x")
+        try:
+            trees.append((int(files), float(mib)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--trees takes FILESxMiB separated by commas (64x4,32x8), not {text!r}"
+            )
+    return trees
+
+
+def links_suite(args: argparse.Namespace, content: Content, commit: CommitTime, work: Path) -> list[dict]:
+    """On moto's S3 server through one simulated link (benchmarks/links.py), at each rate of
+    ``args.links`` (validated first): each tree's full save and incremental save (one file
+    changed), ``args.runs`` pairs; bytes up and down counted at the link."""
+    from .links import LinkProcess, load_line, validate
+    from .links import MiB as _MiB
+
+    rows = []
+    trees = {
+        (files, mib): make_tree(work / f"tree-{files}x{mib:g}", files, int(mib * MiB), content)
+        for files, mib in args.trees
+    }
+    with plugin_server("s3", min_part_size=None) as server:  # AWS's 5 MiB minimum part
+        os.environ.update(
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_DEFAULT_REGION="us-east-1",
+            FLYTE_CHECKPOINT_S3_READ_RANGE_SIZE=str(8 * 2**30),  # moto copies the object per ranged GET
+        )
+        server.create_bucket("bench")
+        with LinkProcess(server.endpoint, args.links[0], nodes=1) as links:
+            fc.configure_store("s3", endpoint_url=links.urls[0])
+            up = lambda: links.stats()[0]["up"]  # noqa: E731
+            down = lambda: links.stats()[0]["down"]  # noqa: E731
+            key = uuid.uuid4().hex
+            for rate in args.links:
+                links.set_rate(rate)
+                before = load_line()
+                nbytes = args.probe_mib * _MiB if args.probe_mib else None
+                carried = validate(links.urls, rate, bucket="bench", nbytes=nbytes, tolerance=args.tolerance)
+                print(
+                    f"{rate / 1e6:g} MB/s: the link carried {carried[0] / 1e6:.2f} MB/s ({before})",
+                    file=sys.stderr,
+                )
+                for (files, mib), src in trees.items():
+                    r = pair(
+                        lambda run, files=files, mib=mib, rate=rate: (
+                            f"s3://bench/{key}/{files}x{mib:g}-{rate:.0f}-{run}.tgz"
+                        ),
+                        src,
+                        args.runs,
+                        int(mib * MiB),
+                        up,
+                        content,
+                        commit,
+                        down,
+                    )
+                    r.update(
+                        rate_mb_s=rate / 1e6,
+                        carried_mb_s=carried[0] / 1e6,
+                        files=files,
+                        file_mib=mib,
+                        load_before=before,
+                        load_after=load_line(),
+                    )
+                    print(
+                        f"  {files} x {mib:g} MiB: full {r['full_s']:.2f} s, incremental {r['incr_s']:.2f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    rows.append(r)
+    return rows
+
+
+def links_table(rows: list[dict], runs: int, content: str) -> str:
+    lines = [
+        f"## Incremental saves on a simulated link: one file changed, S3 (moto), {content} content"
+        f" (median of {runs})",
+        "",
+        "| link MB/s | tree | full save s | incremental s | time | full MiB up | incremental MiB up | bytes"
+        " | incremental MiB down | link-bound s, full / incremental | load before -> after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rate = r["rate_mb_s"] * 1e6
+        lines.append(
+            f"| {r['rate_mb_s']:g} ({r['carried_mb_s']:.2f}) | {r['files']} x {r['file_mib']:g} MiB"
+            f" | {r['full_s']:.2f} | {r['incr_s']:.2f} | {100 * r['incr_s'] / r['full_s']:.1f}%"
+            f" | {r['full_bytes'] / MiB:.1f} | {r['incr_bytes'] / MiB:.2f}"
+            f" | {100 * r['incr_bytes'] / r['full_bytes']:.1f}% | {r['incr_down_bytes'] / MiB:.2f}"
+            f" | {r['full_bytes'] / rate:.2f} / {(r['incr_bytes'] + r['incr_down_bytes']) / rate:.2f}"
+            f" | {r['load_before'].split(' on ')[0].removeprefix('load average ')} ->"
+            f" {r['load_after'].split(' on ')[0].removeprefix('load average ')} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the 16 MiB file size")
@@ -428,8 +550,42 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="compare the file store's incremental saves of REV (a commit) with this checkout's",
     )
+    p.add_argument(
+        "--links",
+        type=parse_rates,
+        default=None,
+        metavar="MB/S[,MB/S...]",
+        help="only on moto's S3 server through a simulated link of this rate (MB = 10^6 bytes; several"
+        " rates in one run: 5,10,25), the trees of --trees side by side",
+    )
+    p.add_argument(
+        "--trees",
+        type=parse_trees,
+        default=parse_trees("64x4,32x8"),
+        metavar="FILESxMiB[,...]",
+        help="with --links: the trees (default 64x4,32x8: 64 files of 4 MiB, 32 of 8 MiB)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        help="with --links: refuse a link whose validated rate is this fraction off (default 0.10)",
+    )
+    p.add_argument("--probe-mib", type=int, default=0, help="with --links: MiB of the validating upload")
+    p.add_argument("--json", type=Path, default=None, help="with --links: also write the figures here")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="fcp-incr-", dir=args.work))
+    if args.links:
+        load = load_line()
+        try:
+            rows = links_suite(args, Content(args.content), CommitTime(), work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"\n{links_table(rows, args.runs, args.content)}\n")
+        print(f"{load} before, {load_line()} after")
+        if args.json:
+            args.json.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
+        return
     if args.against is not None:
         size = max(int(16 * MiB * args.scale), 64 * 1024)
         load = os.getloadavg()

@@ -2,6 +2,7 @@
 same data gathered on rank 0 and saved as one tree, in one run.
 
     python -m benchmarks.sharded [--mib 256] [--ranks 4] [--runs 3] [--s3]
+    python -m benchmarks.sharded --links 5,10,25    # 4 ranks x 64 MiB, each through its own link
 
 Each rank is a process that imports the library, reports ready, and saves when told to; the
 time runs from "go" to the last rank's return. Two baselines: "gathered, free" is rank 0
@@ -11,11 +12,17 @@ example gathers the state on rank 0): every rank joins a gloo process group befo
 sends its shard to rank 0 (``torch.distributed.send``), which writes the union folder and saves
 it. The data is incompressible (as model weights are) and in the page cache. On S3 the server
 is moto's on 127.0.0.1 (AWS's 5 MiB minimum part), sharing the machine's cores with the ranks.
+
+With ``--links`` (S3 only) every rank is a node with its own link to the server, a token-bucket
+proxy of the given rate (benchmarks/links.py, validated against a raw upload before each rate;
+a link more than 10% off refuses the run): what a cluster's sharded save is bound by. The
+baseline is rank 0 saving the union folder through its own link, the gather given for free.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -23,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.links import TOLERANCE, load_line, parse_rates
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,11 +84,19 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def _timed(dest: str, folders: list[Path], mode: str, env: dict[str, str]) -> float:
+def _timed(
+    dest: str,
+    folders: list[Path],
+    mode: str,
+    env: dict[str, str],
+    per_rank: list[dict[str, str]] | None = None,
+) -> float:
+    """Seconds from "go" to the last rank's return; ``per_rank[r]`` is added to rank r's env."""
     procs = []
     port = _free_port()
     for rank, folder in enumerate(folders):
         child_env = {**env, "RANK": str(rank), "WORLD_SIZE": str(len(folders)), "MASTER_PORT": port}
+        child_env.update(per_rank[rank] if per_rank else {})
         procs.append(
             subprocess.Popen(
                 [sys.executable, "-c", _CHILD, dest, str(folder), mode],
@@ -135,18 +152,141 @@ def measure(label: str, dest_of, folders: list[Path], gathered: Path, runs: int,
     return {"backend": label, "sharded": med(sharded), "gathered": med(single), "gloo": med(gloo)}
 
 
+def links_suite(
+    rates: list[float], ranks: int, mib: int, runs: int, env: dict[str, str], args: argparse.Namespace
+) -> list[dict]:
+    """On moto's S3 server, every rank through its own simulated link (benchmarks/links.py), at
+    each rate: the sharded save of ``ranks`` x ``mib`` MiB against rank 0 saving the union
+    through its own link (the gather given for free), ``runs`` of each, interleaved; the bytes
+    each link carried; and the time the links alone would take (the busiest link's bytes over
+    its rate)."""
+    sys.path.insert(0, str(ROOT / "plugins" / "s3"))
+    from flyte_checkpoint_s3_tests.server import run_server
+
+    from benchmarks.__main__ import moto_bench
+    from benchmarks.links import LinkProcess, MiB, load_line, validate
+
+    med = statistics.median
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="fcp-bench-sharded-links-") as tmp:
+        folders, gathered = make_data(Path(tmp), ranks, mib)
+        with run_server(min_part_size=None) as server:  # AWS's 5 MiB minimum part
+            s3_env, client = moto_bench(server.endpoint)
+            s3_env = {**s3_env, "PYTHONPATH": env["PYTHONPATH"], "MASTER_ADDR": "127.0.0.1"}
+            with LinkProcess(server.endpoint, rates[0], nodes=ranks) as links:
+                for rate in rates:
+                    links.set_rate(rate)
+                    before = load_line()
+                    nbytes = args.probe_mib * MiB if args.probe_mib else None
+                    carried = validate(
+                        links.urls, rate, bucket="bench", nbytes=nbytes, tolerance=args.tolerance
+                    )
+                    print(
+                        f"{rate / 1e6:g} MB/s: the links carried "
+                        + ", ".join(f"{r / 1e6:.2f}" for r in carried)
+                        + f" MB/s ({before})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    times: dict[str, list[float]] = {"sharded": [], "gathered": []}
+                    sent: dict[str, list[list[int]]] = {"sharded": [], "gathered": []}
+                    for run in range(runs):
+                        for mode in ("gathered", "sharded") if run % 2 == 0 else ("sharded", "gathered"):
+                            key = f"links/{rate:.0f}/{mode}-{run}"
+                            start = [n["up"] for n in links.stats()]
+                            if mode == "sharded":
+                                per_rank = [{"AWS_ENDPOINT_URL": url} for url in links.urls]
+                                took = _timed(f"s3://bench/{key}", folders, "sharded", s3_env, per_rank)
+                            else:
+                                per_rank = [{"AWS_ENDPOINT_URL": links.urls[0]}]
+                                took = _timed(f"s3://bench/{key}", [gathered], "single", s3_env, per_rank)
+                            end = [n["up"] for n in links.stats()]
+                            times[mode].append(took)
+                            sent[mode].append([b - a for a, b in zip(start, end, strict=True)])
+                            print(f"  {mode} run {run}: {took:.2f} s", file=sys.stderr, flush=True)
+                            client.delete_object(Bucket="bench", Key=key)  # moto holds objects in memory
+                    busiest = {m: med(max(s) for s in sent[m]) for m in sent}
+                    rows.append(
+                        {
+                            "rate_mb_s": rate / 1e6,
+                            "carried_mb_s": [r / 1e6 for r in carried],
+                            "sharded_s": med(times["sharded"]),
+                            "gathered_s": med(times["gathered"]),
+                            "sharded_runs_s": times["sharded"],
+                            "gathered_runs_s": times["gathered"],
+                            "sharded_busiest_link_mib": busiest["sharded"] / MiB,
+                            "sharded_all_links_mib": med(sum(s) for s in sent["sharded"]) / MiB,
+                            "gathered_link_mib": busiest["gathered"] / MiB,
+                            "sharded_link_bound_s": busiest["sharded"] / rate,
+                            "gathered_link_bound_s": busiest["gathered"] / rate,
+                            "load_before": before,
+                            "load_after": load_line(),
+                        }
+                    )
+    return rows
+
+
+def links_table(rows: list[dict], ranks: int, mib: int, runs: int) -> str:
+    lines = [
+        f"## Sharded saves on simulated links: {ranks} ranks x {mib} MiB, each rank its own link;"
+        f" gathered = rank 0 saving the union through its link (median of {runs})",
+        "",
+        "| link MB/s | links measured MB/s | sharded s | gathered s | gathered / sharded | ideal"
+        " | MiB up, busiest link (sharded) | MiB up (gathered) | link-bound s, sharded / gathered"
+        " | load before -> after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ideal = r["gathered_link_bound_s"] / r["sharded_link_bound_s"]
+        lines.append(
+            f"| {r['rate_mb_s']:g} | {min(r['carried_mb_s']):.2f}-{max(r['carried_mb_s']):.2f}"
+            f" | {r['sharded_s']:.2f} | {r['gathered_s']:.2f} | {r['gathered_s'] / r['sharded_s']:.2f}x"
+            f" | {ideal:.2f}x | {r['sharded_busiest_link_mib']:.1f} | {r['gathered_link_mib']:.1f}"
+            f" | {r['sharded_link_bound_s']:.2f} / {r['gathered_link_bound_s']:.2f}"
+            f" | {r['load_before'].split(' on ')[0].removeprefix('load average ')} ->"
+            f" {r['load_after'].split(' on ')[0].removeprefix('load average ')} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mib", type=int, default=256, help="MiB per rank")
+    p.add_argument("--mib", type=int, default=None, help="MiB per rank (256; with --links 64)")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also on moto's S3 server")
     p.add_argument("--charts", type=Path, default=None, help="also draw the figures as an SVG chart here")
+    p.add_argument(
+        "--links",
+        type=parse_rates,
+        default=None,
+        metavar="MB/S[,MB/S...]",
+        help="only on moto's S3 server, each rank through its own simulated link of this rate (MB = 10^6"
+        " bytes; several rates in one run: 5,10,25), against rank 0 saving the union through its link",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=TOLERANCE,
+        help="with --links: refuse a link whose validated rate is this fraction off (default 0.10)",
+    )
+    p.add_argument("--probe-mib", type=int, default=0, help="with --links: MiB of the validating upload")
+    p.add_argument("--json", type=Path, default=None, help="with --links: also write the figures here")
     args = p.parse_args()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
+    if args.links:
+        mib = args.mib or 64
+        load = load_line()
+        rows = links_suite(args.links, args.ranks, mib, args.runs, env, args)
+        print(f"\n{links_table(rows, args.ranks, mib, args.runs)}\n")
+        print(f"{load} before, {load_line()} after")
+        if args.json:
+            args.json.write_text(json.dumps({"ranks": args.ranks, "mib": mib, "rows": rows}, indent=2) + "\n")
+        return
+    args.mib = args.mib or 256
     rows = []
     with tempfile.TemporaryDirectory(prefix="fcp-bench-sharded-") as tmp:
         folders, gathered = make_data(Path(tmp), args.ranks, args.mib)
