@@ -9,7 +9,7 @@ node's connections (as a node's NIC is shared by its parallel uploads). A rank's
 is its node's port::
 
     with LinkProcess("http://127.0.0.1:PORT", rate=10e6, nodes=4) as links:
-        validate(links, bucket="bench")       # refuses a link 10% off its rate
+        validate(links, 10e6, bucket="bench")  # refuses a link 10% off its rate
         env = {"AWS_ENDPOINT_URL": links.urls[rank]}
         ...
         links.stats()                         # bytes each way per node
@@ -47,6 +47,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent
@@ -121,9 +122,17 @@ class Node:
     bytes_down: int = 0
     server: asyncio.AbstractServer | None = None
     writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    #: The up window since :meth:`LinkProxy.mark`: when its first chunk was read, when its last
+    #: was written upstream, the bytes in between (what :func:`validate` divides).
+    window: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
 
     def stats(self) -> dict[str, int]:
         return {"up": self.bytes_up, "down": self.bytes_down, "connections": self.connections}
+
+    def carried(self) -> float:
+        """Bytes per second up in the window since the last mark (0 when nothing went up)."""
+        first, last, nbytes = self.window
+        return nbytes / (last - first) if last > first else 0.0
 
 
 class LinkProxy:
@@ -170,6 +179,22 @@ class LinkProxy:
                 node.down.set_rate(rate)
 
         self._call(apply)
+
+    def mark(self) -> None:
+        """Start a new up window on every node (see :meth:`carried`)."""
+
+        def apply() -> None:
+            for node in self.nodes:
+                node.window = [0.0, 0.0, 0.0]
+
+        self._call(apply)
+
+    def carried(self) -> list[float]:
+        """Per node, the rate its link carried up since :meth:`mark`: the bytes over the time
+        from reading the first chunk to writing the last one upstream. The client's and the
+        server's own time per request (signing, answering) is outside it; a proxy or a server
+        too slow to keep up makes it longer."""
+        return self._call(lambda: [node.carried() for node in self.nodes])  # type: ignore[return-value]
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -273,8 +298,11 @@ class LinkProxy:
         self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, node: Node, direction: str, conn: int
     ) -> None:
         bucket = node.up if direction == "up" else node.down
+        loop = asyncio.get_running_loop()
         try:
             while data := await src.read(CHUNK):
+                if direction == "up" and not node.window[0]:
+                    node.window[0] = loop.time()
                 wait = bucket.take(len(data), conn)
                 if wait > 0:
                     await asyncio.sleep(wait)
@@ -282,6 +310,8 @@ class LinkProxy:
                 await dst.drain()
                 if direction == "up":
                     node.bytes_up += len(data)
+                    node.window[1] = loop.time()
+                    node.window[2] += len(data)
                 else:
                     node.bytes_down += len(data)
             if dst.can_write_eof():
@@ -338,6 +368,12 @@ class LinkProcess:
         self._ask(f"rate {rate}")
         self.rate = rate
 
+    def mark(self) -> None:
+        self._ask("mark")
+
+    def carried(self) -> list[float]:
+        return list(self._ask("carried")["nodes"])
+
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None:
@@ -365,10 +401,9 @@ class LinkRateError(RuntimeError):
     """A link carried more or less than its rate by more than the tolerance: the run is refused."""
 
 
-def raw_upload(url: str, bucket: str, nbytes: int) -> float:
-    """Seconds one PUT of ``nbytes`` random bytes to ``url``'s ``bucket`` took, from the request
-    to its answer (boto3, signed with moto's test credentials, a client of its own); the object
-    is then deleted."""
+def raw_upload(url: str, bucket: str, nbytes: int) -> None:
+    """One PUT of ``nbytes`` random bytes to ``url``'s ``bucket`` (boto3, signed with moto's
+    test credentials, a client of its own); the object is then deleted."""
     import boto3
 
     client = boto3.session.Session().client(
@@ -379,15 +414,39 @@ def raw_upload(url: str, bucket: str, nbytes: int) -> float:
         aws_secret_access_key="testing",
     )
     key = f"fcp-link-probe-{uuid.uuid4().hex}"
-    body = os.urandom(nbytes)
     try:
-        started = time.perf_counter()
-        client.put_object(Bucket=bucket, Key=key, Body=body)
-        took = time.perf_counter() - started
+        client.put_object(Bucket=bucket, Key=key, Body=os.urandom(nbytes))
         client.delete_object(Bucket=bucket, Key=key)
     finally:
         client.close()
-    return took
+
+
+def uploads_through(links: LinkProxy | LinkProcess) -> Callable[[Sequence[str], str, int], list[float]]:
+    """The measurement :func:`validate` makes by default: a :func:`raw_upload` through every
+    link at once (threads), and the rate each link carried, as the proxy saw it
+    (:meth:`LinkProxy.carried`)."""
+
+    def measure(urls: Sequence[str], bucket: str, nbytes: int) -> list[float]:
+        links.mark()
+        errors: list[BaseException] = []
+
+        def one(url: str) -> None:
+            try:
+                raw_upload(url, bucket, nbytes)
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(url,)) for url in urls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        carried = links.carried()
+        return [carried[links.urls.index(url)] for url in urls]
+
+    return measure
 
 
 def probe_bytes(rate: float, seconds: float = 2.0) -> int:
@@ -396,42 +455,34 @@ def probe_bytes(rate: float, seconds: float = 2.0) -> int:
 
 
 def validate(
-    urls: Sequence[str],
+    links: LinkProxy | LinkProcess | None,
     rate: float,
     *,
     bucket: str,
     nbytes: int | None = None,
     tolerance: float = TOLERANCE,
-    measure: Callable[[str, str, int], float] = raw_upload,
+    measure: Callable[[Sequence[str], str, int], list[float]] | None = None,
+    urls: Sequence[str] | None = None,
 ) -> list[float]:
     """Upload ``nbytes`` through every link at once; the rate each carried (bytes/s).
 
-    ``measure(url, bucket, nbytes)`` returns the seconds one upload took (:func:`raw_upload`;
-    tests give a function that returns what they choose, so nothing here depends on time).
+    ``measure(urls, bucket, nbytes)`` returns the rate of each url's link (by default
+    :func:`uploads_through` the ``links``; tests give a function that returns what they
+    choose, with ``urls``, so nothing here depends on time).
 
     Raises:
         LinkRateError: a link's rate was more than ``tolerance`` away from ``rate`` (above or
             below); the message names each such link, what it carried, and what to do.
     """
+    if urls is None:
+        assert links is not None
+        urls = links.urls
+    if measure is None:
+        assert links is not None
+        measure = uploads_through(links)
     if nbytes is None:
         nbytes = probe_bytes(rate)
-    took: list[float] = [0.0] * len(urls)
-    errors: list[BaseException] = []
-
-    def one(i: int) -> None:
-        try:
-            took[i] = measure(urls[i], bucket, nbytes)
-        except BaseException as exc:  # re-raised below, in the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(urls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    rates = [nbytes / max(t, 1e-9) for t in took]
+    rates = measure(urls, bucket, nbytes)
     off = [(i, r) for i, r in enumerate(rates) if not (rate * (1 - tolerance) <= r <= rate * (1 + tolerance))]
     if off:
         load = os.getloadavg()[0]
@@ -447,6 +498,23 @@ def validate(
             " fewer ranks, or when the machine is quieter."
         )
     return rates
+
+
+def validate_tries(
+    links: LinkProxy | LinkProcess, rate: float, *, tries: int, pause: float = 10.0, **options: Any
+) -> list[float]:
+    """:func:`validate`, tried up to ``tries`` times ``pause`` seconds apart while it refuses (a
+    machine shared with other jobs is busy in bursts): the first passing try's rates; each
+    refusal is printed to stderr, the last one raised."""
+    for attempt in range(1, tries + 1):
+        try:
+            return validate(links, rate, **options)
+        except LinkRateError as exc:
+            print(f"{rate / MB:g} MB/s, try {attempt} of {tries}: {exc}", file=sys.stderr, flush=True)
+            if attempt == tries:
+                raise
+            time.sleep(pause)
+    raise AssertionError("unreachable")
 
 
 def parse_rates(text: str) -> list[float]:
@@ -467,8 +535,8 @@ def load_line() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The child of :class:`LinkProcess`: prints ``{"urls": [...]}``, then answers ``stats``
-    and ``rate R`` on stdin with a JSON line each, until stdin closes."""
+    """The child of :class:`LinkProcess`: prints ``{"urls": [...]}``, then answers ``stats``,
+    ``rate R``, ``mark`` and ``carried`` on stdin with a JSON line each, until stdin closes."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.links", description=__doc__.splitlines()[0])
     p.add_argument("upstream", help="http://HOST:PORT to forward to")
     p.add_argument("--rate", type=float, required=True, help="bytes per second, each way, per node")
@@ -483,6 +551,11 @@ def main(argv: list[str] | None = None) -> None:
             elif command == "rate":
                 proxy.set_rate(float(rest[0]))
                 print(json.dumps({"rate": float(rest[0])}), flush=True)
+            elif command == "mark":
+                proxy.mark()
+                print(json.dumps({"marked": True}), flush=True)
+            elif command == "carried":
+                print(json.dumps({"nodes": proxy.carried()}), flush=True)
             else:
                 print(json.dumps({"error": f"unknown command {command!r}"}), flush=True)
 

@@ -159,27 +159,27 @@ def test_the_bucket_queues_takers_behind_each_others_bytes():
 
 
 def fake_measure(rates: dict[str, float]):
-    """A measurement that says each url's upload ran at ``rates[url]`` bytes/s."""
+    """A measurement that says each url's link carried ``rates[url]`` bytes/s."""
     calls = []
 
-    def measure(url: str, bucket: str, nbytes: int) -> float:
-        calls.append((url, bucket, nbytes))
-        return nbytes / rates[url]
+    def measure(urls, bucket: str, nbytes: int) -> list[float]:
+        calls.append((list(urls), bucket, nbytes))
+        return [rates[url] for url in urls]
 
     return measure, calls
 
 
 def test_validation_passes_links_within_the_tolerance():
     measure, calls = fake_measure({"a": 9.5e6, "b": 10.4e6})
-    got = validate(["a", "b"], 10e6, bucket="bench", nbytes=2**20, measure=measure)
+    got = validate(None, 10e6, urls=["a", "b"], bucket="bench", nbytes=2**20, measure=measure)
     assert got == pytest.approx([9.5e6, 10.4e6])
-    assert sorted(calls) == [("a", "bench", 2**20), ("b", "bench", 2**20)]
+    assert calls == [(["a", "b"], "bench", 2**20)]
 
 
 def test_validation_refuses_a_link_that_misses_its_rate_either_way():
     measure, _ = fake_measure({"a": 10e6, "b": 8.5e6, "c": 11.5e6})
     with pytest.raises(LinkRateError) as caught:
-        validate(["a", "b", "c"], 10e6, bucket="bench", nbytes=2**20, measure=measure)
+        validate(None, 10e6, urls=["a", "b", "c"], bucket="bench", nbytes=2**20, measure=measure)
     message = str(caught.value)
     assert "link 0" not in message
     assert "link 1 (b) carried 8.50 MB/s, 15% under its 10 MB/s" in message
@@ -187,12 +187,31 @@ def test_validation_refuses_a_link_that_misses_its_rate_either_way():
     assert "lower rate" in message and "more than 10% off" in message
 
 
+def test_the_proxy_measures_what_each_link_carried_up_since_a_mark():
+    """The window a validation divides: bytes up since the mark, per node (the rate itself is
+    not asserted: a positive number where bytes went, zero where none did)."""
+    sink = Sink(b"ok")
+    try:
+        with LinkProxy(sink.url, FAST, nodes=2) as proxy:
+            exchange(proxy.urls[0], b"before the mark")
+            sink.wait_for(1)
+            proxy.mark()
+            exchange(proxy.urls[0], os.urandom(2**20))
+            sink.wait_for(2)
+            windows = proxy._call(lambda: [list(n.window) for n in proxy.nodes])
+            assert windows[0][2] == 2**20 and windows[1] == [0.0, 0.0, 0.0]  # type: ignore[index]
+            carried = proxy.carried()
+            assert carried[0] > 0 and carried[1] == 0
+    finally:
+        sink.close()
+
+
 def test_validation_reports_a_failed_upload():
-    def measure(url: str, bucket: str, nbytes: int) -> float:
-        raise RuntimeError(f"the probe upload to {url} was answered HTTP 404")
+    def measure(urls, bucket: str, nbytes: int) -> list[float]:
+        raise RuntimeError(f"the probe upload to {urls[0]} was answered HTTP 404")
 
     with pytest.raises(RuntimeError, match="HTTP 404"):
-        validate(["a"], 10e6, bucket="bench", nbytes=1, measure=measure)
+        validate(None, 10e6, urls=["a"], bucket="bench", nbytes=1, measure=measure)
 
 
 def test_rates_are_megabytes_per_second():
