@@ -513,6 +513,7 @@ def links_suite(args: argparse.Namespace, content: Content, commit: CommitTime, 
                         flush=True,
                     )
                     rows.append(r)
+                    print("row: " + json.dumps(r), file=sys.stderr, flush=True)  # kept if stopped
     return rows
 
 

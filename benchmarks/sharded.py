@@ -233,6 +233,7 @@ def links_suite(
                             "load_after": load_line(),
                         }
                     )
+                    print("row: " + json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if stopped
     return rows
 
 
