@@ -30,7 +30,7 @@ from .errors import TRANSIENT_STATUS, chain, container_missing, from_status, tra
 from .files import download_to_file
 from .locations import Location, parse_location
 from .parts import PartWriter, part_size_for
-from .plans import PartLimits, ShardPlan, check_world, compose_plan, plan_shard
+from .plans import PartLimits, PlannedShards, ShardPlan, check_world, compose_plan, plan_shard
 from .pools import StorePool
 from .reads import RangedReader, RangeFetch
 from .redaction import protect_logs, scrub, scrub_values
@@ -69,6 +69,7 @@ __all__ = [
     "PartWriter",
     "PartLimits",
     "ShardPlan",
+    "PlannedShards",
     "check_world",
     "compose_plan",
     "plan_shard",

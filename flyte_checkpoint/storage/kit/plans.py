@@ -25,8 +25,10 @@ GCS composes whole objects, up to ``per_request`` a request, in rounds: :func:`c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ...errors import ShardedSaveError
+from ...uri import redact
 from .settings import GiB, KiB, MiB
 
 TiB = 1024 * GiB
@@ -245,3 +247,38 @@ def _round_down(n: int, multiple: int) -> int:
 
 
 __all__ = ["PartLimits", "ShardPlan", "check_world", "compose_plan", "plan_shard", "shares"]
+
+
+class PlannedShards:
+    """A store's sharded writes planned from its limits (``limits``, its config's
+    ``SHARD_LIMITS``): :meth:`check_world`, :meth:`plan` and :meth:`prepare`, the same for every
+    cloud; what differs between the clouds is in their limits alone. The class using it has
+    ``store`` (whose ``config.part_size`` is the smallest part) and ``uri``."""
+
+    limits: PartLimits
+    store: Any
+    uri: str
+    _prepared: ShardPlan | None = None
+
+    def check_world(self, world: int) -> None:
+        """Raise ShardedSaveError if the store's parts cannot give each of ``world`` ranks one
+        (pure: every rank calls it before any request)."""
+        check_world(self.limits, world, redact(self.uri))
+
+    def plan(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Rank ``rank``'s parts for a segment of at most ``size`` bytes (pure; raises
+        ShardedSaveError when they cannot fit the store's limits)."""
+        return plan_shard(
+            self.limits,
+            rank=rank,
+            world=world,
+            size=size,
+            part_size=self.store.config.part_size,
+            uri=redact(self.uri),
+        )
+
+    def prepare(self, rank: int, world: int, size: int) -> ShardPlan:
+        """Plan the parts of the segment ``segment()`` gives next, for at most ``size`` bytes
+        (raises ShardedSaveError, before any byte is sent, when they cannot hold it)."""
+        self._prepared = self.plan(rank, world, size)
+        return self._prepared

@@ -18,7 +18,7 @@ import hashlib
 import threading
 from typing import TYPE_CHECKING, Any
 
-from flyte_checkpoint.storage.kit import ShardPlan, check_world, plan_shard
+from flyte_checkpoint.storage.kit import PlannedShards, ShardPlan
 from flyte_checkpoint.uri import redact
 
 from .config import SHARD_LIMITS
@@ -78,9 +78,11 @@ class AzureSegment(AzureWriter):
         return {"blocks": self._blocks}
 
 
-class AzureShardedWrites:
+class AzureShardedWrites(PlannedShards):
     """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one Azure blob: every rank's
     blocks staged on the blob, committed in one block list (see the module docstring)."""
+
+    limits = SHARD_LIMITS
 
     store: AzureStore
     uri: str
@@ -88,33 +90,9 @@ class AzureShardedWrites:
     def __init__(self, store: AzureStore, uri: str) -> None:
         self.store = store
         self.uri = uri
-        self._prepared: ShardPlan | None = None
 
     def begin(self, token: str) -> dict[str, Any]:
         return {}  # a block blob's upload begins with its first block
-
-    def check_world(self, world: int) -> None:
-        """Raise ShardedSaveError if Azure's 49,999 blocks cannot give each of ``world`` ranks
-        one (pure: every rank calls it before any request)."""
-        check_world(SHARD_LIMITS, world, redact(self.uri))
-
-    def plan(self, rank: int, world: int, size: int) -> ShardPlan:
-        """Rank ``rank``'s blocks for a segment of at most ``size`` bytes (pure; raises
-        ShardedSaveError when they cannot fit Azure's limits)."""
-        return plan_shard(
-            SHARD_LIMITS,
-            rank=rank,
-            world=world,
-            size=size,
-            part_size=self.store.config.part_size,
-            uri=redact(self.uri),
-        )
-
-    def prepare(self, rank: int, world: int, size: int) -> ShardPlan:
-        """Plan the blocks of the segment :meth:`segment` gives next, for at most ``size`` bytes
-        (raises ShardedSaveError, before any byte is sent, when they cannot hold it)."""
-        self._prepared = self.plan(rank, world, size)
-        return self._prepared
 
     def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> AzureSegment:
         plan = self._prepared

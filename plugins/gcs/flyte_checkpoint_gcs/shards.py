@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from flyte_checkpoint.errors import ShardedSaveError
 from flyte_checkpoint.sharded.writes import GatherWrites, Session
-from flyte_checkpoint.storage.kit import ShardPlan, check_world, compose_plan, plan_shard
+from flyte_checkpoint.storage.kit import PlannedShards, compose_plan
 from flyte_checkpoint.uri import redact
 
 from . import errors
@@ -51,11 +51,13 @@ class GCSSegment(GCSWriter):
         return {"uri": self.uri, "generation": self.generation, "size": self.bytes_written}
 
 
-class GCSShardedWrites(GatherWrites):
+class GCSShardedWrites(PlannedShards, GatherWrites):
     """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one GCS object (see the module
     docstring). Unlike S3's and Azure's, it builds on the core's gathering fallback
     (:class:`~flyte_checkpoint.sharded.writes.GatherWrites`), whose piece names, abort and sweep
     fit objects composed from whole pieces; only the commit is GCS's own."""
+
+    limits = SHARD_LIMITS
 
     store: GCSStore
     uri: str
@@ -63,31 +65,10 @@ class GCSShardedWrites(GatherWrites):
     def begin(self, token: str) -> Session:
         return super().begin(token)  # the pieces are named by the token: nothing to start
 
-    def check_world(self, world: int) -> None:
-        """GCS has no count of pieces to share: any world of at least one rank fits."""
-        check_world(SHARD_LIMITS, world, redact(self.uri))
-
-    def plan(self, rank: int, world: int, size: int) -> ShardPlan:
-        """Rank ``rank``'s piece for a segment of at most ``size`` bytes: one object, sent in
-        the store's ``part_size`` chunks (pure; raises ShardedSaveError past 5 TiB)."""
-        return plan_shard(
-            SHARD_LIMITS,
-            rank=rank,
-            world=world,
-            size=size,
-            part_size=self.store.config.part_size,
-            uri=redact(self.uri),
-        )
-
     @staticmethod
     def compose_requests(world: int) -> tuple[int, int]:
         """(rounds, compose requests) of the commit of ``world`` ranks' pieces and the tail."""
         return compose_plan(world + 1, MAX_SOURCES)
-
-    def prepare(self, rank: int, world: int, size: int) -> ShardPlan:
-        """Check the segment :meth:`segment` gives next, of at most ``size`` bytes: refused past
-        GCS's largest object, before any byte is sent."""
-        return self.plan(rank, world, size)
 
     def segment(self, session: Session, rank: int, world: int, joiner: str) -> GCSSegment:
         return GCSSegment(self.store, self._piece(session["token"], rank, joiner))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from flyte_checkpoint.storage.kit import ShardPlan, check_world, plan_shard
+from flyte_checkpoint.storage.kit import PlannedShards, ShardPlan
 from flyte_checkpoint.uri import redact
 
 from .config import MAX_PARTS, SHARD_LIMITS
@@ -86,9 +86,11 @@ class S3Segment(S3Writer):
         return {"parts": [list(result) for result in self._results]}
 
 
-class S3ShardedWrites:
+class S3ShardedWrites(PlannedShards):
     """:class:`flyte_checkpoint.sharded.writes.ShardedWrites` for one S3 object: one multipart
     upload, each rank's parts numbered from its own range (see the module docstring)."""
+
+    limits = SHARD_LIMITS
 
     store: S3Store
     uri: str
@@ -97,7 +99,6 @@ class S3ShardedWrites:
         self.store = store
         self.uri = uri
         self.loc = parse(uri)
-        self._prepared: ShardPlan | None = None
 
     def _args(self, **more: Any) -> dict[str, Any]:
         return {"Bucket": self.loc.bucket, "Key": self.loc.key, **more}
@@ -110,29 +111,6 @@ class S3ShardedWrites:
             lambda: self.store.client.get().create_multipart_upload(**args), self.uri, "start an upload to"
         )
         return {"upload_id": resp["UploadId"]}
-
-    def check_world(self, world: int) -> None:
-        """Raise ShardedSaveError if S3's part numbers cannot give each of ``world`` ranks one
-        (pure: every rank calls it before any request)."""
-        check_world(SHARD_LIMITS, world, redact(self.uri))
-
-    def plan(self, rank: int, world: int, size: int) -> ShardPlan:
-        """Rank ``rank``'s parts for a segment of at most ``size`` bytes (pure; raises
-        ShardedSaveError when they cannot fit S3's limits)."""
-        return plan_shard(
-            SHARD_LIMITS,
-            rank=rank,
-            world=world,
-            size=size,
-            part_size=self.store.config.part_size,
-            uri=redact(self.uri),
-        )
-
-    def prepare(self, rank: int, world: int, size: int) -> ShardPlan:
-        """Plan the parts of the segment :meth:`segment` gives next, for at most ``size`` bytes
-        (raises ShardedSaveError, before any byte is sent, when they cannot hold it)."""
-        self._prepared = self.plan(rank, world, size)
-        return self._prepared
 
     def segment(self, session: dict[str, Any], rank: int, world: int, joiner: str) -> S3Segment:
         # Two processes reporting as one rank send the same part numbers; the completion names

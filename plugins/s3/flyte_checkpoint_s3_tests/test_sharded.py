@@ -257,7 +257,7 @@ def test_a_shard_past_its_ranks_parts_fails_every_rank_and_sends_none_of_its_byt
     from flyte_checkpoint.storage.kit import PartLimits
 
     small = PartLimits("S3", 5 * 1024 * 1024, 6 * 1024 * 1024, 4, 1 << 40, described="4 parts (test)")
-    monkeypatch.setattr(shards, "SHARD_LIMITS", small)
+    monkeypatch.setattr(shards.S3ShardedWrites, "limits", small)
     sent: list[int] = []
     real_send = shards.S3Segment._send_part
 
@@ -349,7 +349,7 @@ def test_a_folder_that_grows_past_its_plan_fails_the_save_naming_it(tmp_path, cl
 
     monkeypatch.setattr(segment, "segment_bound", lambda folder: 0)
     small = PartLimits("S3", 5 * 1024 * 1024, 10 * 1024 * 1024, 4, 1 << 40, described="4 parts (test)")
-    monkeypatch.setattr(shards, "SHARD_LIMITS", small)
+    monkeypatch.setattr(shards.S3ShardedWrites, "limits", small)
     folder = sr.make_folders(tmp_path, 1, size=1000)[0]
     (folder / "grown.bin").write_bytes(os.urandom(30 * 1024 * 1024))
     errors = sr.save_threads(dest, [folder])
