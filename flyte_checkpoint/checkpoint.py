@@ -24,10 +24,11 @@ from .util.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from .format.incremental import Reuse
+    from .history.recording import SaveRecord
     from .lifecycle.background import Lane, SaveHandle
     from .lifecycle.preemption import Registration, Saver
     from .lifecycle.saveorder import Turn
-    from .storage.blobstore import BlobStore
+    from .storage.blobstore import BlobStore, BlobWriter
     from .storage.pinned import PinnedView
     from .util.cancellation import Scope
     from .util.heldfolders import HeldFolder
@@ -96,8 +97,12 @@ class Checkpoint(BaseCheckpoint):
         *,
         retry: RetryPolicy | None = None,
         progress: ProgressCallback | None = None,
+        keeps_generations: bool = False,
     ) -> None:
         self._dest = normalize(checkpoint_dest, param="checkpoint_dest")
+        #: Each save first keeps the object it replaces as an older generation (docs/history.md):
+        #: set where a retention policy keeps more than one checkpoint.
+        self._keeps_generations = keeps_generations
         self._src: str | None = None
         if checkpoint_src is not None and str(checkpoint_src).strip().strip('"').strip():
             src = normalize(checkpoint_src, param="checkpoint_src")
@@ -127,6 +132,8 @@ class Checkpoint(BaseCheckpoint):
         self._lane: PerProcess[Lane] = PerProcess(_new_lane)
         #: The figures and seconds of the last save that ended (the CLI prints them as logged).
         self._last_save: tuple[SaveFigures, float] | None = None
+        #: What a later save's manifest names as ``made_from``: the checkpoint loaded, if any.
+        self._loaded_from: str | None = None
 
     # -- properties ------------------------------------------------------------
 
@@ -275,6 +282,8 @@ class Checkpoint(BaseCheckpoint):
             if stale:  # closed meanwhile: what it restored went with the old workspace
                 raise scope.error()
             with self._lock.get():
+                if result[0] is not None:
+                    self._loaded_from = self._src
                 if names is None:
                     self._loaded = (result[0],)
                 elif result[0] is not None:
@@ -457,17 +466,26 @@ class Checkpoint(BaseCheckpoint):
 
     # -- save ------------------------------------------------------------------
 
-    def save_sync(self, data: Data) -> None:
+    def save_sync(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> None:
         """See :meth:`save`."""
         from .lifecycle.preemption import deferring
         from .lifecycle.saveorder import take
         from .util.cancellation import Scope
 
+        record = self._record(step, metrics)
         self._raise_unseen()
-        deferring(lambda: self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}")))
+        deferring(lambda: self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}"), record))
 
-    async def save(self, data: Data) -> None:
+    async def save(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> None:
         """Store bytes, a file or a directory as this attempt's checkpoint, in a worker thread.
+
+        ``step`` and ``metrics`` (names to numbers; NaN allowed) are recorded in the manifest
+        written beside the object once it is committed (``fc.history`` lists them; see
+        docs/history.md). A save without them writes a manifest too.
 
         Saves to one destination commit in the order they were called, from any thread or
         ``Checkpoint`` (see :mod:`flyte_checkpoint.lifecycle.saveorder`). Cancelling the awaiting task
@@ -483,24 +501,65 @@ class Checkpoint(BaseCheckpoint):
         from .lifecycle.saveorder import take
         from .util.cancellation import Scope
 
+        record = self._record(step, metrics)
         self._raise_unseen()
         notice()  # the main thread's saves keep our SIGTERM handler in front (an event loop's)
         turn = take(self._dest)  # in the caller, so the order is that of the calls
         scope = Scope(f"save to {redact(self._dest)}")
         try:
-            await asyncio.to_thread(self._save, data, turn, scope)
+            await asyncio.to_thread(self._save, data, turn, scope, record)
         except asyncio.CancelledError:
             scope.cancel()
             raise
 
-    def _save(self, data: Data, turn: Turn, scope: Scope) -> None:
+    def _save(self, data: Data, turn: Turn, scope: Scope, record: SaveRecord | None = None) -> None:
         with turn:
-            self._upload(self._prepare(data), turn, scope)
+            self._upload(self._prepare(data, record), turn, scope, record)
 
-    def _upload(self, action: Callable[[], SaveFigures], turn: Turn, scope: Scope) -> None:
+    def _upload(
+        self,
+        action: Callable[[], SaveFigures],
+        turn: Turn,
+        scope: Scope,
+        record: SaveRecord | None = None,
+    ) -> None:
+        if record is not None and record.keeps_generations:
+            action = _keeping_generation(action, record)
         figures, seconds = self._transfer(action, turn, scope)
         self._last_save = (figures, seconds)
         log_transfer("saved", self._dest, figures, seconds)
+        if record is not None:
+            self._write_manifest(record)
+
+    # -- history (docs/history.md) ----------------------------------------------
+
+    def _record(self, step: int | None, metrics: dict[str, float] | None) -> SaveRecord:
+        """What a save records in its manifest (its arguments checked now, before anything runs).
+
+        Raises:
+            TypeError: ``step`` is not an int, or ``metrics`` not a dict of names to numbers.
+        """
+        from .history.manifest import check_metrics, check_step
+        from .history.recording import SaveRecord, identity
+
+        run, attempt = identity(self._dest)
+        loaded = self._loaded_from
+        return SaveRecord(
+            self._dest,
+            step=check_step(step),
+            metrics=check_metrics(metrics),
+            run=run,
+            attempt=attempt,
+            made_from=loaded,
+            keeps_generations=self._keeps_generations,
+        )
+
+    def _write_manifest(self, record: SaveRecord) -> None:
+        """After the commit: the manifest of what was committed (a failure is logged, not raised)."""
+        from .history.recording import record_save
+        from .storage.registry import store_for
+
+        record_save(store_for(self._dest), record)
 
     def _transfer(
         self, action: Callable[[], SaveFigures], turn: Turn, scope: Scope
@@ -525,7 +584,9 @@ class Checkpoint(BaseCheckpoint):
 
     # -- background saves ------------------------------------------------------
 
-    def save_background(self, data: Data) -> SaveHandle:
+    def save_background(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> SaveHandle:
         """Start a save and return once ``data`` is safe from later changes, with its handle.
 
         Bytes are kept as given (a ``bytearray`` or ``memoryview`` is copied); a file or
@@ -546,10 +607,11 @@ class Checkpoint(BaseCheckpoint):
         """
         from .lifecycle.preemption import deferring
 
+        record = self._record(step, metrics)
         self._raise_unseen()
-        return deferring(lambda: self._start_background(data))
+        return deferring(lambda: self._start_background(data, record))
 
-    def _start_background(self, data: Data) -> SaveHandle:
+    def _start_background(self, data: Data, record: SaveRecord | None = None) -> SaveHandle:
         from .lifecycle.background import Job, SaveHandle
         from .lifecycle.saveorder import take
         from .util.cancellation import Scope
@@ -571,9 +633,9 @@ class Checkpoint(BaseCheckpoint):
                     leave_out = leave_out_for(self._dest)
                 staged = stage(src, is_dir, self._local_root, leave_out, what)
                 data = staged.path
-            action = self._prepare(data)
+            action = self._prepare(data, record)
             handle = SaveHandle(what, scope)
-            job = Job(handle, turn, scope, lambda: self._upload(action, turn, scope), staged, self)
+            job = Job(handle, turn, scope, lambda: self._upload(action, turn, scope, record), staged, self)
         except BaseException:
             turn.leave()
             if staged is not None:
@@ -582,14 +644,16 @@ class Checkpoint(BaseCheckpoint):
         self._lane.get().submit(job)
         return handle
 
-    async def save_background_async(self, data: Data) -> SaveHandle:
+    async def save_background_async(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> SaveHandle:
         """:meth:`save_background`, its snapshot taken in a worker thread (the event loop goes on)."""
         import asyncio
 
         from .lifecycle.preemption import notice
 
         notice()  # save_background's own check runs in the worker thread, where it cannot
-        return await asyncio.to_thread(self.save_background, data)
+        return await asyncio.to_thread(self.save_background, data, step=step, metrics=metrics)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for every background save started on this checkpoint to end.
@@ -662,8 +726,9 @@ class Checkpoint(BaseCheckpoint):
             )
         return lane.take_unseen() or problem
 
-    def _prepare(self, data: Data):
-        """Check ``data`` now (so errors are not retried) and return the upload to run."""
+    def _prepare(self, data: Data, record: SaveRecord | None = None):
+        """Check ``data`` now (so errors are not retried) and return the upload to run; with a
+        ``record``, the upload sets its ``digest`` (docs/history.md)."""
         from .storage.registry import store_for
         from .util.transfers import SaveFigures
 
@@ -673,6 +738,10 @@ class Checkpoint(BaseCheckpoint):
 
             def put_bytes() -> SaveFigures:
                 store_for(dest).write_bytes(dest, blob)
+                if record is not None:
+                    from .history.recording import digest_of_bytes
+
+                    record.digest, record.size = digest_of_bytes(blob), len(blob)
                 return SaveFigures(len(blob), len(blob))
 
             return put_bytes
@@ -698,7 +767,7 @@ class Checkpoint(BaseCheckpoint):
                 from .storage.stores.local import leave_out_for
 
                 counter = _Counter(progress, tree_size(src)) if progress else None
-                with store.open_write(dest) as writer:
+                with _digesting(store.open_write(dest), record) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     index = IndexBuilder()
                     copy_run = None if reuse is None else reuse.copy_run
@@ -739,6 +808,10 @@ class Checkpoint(BaseCheckpoint):
                             counter(len(chunk))
                 if not source.verified:
                     _verify_after_upload(source, store, dest)
+                if record is not None:  # the file is unchanged (verified): read it once more, locally
+                    from .history.recording import digest_of_source
+
+                    record.digest, record.size = digest_of_source(source), source.size
                 return SaveFigures(source.size, source.size)
 
         return put_file
@@ -906,3 +979,30 @@ class _Counter:
         if self._total != self.done:
             self._total = self.done
             self._progress(self.done, self._total)
+
+
+def _digesting(writer: BlobWriter, record: SaveRecord | None) -> BlobWriter:
+    """``writer``, its bytes and copies also digested into ``record`` (set at a clean commit)."""
+    if record is None:
+        return writer
+    from .history.recording import DigestingWriter
+
+    return DigestingWriter(writer, record)  # type: ignore[return-value]
+
+
+def _keeping_generation(action: Callable[[], SaveFigures], record: SaveRecord) -> Callable[[], SaveFigures]:
+    """``action``, first keeping the object it replaces as an older generation (once, in the
+    save's turn: retries of the upload do not copy again)."""
+    done = False
+
+    def run() -> SaveFigures:
+        nonlocal done
+        if not done:
+            done = True
+            from .history.recording import keep_generation
+            from .storage.registry import store_for
+
+            keep_generation(store_for(record.dest), record)
+        return action()
+
+    return run
