@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import NotFoundError, OperationCancelledError, PathTooLongError, UnsupportedDataError
+from .errors import (
+    CorruptCheckpointError,
+    NotFoundError,
+    OperationCancelledError,
+    PathTooLongError,
+    UnsupportedDataError,
+)
 from .uri import is_local, local_path, normalize, redact
 from .util.forksafe import PerProcess, lock
 from .util.logs import log_transfer, logger
@@ -183,7 +189,7 @@ class Checkpoint(BaseCheckpoint):
 
     # -- load ------------------------------------------------------------------
 
-    def load_sync(self, members: Iterable[str] | None = None) -> Path | None:
+    def load_sync(self, members: Iterable[str] | None = None, *, fallback: bool = False) -> Path | None:
         """See :meth:`load`.
 
         Raises:
@@ -195,10 +201,11 @@ class Checkpoint(BaseCheckpoint):
         from .util.cancellation import Scope
 
         names = _member_names(members)
+        _check_fallback(names, fallback)
         scope = Scope(f"load of {redact(self._src)}")
-        return deferring(lambda: self._load(scope, names))
+        return deferring(lambda: self._load(scope, names, fallback=fallback))
 
-    async def load(self, members: Iterable[str] | None = None) -> Path | None:
+    async def load(self, members: Iterable[str] | None = None, *, fallback: bool = False) -> Path | None:
         """Restore the previous attempt's checkpoint, in a worker thread.
 
         ``members`` (paths inside a folder checkpoint) restores only those files, and every
@@ -208,6 +215,13 @@ class Checkpoint(BaseCheckpoint):
         end and keeping the selected files. Symbolic links and empty folders are left out
         (``load()`` without ``members`` restores them). Files restored replace those of the
         same names in :attr:`path`; names restored before are not read again. See docs/FORMAT.md.
+
+        ``fallback=True`` (a full load only): when the previous checkpoint is missing or raises
+        :class:`~flyte_checkpoint.errors.CorruptCheckpointError`, the older checkpoints its
+        history lists (its kept generations, then earlier attempts' at the same name) are tried
+        newest first, each skipped one logged at WARNING with why; the newest that loads is
+        returned. A payload's bytes are checked against its manifest's digest. Other failures
+        (denied, network) still raise. See docs/history.md.
 
         Cancelling the awaiting task stops the download in flight (in the worker, which
         removes what it had restored); :meth:`close` does the same without waiting for it.
@@ -226,10 +240,11 @@ class Checkpoint(BaseCheckpoint):
         from .util.cancellation import Scope
 
         names = _member_names(members)
+        _check_fallback(names, fallback)
         notice()  # the main thread's loads keep our SIGTERM handler in front (an event loop's)
         scope = Scope(f"load of {redact(self._src)}")
         try:
-            return await asyncio.to_thread(self._load, scope, names)
+            return await asyncio.to_thread(self._load, scope, names, None, fallback=fallback)
         except asyncio.CancelledError:
             scope.cancel()
             raise
@@ -247,7 +262,12 @@ class Checkpoint(BaseCheckpoint):
         return deferring(lambda: self._load(scope, selected, view))
 
     def _load(
-        self, scope: Scope, names: tuple[str, ...] | None = None, view: PinnedView | None = None
+        self,
+        scope: Scope,
+        names: tuple[str, ...] | None = None,
+        view: PinnedView | None = None,
+        *,
+        fallback: bool = False,
     ) -> Path | None:
         from .util.cancellation import using
 
@@ -268,8 +288,11 @@ class Checkpoint(BaseCheckpoint):
                 scope.check()
                 started = time.monotonic()
                 download = self._download if names is None else lambda: self._download_members(names, view)
+                loaded_from: str | None = self._src
                 with using(scope):
-                    if view is not None:
+                    if fallback:
+                        result, loaded_from = self._load_with_fallback(scope)
+                    elif view is not None:
                         result = download()
                     else:
                         result = self._retry.call(download, f"load of {redact(self._src)}", scope=scope)
@@ -283,7 +306,7 @@ class Checkpoint(BaseCheckpoint):
                 raise scope.error()
             with self._lock.get():
                 if result[0] is not None:
-                    self._loaded_from = self._src
+                    self._loaded_from = loaded_from
                 if names is None:
                     self._loaded = (result[0],)
                 elif result[0] is not None:
@@ -291,7 +314,7 @@ class Checkpoint(BaseCheckpoint):
         if result[0] is None:
             logger().info("no checkpoint at %s: starting fresh", redact(self._src))
         else:
-            log_transfer("loaded", self._src, result[1], time.monotonic() - started)
+            log_transfer("loaded", loaded_from or self._src, result[1], time.monotonic() - started)
         return result[0]
 
     def _cached(self, names: tuple[str, ...] | None) -> tuple[Path | None] | None:
@@ -423,29 +446,73 @@ class Checkpoint(BaseCheckpoint):
             return self._retry.call(fetch, f"load of {rel!r} from {redact(src)}", scope=scope)
 
     @contextlib.contextmanager
-    def _pinned_source(self) -> Iterator[PinnedView | None]:
-        """The previous checkpoint, pinned to the version there now for the block's reads
-        (:func:`~flyte_checkpoint.storage.pinned.read_pinned`: an object replaced meanwhile is
-        ``ObjectReplacedError``, retried, never damaged); None when it is absent or empty."""
+    def _pinned_source(self, src: str | None = None) -> Iterator[PinnedView | None]:
+        """The previous checkpoint (or ``src``), pinned to the version there now for the block's
+        reads (:func:`~flyte_checkpoint.storage.pinned.read_pinned`: an object replaced meanwhile
+        is ``ObjectReplacedError``, retried, never damaged); None when it is absent or empty."""
         from .storage.pinned import read_pinned
         from .storage.registry import store_for
 
-        assert self._src is not None
-        with read_pinned(store_for(self._src), self._src) as view:
+        src = src or self._src
+        assert src is not None
+        with read_pinned(store_for(src), src) as view:
             yield view if view is not None and view.size else None
 
-    def _download(self) -> tuple[Path | None, int]:
+    def _load_with_fallback(self, scope: Scope) -> tuple[tuple[Path | None, int], str | None]:
+        """``load(fallback=True)``: the previous checkpoint, else the newest older one in its
+        history that loads (docs/history.md); the result and the URI it came from."""
+        import functools
+
+        from .history.fallback import candidates, check_payload, skipped_all
+
+        assert self._src is not None
+        skipped: list[tuple[str, str]] = []
+        for uri, entry in candidates(self._src, self._retry):
+            scope.check()
+            try:
+                result = self._retry.call(
+                    functools.partial(self._download, uri), f"load of {redact(uri)}", scope=scope
+                )
+            except CorruptCheckpointError as exc:
+                why = f"damaged: {exc}"
+            except NotFoundError:
+                why = "missing (removed meanwhile)"
+            else:
+                if result[0] is None:
+                    why = "missing" if entry is None or entry.manifest is None else "missing or empty"
+                else:
+                    problem = check_payload(result[0], entry)
+                    if problem is None:
+                        if skipped:
+                            logger().warning(
+                                "loaded %s instead of %s (fallback=True): %d newer checkpoint(s) skipped",
+                                redact(uri),
+                                redact(self._src),
+                                len(skipped),
+                            )
+                        return result, uri
+                    why = problem
+            logger().warning("fallback load: skipping %s: %s", redact(uri), why)
+            skipped.append((uri, why))
+        error = skipped_all(self._src, skipped)
+        if error is not None:
+            raise error
+        return (None, 0), None
+
+    def _download(self, src: str | None = None) -> tuple[Path | None, int]:
         import secrets
         import shutil
 
         from .format.restore import PAYLOAD, restore_object
 
         staging: str | None = None
+        src = src or self._src
+        assert src is not None
         try:
-            with self._pinned_source() as store:
+            with self._pinned_source(src) as store:
                 if store is None:
                     return None, 0
-                assert self._src is not None
+                assert src is not None
                 size = store.size
                 workspace = self.path
                 # named before it is made, so that an interrupt anywhere (the pin's release
@@ -455,7 +522,7 @@ class Checkpoint(BaseCheckpoint):
                 progress = self._progress
                 counter = _Counter(progress, size) if progress else None
                 # an indexed folder object inflates on several threads; anything else streams
-                is_tar = restore_object(store, self._src, size, staging, on_chunk=counter)
+                is_tar = restore_object(store, src, size, staging, on_chunk=counter)
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:
@@ -883,6 +950,11 @@ class Checkpoint(BaseCheckpoint):
     def __repr__(self) -> str:
         src = redact(self._src) if self._src else None
         return f"Checkpoint(dest={redact(self._dest)!r}, src={src!r})"
+
+
+def _check_fallback(names: tuple[str, ...] | None, fallback: bool) -> None:
+    if fallback and names is not None:
+        raise ValueError("load(fallback=True) restores a whole checkpoint: it takes no members")
 
 
 def _member_names(members: Iterable[str] | None) -> tuple[str, ...] | None:
