@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         for attempt in range(args.attempts):
             cp = fc.Checkpoint(f"{run}/{attempt}/_flytecheckpoints", keeps_generations=True)
             for g in range(args.generations):
-                cp.save_sync(os.urandom(args.size), step=attempt * args.generations + g, metrics={"loss": 1 / (g + 1)})
+                cp.save_sync(
+                    os.urandom(args.size), step=attempt * args.generations + g, metrics={"loss": 1 / (g + 1)}
+                )
                 saves += 1
         made = time.perf_counter() - started
         counting = CountingStore(store_for(run))
@@ -92,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         f"| {saves} | {statistics.median(times):.3f} | {min(times):.3f} | {calls['list_details']}"
         f" | {calls['read_bytes']} | {others} |"
     )
-    print(f"\nMaking them: {saves} saves (each keeping the one before) in {made:.1f} s,"
-          f" {made / saves * 1000:.1f} ms a save.\n")
+    print(
+        f"\nMaking them: {saves} saves (each keeping the one before) in {made:.1f} s,"
+        f" {made / saves * 1000:.1f} ms a save.\n"
+    )
     print("## The manifest's digest, in memory (256 MiB, best of 3)\n")
     print("| CRC-32 (zlib) MB/s | SHA-256 MB/s | ratio |")
     print("|---|---|---|")

@@ -96,3 +96,16 @@ def test_a_manifest_that_cannot_be_written_leaves_the_save_committed(caplog):
     assert store.read_bytes(dest) == b"data"
     assert read_manifests(store, dest) == []
     assert any("manifest could not be written" in r.getMessage() for r in caplog.records)
+
+
+def test_a_sharded_save_has_its_manifest_written_by_rank_0(tmp_path):
+    from tests import shardranks as sr
+
+    folders = sr.make_folders(tmp_path, 2)
+    dest = str(tmp_path / "run" / "4" / "ckpt")
+    assert sr.save_threads(dest, folders, step=7, metrics={"loss": 0.25}) == []
+    found = read_manifests(store_for(dest), dest)
+    assert [(m.generation, m.step, m.metrics, m.attempt) for m in found] == [(0, 7, {"loss": 0.25}, 4)]
+    assert found[0].size == os.path.getsize(dest) and found[0].digest is None
+    entries = fc.history(dest)
+    assert [(e.step, e.has_manifest) for e in entries] == [(7, True)]
