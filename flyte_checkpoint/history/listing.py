@@ -11,8 +11,9 @@ Order: (attempt, generation) from the manifests, newest first; never names or ti
 without a manifest that matches it (Flyte's own save, a save killed between its commit and its
 manifest, a manifest whose size or listed time disagrees with the object) is listed too, with
 ``manifest=None``: a destination's object is newer than every kept generation of it, so it
-comes first within its attempt; its attempt is the number in its path (``.../{n}/NAME``), else
-it sorts after every known attempt.
+comes first within its attempt, and a kept generation whose manifest is lost or damaged comes
+last within it; its attempt is the number in its path (``.../{n}/NAME``), else it sorts after
+every known attempt.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..uri import normalize, redact
 from ..util.logs import logger
-from .manifest import DELETING, SIDECAR, Manifest, manifest_uri, parse_sidecar_name, read_many
+from .manifest import (
+    DELETING,
+    SIDECAR,
+    Manifest,
+    generation_uri,
+    manifest_uri,
+    parse_sidecar_name,
+    read_many,
+)
 
 if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore, ObjectInfo
@@ -86,7 +95,9 @@ class Entry:
 def _sort_key(e: Entry) -> tuple[int, int, int]:
     attempt = e.attempt if e.attempt is not None else 1 << 62
     if e.generation is None:
-        return attempt, 1, 0  # a destination's object without a manifest: its newest
+        if e.uri == e.dest:
+            return attempt, 1, 0  # a destination's object without a manifest: its newest
+        return attempt, -1, 0  # a kept generation whose manifest is lost: its oldest
     return attempt, 0, e.generation
 
 
@@ -96,6 +107,7 @@ def history(
     root: str | None = None,
     store: BlobStore | None = None,
     workers: int = 16,
+    include_deleting: bool = False,
 ) -> list[Entry]:
     """The checkpoints at ``uri_or_run``, newest first (see the module's doc).
 
@@ -118,7 +130,7 @@ def history(
     prefix = base.rstrip("/")
     listed = retry.call(lambda: list(store.list_details(prefix)), f"listing of {redact(prefix)}")
     infos = {i.uri: i for i in listed if not i.is_folder and _under(i.uri, prefix)}
-    return entries_from(store, infos, workers=workers)
+    return entries_from(store, infos, workers=workers, include_deleting=include_deleting)
 
 
 def _location(uri_or_run: str, root: str | None) -> str:
@@ -142,8 +154,12 @@ def _under(uri: str, prefix: str) -> bool:
     return uri == prefix or uri.startswith(prefix + "/") or uri.startswith(prefix + SIDECAR)
 
 
-def entries_from(store: BlobStore, infos: dict[str, ObjectInfo], *, workers: int = 16) -> list[Entry]:
-    """The history of the objects a listing found (``uri -> info``), newest first."""
+def entries_from(
+    store: BlobStore, infos: dict[str, ObjectInfo], *, workers: int = 16, include_deleting: bool = False
+) -> list[Entry]:
+    """The history of the objects a listing found (``uri -> info``), newest first. Checkpoints
+    whose manifest is marked ``deleting`` (a clean-up is removing them) are left out unless
+    ``include_deleting`` (a clean-up that finishes the job wants them)."""
     from ..util.workfiles import is_working_file
 
     kept: dict[str, set[int]] = {}  # dest -> generations kept as .obj
@@ -176,8 +192,9 @@ def entries_from(store: BlobStore, infos: dict[str, ObjectInfo], *, workers: int
     for m in found:
         dest = m.dest or m.object
         info = infos.get(m.object)
-        if m.state == DELETING:
-            continue  # a clean-up is removing it: never offered
+        if m.state == DELETING and not include_deleting:
+            described.add(m.object)  # a clean-up is removing it: never offered, with or without one
+            continue
         if info is None or not m.matches(info) or (m.object != dest and not _is_generation_of(m, dest)):
             logger().debug("ignoring the manifest %s: it does not match %s", redact(m.uri), redact(m.object))
             continue
@@ -186,10 +203,13 @@ def entries_from(store: BlobStore, infos: dict[str, ObjectInfo], *, workers: int
     from .recording import identity
 
     for uri in objects:
-        if uri in described:
-            continue
-        attempt = identity(uri)[1] if not parse_sidecar_name(uri) else None
-        out.append(Entry(uri, uri, attempt, None, None, {}, infos[uri].size or 0, None))
+        if uri not in described:
+            out.append(Entry(uri, uri, identity(uri)[1], None, None, {}, infos[uri].size or 0, None))
+    for dest, gens in kept.items():  # a kept generation whose manifest is lost or damaged
+        for g in gens:
+            uri = generation_uri(dest, g)
+            if uri not in described and infos[uri].size:
+                out.append(Entry(uri, dest, identity(dest)[1], None, None, {}, infos[uri].size or 0, None))
     out.sort(key=_sort_key, reverse=True)
     return out
 
