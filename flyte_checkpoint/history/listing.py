@@ -31,7 +31,7 @@ from .manifest import (
     generation_uri,
     manifest_uri,
     parse_sidecar_name,
-    read_many,
+    read_with_summary,
 )
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def entries_from(
         current = max((g for g in gens if g not in kept.get(dest, set())), default=None)
         if current is not None and dest in infos:
             to_read.append(manifest_uri(dest, current))
-    found = read_many(store, to_read, workers=workers)
+    found = read_with_summary(store, to_read, infos, workers=workers)
     described: set[str] = set()
     out: list[Entry] = []
     for m in found:

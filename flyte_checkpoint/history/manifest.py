@@ -7,7 +7,11 @@ it as before); its sidecar is the folder ``X.fcp-history/`` (the ``.fcp-`` famil
 - ``X.fcp-history/g{generation:08d}.json``: one manifest per generation (each save of ``X`` is
   the next generation), written only after the object it names was committed;
 - ``X.fcp-history/g{generation:08d}.obj``: an older generation's bytes, kept by a save whose
-  checkpoint keeps generations (a server-side copy of ``X`` made before the next commit).
+  checkpoint keeps generations (a server-side copy of ``X`` made before the next commit);
+- ``X.fcp-history/summary.json``: a copy of every manifest of ``X``, rewritten by each save after
+  its manifest, so that a history reads one object per destination. The manifests stay the
+  truth: a copy is used only while its manifest has the size the summary recorded and was not
+  written after the summary (both from the listing).
 
 The newest generation's manifest names ``X`` itself as its ``object``. A manifest that does not
 parse, or whose ``size`` (and, where known, ``modified``/``version``) does not match the object
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
 FORMAT = 1
 #: What follows an object's URI to make its sidecar folder.
 SIDECAR = ".fcp-history/"
+#: The summary's name in a sidecar (:func:`summary_uri`).
+SUMMARY = "summary.json"
 #: States of a manifest: committed (the object is there), deleting (a clean-up is removing it).
 COMMITTED, DELETING = "committed", "deleting"
 _NAME = re.compile(r"g(\d{8,})\.(json|obj)\Z")
@@ -281,6 +287,107 @@ def read_many(store: BlobStore, uris: Iterable[str], *, workers: int = 16) -> li
     return kept
 
 
+def summary_uri(dest: str) -> str:
+    """Where the summary of ``dest``'s manifests is: a copy of each, so that a history reads one
+    object per destination instead of one per checkpoint (see :func:`read_with_summary`)."""
+    return sidecar(dest) + SUMMARY
+
+
+def write_summary(store: BlobStore, dest: str, manifests: Iterable[tuple[Manifest, int]]) -> None:
+    """Store the summary of ``dest``: each manifest with the size of its JSON as stored."""
+    rows = [{"json_size": size, "manifest": json.loads(m.to_json())} for m, size in manifests]
+    text = json.dumps({"format": FORMAT, "entries": rows}, sort_keys=True, separators=(",", ":"))
+    store.write_bytes(summary_uri(dest), text.encode())
+
+
+def read_summary(store: BlobStore, uri: str) -> dict[int, tuple[Manifest, int]]:
+    """A summary's manifests by generation, with the size of each one's JSON when it was made;
+    empty (logged at DEBUG) when it is absent or does not parse."""
+    from ..errors import NotFoundError
+
+    try:
+        raw = store.read_bytes(uri)
+    except NotFoundError:
+        return {}
+    out: dict[int, tuple[Manifest, int]] = {}
+    try:
+        doc = json.loads(raw)
+        for row in doc["entries"]:
+            m = Manifest.from_json(json.dumps(row["manifest"]))
+            size = row["json_size"]
+            if not isinstance(size, int) or isinstance(size, bool):
+                raise ValueError("'json_size' is not an int")
+            out[m.generation] = (m, size)
+    except (ValueError, KeyError, TypeError) as exc:
+        logger().debug("ignoring the summary %s: %s", redact(uri), exc)
+        return {}
+    return out
+
+
+def summarized(
+    entry: tuple[Manifest, int] | None, listed: ObjectInfo | None, summary: ObjectInfo | None
+) -> Manifest | None:
+    """The summary's copy of a manifest, if it is still the manifest stored: its JSON has the
+    size the summary recorded and was last written no later than the summary (both as listed).
+    A rewritten manifest (a clean-up marking it, a kept generation's new object) fails one of
+    the two and is read itself."""
+    if entry is None or listed is None or summary is None:
+        return None
+    if listed.modified is None or summary.modified is None or listed.size != entry[1]:
+        return None
+    return entry[0] if listed.modified <= summary.modified else None
+
+
+def read_with_summary(
+    store: BlobStore,
+    wanted: Iterable[str],
+    infos: dict[str, ObjectInfo],
+    *,
+    workers: int = 16,
+) -> list[Manifest]:
+    """The manifests at ``wanted`` (URIs a listing found, with their ``infos``), as
+    :func:`read_many` gives them, taking each from its destination's summary where the summary
+    still holds it (:func:`summarized`): one read per destination plus one per manifest written
+    since its summary, instead of one per manifest."""
+    todo = list(wanted)
+    dests: dict[str, list[tuple[str, int]]] = {}
+    for uri in todo:
+        parsed = parse_sidecar_name(uri)
+        if parsed is not None:
+            dests.setdefault(parsed[0], []).append((uri, parsed[1]))
+    with_summary = [d for d in dests if summary_uri(d) in infos]
+    summaries = dict(
+        zip(
+            with_summary,
+            _map(lambda d: read_summary(store, summary_uri(d)), with_summary, workers),
+            strict=True,
+        )
+    )
+    found: list[Manifest] = []
+    rest: list[str] = []
+    for dest, rows in dests.items():
+        summary = summaries.get(dest, {})
+        for uri, generation in rows:
+            m = summarized(summary.get(generation), infos.get(uri), infos.get(summary_uri(dest)))
+            if m is not None and m.generation == generation and (m.dest or m.object) == dest:
+                found.append(m)
+            else:
+                rest.append(uri)
+    rest += [u for u in todo if parse_sidecar_name(u) is None]
+    found += read_many(store, rest, workers=workers)
+    found.sort(key=lambda m: (m.dest or m.object, m.generation))
+    return found
+
+
+def _map(fn: Any, items: list[Any], workers: int) -> list[Any]:
+    if len(items) <= 1 or workers <= 1:
+        return [fn(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(workers, len(items)), thread_name_prefix="fcp-manifests") as pool:
+        return list(pool.map(fn, items))
+
+
 def _is_manifest(uri: str) -> bool:
     parsed = parse_sidecar_name(uri)
     return parsed is not None and parsed[2] == "json"
@@ -300,6 +407,11 @@ __all__ = [
     "read_many",
     "read_manifest",
     "read_manifests",
+    "read_summary",
+    "read_with_summary",
     "sidecar",
+    "summarized",
+    "summary_uri",
     "write_manifest",
+    "write_summary",
 ]

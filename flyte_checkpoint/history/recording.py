@@ -27,6 +27,7 @@ from .manifest import (
     read_manifest,
     sidecar,
     write_manifest,
+    write_summary,
 )
 
 if TYPE_CHECKING:
@@ -175,9 +176,11 @@ class SaveRecord:
         return Digest()
 
 
-def _observe(store: BlobStore, uri: str) -> tuple[ObjectInfo | None, list[str]]:
+def _observe(
+    store: BlobStore, uri: str, infos: dict[str, ObjectInfo] | None = None
+) -> tuple[ObjectInfo | None, list[str]]:
     """One recursive listing of ``uri``'s prefix: the object's entry (None if absent) and the
-    URIs in its sidecar."""
+    URIs in its sidecar (their entries into ``infos``, if given)."""
     found: ObjectInfo | None = None
     side: list[str] = []
     prefix = sidecar(uri)
@@ -186,6 +189,8 @@ def _observe(store: BlobStore, uri: str) -> tuple[ObjectInfo | None, list[str]]:
             found = info
         elif info.uri.startswith(prefix):
             side.append(info.uri)
+            if infos is not None:
+                infos[info.uri] = info
     return found, side
 
 
@@ -274,7 +279,8 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
     or None when it could not be written (logged at WARNING: the checkpoint stays, without one)."""
     dest = record.dest
     try:
-        info, side = _observe(store, dest)
+        listed: dict[str, ObjectInfo] = {}
+        info, side = _observe(store, dest, listed)
         if info is None:
             return None  # replaced meanwhile by a delete: nothing to describe
         generation = _next_generation(dest, side)
@@ -298,7 +304,6 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
             state=COMMITTED,
         )
         write_manifest(store, m)
-        return m
     except Exception as exc:
         logger().warning(
             "the checkpoint at %s was saved, but its manifest could not be written (%s: %s): it is"
@@ -308,6 +313,43 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
             exc,
         )
         return None
+    try:
+        _update_summary(store, dest, m, listed)
+    except Exception as exc:  # the manifests are the truth: a history reads them instead
+        logger().debug("could not update the summary of %s: %s", redact(dest), exc)
+    return m
+
+
+def _update_summary(store: BlobStore, dest: str, m: Manifest, listed: dict[str, ObjectInfo]) -> None:
+    """Rewrite ``dest``'s summary with ``m`` added: the previous summary's copies that still
+    hold (:func:`~.manifest.summarized`), the manifests written since read themselves, and
+    manifests no longer listed dropped."""
+    from .manifest import read_many, read_summary, summarized, summary_uri
+
+    jsons = {
+        p[1]: u
+        for u in listed
+        if (p := parse_sidecar_name(u)) is not None
+        and p[0] == dest
+        and p[2] == "json"
+        and p[1] != m.generation
+    }
+    summary_info = listed.get(summary_uri(dest))
+    previous = read_summary(store, summary_uri(dest)) if summary_info is not None else {}
+    rows: dict[int, tuple[Manifest, int]] = {}
+    stale: list[str] = []
+    for g, uri in jsons.items():
+        copy = summarized(previous.get(g), listed[uri], summary_info)
+        if copy is not None:
+            rows[g] = (copy, listed[uri].size or 0)
+        else:
+            stale.append(uri)
+    for fresh in read_many(store, stale):
+        size = listed[fresh.uri].size if fresh.uri in listed else None
+        if size is not None:
+            rows[fresh.generation] = (fresh, size)
+    rows[m.generation] = (m, len(m.to_json().encode()))
+    write_summary(store, dest, [rows[g] for g in sorted(rows)])
 
 
 __all__ = [

@@ -140,9 +140,12 @@ class HistorySuite:
         one = fc.history(self.dest(run_root, 0))
         assert [e.step for e in one] == [20, 10]
 
-    def test_history_reads_no_object_one_listing_one_read_per_checkpoint(self, run_root: str) -> None:
+    def test_history_reads_no_object_one_listing_and_one_summary_per_destination(self, run_root: str) -> None:
+        import dataclasses
+
         import flyte_checkpoint as fc
         from flyte_checkpoint.history.listing import history
+        from flyte_checkpoint.history.manifest import DELETING, read_manifest, summary_uri, write_manifest
 
         for attempt in range(3):
             cp = fc.Checkpoint(self.dest(run_root, attempt), keeps_generations=attempt == 2)
@@ -154,9 +157,19 @@ class HistorySuite:
         assert [e.step for e in entries] == [22, 21, 20, 12, 2]
         ops = counting.ops()
         assert ops["list_details"] == 1 and ops["list"] == 0
-        manifests = [u for (op, u) in counting.calls if op == "read_bytes"]
-        assert len(manifests) == len(entries) and all(u.endswith(".json") for u in manifests)
+        read = [u for (op, u) in counting.calls if op == "read_bytes"]
+        assert sorted(read) == sorted(summary_uri(self.dest(run_root, a)) for a in range(3)), read
         assert set(ops) <= {"list_details", "read_bytes"}  # no stat, no open_read, no range read
+        # a manifest rewritten after its summary (a clean-up marking it) is read itself
+        oldest = entries[2].manifest
+        assert oldest is not None
+        write_manifest(self.store(run_root), dataclasses.replace(oldest, state=DELETING))
+        counting = CountingStore(self.store(run_root))
+        assert [e.step for e in history(run_root + "/", store=counting)] == [22, 21, 12, 2]
+        read = [u for (op, u) in counting.calls if op == "read_bytes"]
+        assert len(read) == 4 and oldest.uri in read
+        marked = read_manifest(self.store(run_root), oldest.uri)
+        assert marked is not None and marked.state == DELETING
 
     def test_an_object_without_a_manifest_is_listed_and_a_stale_manifest_ignored(self, run_root: str) -> None:
         import flyte_checkpoint as fc
