@@ -29,7 +29,7 @@ def test_every_save_form_records_step_and_metrics(tmp_path):
     (folder / "w.bin").write_bytes(os.urandom(50_000))
     file = tmp_path / "one.bin"
     file.write_bytes(b"file bytes")
-    with fc.Checkpoint(dest) as cp:
+    with fc.Checkpoint(dest, keeps_generations=True) as cp:  # every save's manifest stays
         cp.save_sync(b"a", step=1, metrics={"loss": 2})
         asyncio.run(cp.save(str(file), step=2, metrics={"loss": float("nan")}))
         cp.save_background(str(folder), step=3).result()
@@ -44,7 +44,8 @@ def test_every_save_form_records_step_and_metrics(tmp_path):
     assert [(m.generation, m.step) for m in found] == [(0, 1), (1, 2), (2, 3), (3, None), (4, 5)]
     assert found[0].metrics == {"loss": 2.0} and found[3].metrics == {}
     assert found[1].metrics["loss"] != found[1].metrics["loss"]  # NaN kept
-    assert all(m.attempt == 2 and m.object == dest and m.dest == dest for m in found)
+    assert all(m.attempt == 2 and m.dest == dest for m in found)
+    assert [m.object == dest for m in found] == [False] * 4 + [True]
     assert found[-1].size == 2 and found[-1].digest == _crc(b"bg")
     assert found[1].digest == _crc(b"file bytes")
 
@@ -109,3 +110,14 @@ def test_a_sharded_save_has_its_manifest_written_by_rank_0(tmp_path):
     assert found[0].size == os.path.getsize(dest) and found[0].digest is None
     entries = fc.history(dest)
     assert [(e.step, e.has_manifest) for e in entries] == [(7, True)]
+
+
+def test_without_generations_the_sidecar_holds_one_manifest_however_many_saves():
+    dest = _dest()
+    store = store_for(dest)
+    cp = fc.Checkpoint(dest)
+    for step in range(20):
+        cp.save_sync(f"state {step}".encode(), step=step)
+    left = [u.rsplit("/", 1)[1] for u in store.list(sidecar(dest))]
+    assert left == ["g00000019.json", "summary.json"]  # older manifests named bytes since replaced
+    assert [(e.step, e.generation) for e in fc.history(dest)] == [(19, 19)]

@@ -314,10 +314,36 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
         )
         return None
     try:
+        _drop_stale(store, dest, m, listed)
         _update_summary(store, dest, m, listed)
     except Exception as exc:  # the manifests are the truth: a history reads them instead
         logger().debug("could not update the summary of %s: %s", redact(dest), exc)
     return m
+
+
+#: The most stale manifests one save removes (a later save removes the rest).
+STALE_CAP = 100
+
+
+def _stale(dest: str, m: Manifest, listed: dict[str, ObjectInfo]) -> list[str]:
+    """Manifests of ``dest`` that describe bytes no longer stored: an older generation whose
+    object was the destination itself, replaced by a later save without being kept (no
+    ``.obj``). ``m`` (just written) is not among them."""
+    out = []
+    for u in listed:
+        p = parse_sidecar_name(u)
+        stale = p is not None and p[0] == dest and p[2] == "json" and p[1] < m.generation
+        if stale and generation_uri(dest, p[1]) not in listed:  # type: ignore[index]
+            out.append(u)
+    return out
+
+
+def _drop_stale(store: BlobStore, dest: str, m: Manifest, listed: dict[str, ObjectInfo]) -> None:
+    """Remove :func:`_stale` manifests (at most :data:`STALE_CAP`), so a sidecar holds one
+    manifest per stored object and does not grow with every save."""
+    for uri in _stale(dest, m, listed)[:STALE_CAP]:
+        store.delete(uri)
+        listed.pop(uri, None)
 
 
 def _update_summary(store: BlobStore, dest: str, m: Manifest, listed: dict[str, ObjectInfo]) -> None:
@@ -333,6 +359,7 @@ def _update_summary(store: BlobStore, dest: str, m: Manifest, listed: dict[str, 
         and p[0] == dest
         and p[2] == "json"
         and p[1] != m.generation
+        and (p[1] > m.generation or generation_uri(dest, p[1]) in listed)
     }
     summary_info = listed.get(summary_uri(dest))
     previous = read_summary(store, summary_uri(dest)) if summary_info is not None else {}
