@@ -131,15 +131,23 @@ def main(argv: list[str] | None = None) -> int:
             times.append(time.perf_counter() - t)
             assert len(found) == saves
         calls = counting.ops()
+        store = store_for(run)
+        listings = []
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            listed = list(store.list_details(run + "/"))
+            listings.append(time.perf_counter() - t)
 
     crc, sha = digest_rates(256 * 1024 * 1024)
     print(f"## fc.history on moto's S3 server ({saves} checkpoints, {args.runs} runs)\n")
-    print("| checkpoints | median s | fastest s | listings | manifest reads | other calls |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| checkpoints | median s | fastest s | listings | manifest reads | other calls | the listing alone: objects, median s |"
+    )
+    print("|---|---|---|---|---|---|---|")
     others = sum(n for op, n in calls.items() if op not in ("list_details", "read_bytes"))
     print(
         f"| {saves} | {statistics.median(times):.3f} | {min(times):.3f} | {calls['list_details']}"
-        f" | {calls['read_bytes']} | {others} |"
+        f" | {calls['read_bytes']} | {others} | {len(listed)}, {statistics.median(listings):.3f} |"
     )
     how = "written directly (--direct)" if args.direct else "saves (each keeping the one before)"
     print(f"\nMaking them: {saves} {how} in {made:.1f} s, {made / saves * 1000:.1f} ms each.\n")
