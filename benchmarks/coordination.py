@@ -165,12 +165,14 @@ def leader_budget(world: int, wait: float, lease: float = 30.0) -> dict[str, int
     """The most requests of rank 0, per kind, in a save that took it ``wait`` seconds: a listing
     per round of ``pages(world)`` pages (and one of the prefix to sweep it), each report read
     once, the markers removed in batches of 1,000; the session read and written a few times
-    (open, collecting, finished; and a renewal, one read and one write, every ``lease / 3`` s)."""
+    (open, collecting, finished; and a renewal, one read and one write, every ``lease / 3`` s);
+    after the commit, the save's history: its manifest and its destination's summary
+    (docs/history.md), two writes at most."""
     renewals = math.ceil(wait / (lease / 3))
     return {
         "list": pages(world) * (leader_rounds(world, wait) + 1),
         "get": (world - 1) + 3 + renewals,
-        "put": 4 + renewals,
+        "put": 4 + renewals + 2,
         "delete_many": pages(world + 2),
         "delete": 0,
     }
