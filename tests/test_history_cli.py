@@ -51,3 +51,18 @@ def test_ls_hides_the_sidecars_unless_all(tmp_path, capsys):
     assert [s.rsplit("run-1/", 1)[1] for s in shown] == ["0/ckpt", "1/ckpt"]
     assert main(["ls", "-a", run + "/"]) == 0
     assert any(".fcp-history/g00000000.obj" in s for s in capsys.readouterr().out.split())
+
+
+def test_the_docs_example_has_the_commands_columns(tmp_path, capsys):
+    """Proves: the console example in docs/history.md (skipped there: its times and paths are
+    its own run's) shows the header the command prints, and a row of the same shape."""
+    from tests import docblocks
+
+    block = next(b for b in docblocks.page_blocks("docs/history.md") if b.lang == "console")
+    shown = block.code.splitlines()
+    run = _run(tmp_path)
+    assert main(["history", run + "/0/ckpt"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith("$ flyte-checkpoint history ")
+    assert shown[1].split() == printed[0].split(), (shown[1], printed[0])
+    assert len(shown[2].split()) == len(printed[1].split()), (shown[2], printed[1])
