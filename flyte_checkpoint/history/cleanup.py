@@ -1,0 +1,268 @@
+"""The crash-safe clean-up: delete what a :class:`~flyte_checkpoint.history.retention.Retention`
+does not keep, so that a process killed at any point leaves nothing listed that cannot load.
+
+One deletion is three steps, each atomic on every store:
+
+1. the manifest ``X.fcp-history/gNNNNNNNN.json`` is rewritten with ``state="deleting"`` (from
+   then on the history leaves the checkpoint out, and a fallback load never tries it);
+2. the object it names is deleted (a kept generation's ``gNNNNNNNN.obj``; an earlier attempt's
+   object only when the clean-up is allowed to: see ``objects``);
+3. the manifest is deleted.
+
+A clean-up first finishes the deletions a killed one left half done (manifests in state
+"deleting"), then decides from the committed manifests what the policy keeps (see
+:func:`~flyte_checkpoint.history.retention.decide`) and deletes the rest, oldest first, at most
+``limit`` a call (the next call goes on). It is idempotent: a second call deletes nothing more.
+
+What it never deletes, whatever the policy: an object a committed manifest does not describe
+(one without a manifest, or whose size or modification time no longer match it: a listing
+cannot tell what it is), the destination being written, what the caller protects (the object
+loaded), the newest committed checkpoint, anything newer than the triggering save, another
+run's checkpoints, and an object that some kept manifest names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import NotFoundError
+from ..uri import redact
+from ..util.logs import logger
+from .manifest import COMMITTED, DELETING, Manifest, parse_sidecar_name, read_manifests, write_manifest
+from .retention import Candidate, Decision, Retention, decide
+
+#: Deletions one clean-up call makes at most (the next call goes on).
+DEFAULT_LIMIT = 64
+
+
+@dataclass
+class Report:
+    """What one clean-up did (or, with ``dry_run``, would do)."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)  # objects deleted (or that would be)
+    finished: list[str] = field(default_factory=list)  # half-done deletions completed
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (uri, why) not deleted
+    more: bool = False  # the limit was reached: more to delete at the next call
+
+
+@dataclass(frozen=True)
+class _Found:
+    manifest: Manifest
+    valid: bool  # the object is there and matches the manifest
+
+
+def _object_matches(store, m: Manifest, sizes: dict[str, int | None]) -> bool:
+    if m.object not in sizes:
+        try:
+            sizes[m.object] = store.stat(m.object)
+        except NotFoundError:
+            sizes[m.object] = None
+    return sizes[m.object] == m.size
+
+
+def _order(m: Manifest) -> tuple[int, int]:
+    return (-1 if m.attempt is None else m.attempt, m.generation)
+
+
+def _scan(store, dests: Iterable[str]) -> list[_Found]:
+    """The manifests of ``dests``: those "deleting", and for each object the newest committed
+    manifest that names it (an older one naming the same object describes bytes since
+    replaced: it is left alone, neither a checkpoint nor deleted)."""
+    found = []
+    newest: dict[str, Manifest] = {}
+    sizes: dict[str, int | None] = {}
+    for dest in dests:
+        for m in read_manifests(store, dest):
+            if (m.dest or dest) != dest:
+                continue  # a manifest copied from elsewhere: not this sidecar's
+            m = m if m.dest is not None else dataclasses.replace(m, dest=dest)
+            if m.state == DELETING:
+                found.append(_Found(m, False))
+            elif m.state == COMMITTED:
+                had = newest.get(m.object)
+                if had is None or _order(m) > _order(had):
+                    newest[m.object] = m
+    for m in newest.values():
+        found.append(_Found(m, _object_matches(store, m, sizes)))
+    return found
+
+
+def _deletable(m: Manifest, objects: str) -> str | None:
+    """Why the object of ``m`` may not be deleted by this clean-up (None: it may)."""
+    parsed = parse_sidecar_name(m.object)
+    if parsed is not None:
+        dest, generation, kind = parsed
+        if kind == "obj" and dest == m.dest and generation == m.generation:
+            return None  # a kept generation: always the library's
+        return "its object is not its own generation's copy"
+    if m.object != m.dest:
+        return "its object is outside its sidecar"
+    if objects == "generations":
+        return "an attempt's own object (deleting those is opt-in: Retention(earlier_attempts=True))"
+    return None
+
+
+def clean(
+    store,
+    dests: Sequence[str],
+    policy: Retention,
+    *,
+    protected: Iterable[str] = (),
+    writing: str | None = None,
+    run: str | None = None,
+    trigger: tuple[int, int] | None = None,
+    objects: str = "generations",
+    limit: int = DEFAULT_LIMIT,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> Report:
+    """Apply ``policy`` to the checkpoints of ``dests`` (objects and their generations).
+
+    Args:
+        store: the store of every URI in ``dests``.
+        dests: the destinations whose checkpoints are considered (one attempt's, or a run's).
+        policy: what to keep.
+        protected: URIs never deleted (the object this attempt loaded).
+        writing: the destination being written (never deleted, nor its newest manifest's object).
+        run: the run cleaned up (others' are left alone); None: the newest manifest's run.
+        trigger: (attempt, generation) of the save that triggered this; newer ones are kept.
+        objects: ``"generations"``: delete only kept generations' copies; ``"all"``: an
+            attempt's own object too (the local runner's attempts, opted-in Flyte attempts, gc).
+        limit: most deletions in this call (half-done ones included).
+        dry_run: decide and report, delete nothing.
+    """
+    report = Report()
+    found = _scan(store, dests)
+    budget = limit
+    named_by_committed = {f.manifest.object for f in found if f.manifest.state == COMMITTED}
+    # 1. finish what a killed clean-up began
+    for f in found:
+        m = f.manifest
+        if m.state != DELETING:
+            continue
+        if budget <= 0:
+            report.more = True
+            break
+        if not dry_run:
+            _finish(store, m, f, named_by_committed, writing)
+        report.finished.append(m.object)
+        budget -= 1
+    # 2. decide
+    candidates = [
+        Candidate(
+            uri=f.manifest.object,
+            attempt=f.manifest.attempt,
+            generation=f.manifest.generation,
+            step=f.manifest.step,
+            metrics=f.manifest.metrics,
+            time=f.manifest.time,
+            run=f.manifest.run,
+            managed=f.valid,
+        )
+        for f in found
+        if f.manifest.state == COMMITTED
+    ]
+    guard = set(protected) | ({writing} if writing else set())
+    report.decisions = decide(candidates, policy, guard, run=run, trigger=trigger, now=now)
+    by_object = {f.manifest.object: f.manifest for f in found if f.manifest.state == COMMITTED}
+    # 3. delete, oldest first
+    for d in reversed(report.decisions):
+        if d.keep:
+            continue
+        uri = d.candidate.uri
+        m = by_object[uri]
+        why = _deletable(m, objects)
+        if why is not None:
+            report.skipped.append((uri, why))
+            continue
+        if budget <= 0:
+            report.more = True
+            break
+        if not dry_run:
+            _delete(store, m)
+        report.deleted.append(uri)
+        budget -= 1
+    if report.deleted or report.finished:
+        logger().info(
+            "retention (%s): %s %d checkpoint(s) of %s%s",
+            policy.describe(),
+            "would delete" if dry_run else "deleted",
+            len(report.deleted) + len(report.finished),
+            ", ".join(redact(d) for d in dests),
+            "; more at the next clean-up" if report.more else "",
+        )
+    return report
+
+
+def _delete(store, m: Manifest) -> None:
+    write_manifest(store, dataclasses.replace(m, state=DELETING))  # 1. out of the history
+    _delete_quietly(store, m.object)  # 2. the bytes
+    _delete_quietly(store, m.uri)  # 3. the record
+
+
+def _finish(store, m: Manifest, f: _Found, named_by_committed: set[str], writing: str | None) -> None:
+    # The object is deleted only while it is still the bytes this manifest describes, and no
+    # committed manifest names it (a destination written again since belongs to that save).
+    if m.object not in named_by_committed and m.object != writing:
+        try:
+            size = store.stat(m.object)
+        except NotFoundError:
+            size = None
+        if size is not None and size == m.size:
+            _delete_quietly(store, m.object)
+    _delete_quietly(store, m.uri)
+
+
+def _delete_quietly(store, uri: str) -> None:
+    try:
+        store.delete(uri)
+    except NotFoundError:
+        pass
+
+
+class Janitor:
+    """Runs clean-ups off the caller's thread, one at a time: a request while one runs makes
+    one more run after it (requests coalesce). :meth:`wait` waits for all requested to end."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending: object | None = None  # the newest request's work, not started
+        self._running = False
+
+    def request(self, work) -> None:
+        """Run ``work()`` in the background (after the one running, replacing one waiting)."""
+        with self._lock:
+            self._pending = work
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._loop, name=f"fcp-retention-{self._name}", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                work, self._pending = self._pending, None
+                if work is None:
+                    self._running = False
+                    self._idle.notify_all()
+                    return
+            try:
+                work()  # type: ignore[operator]
+            except Exception as exc:  # never the training's failure: the next clean-up retries
+                logger().warning(
+                    "the retention clean-up of %s failed (the next one retries): %s", self._name, exc
+                )
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until no clean-up runs or waits; False if ``timeout`` passed first."""
+        with self._lock:
+            return self._idle.wait_for(lambda: not self._running, timeout)
+
+
+__all__ = ["DEFAULT_LIMIT", "Janitor", "Report", "clean"]
