@@ -187,3 +187,29 @@ def test_the_janitor_runs_off_the_thread_and_coalesces():
     janitor.request(lambda: 1 / 0)  # a failure is logged, never raised
     assert janitor.wait(30)
     assert os.getpid()  # still here
+
+
+def test_manifests_of_replaced_bytes_are_removed_and_never_make_a_checkpoint(root):
+    """Saves that keep no generation (keep_last=1) write one manifest each, all naming the
+    destination: only the newest describes it; the older ones go, the object stays."""
+    dest = f"{root}/a/ckpt"
+    store = store_for(dest)
+    for g in range(4):
+        put(store, dest, g, current=True)
+    report = clean(store, [dest], Retention(keep_last=1))
+    assert report.deleted == []
+    assert [m.generation for m in read_manifests(store, dest)] == [3]
+    assert store.read_bytes(dest) == f"{dest}#3".encode()
+
+
+def test_a_destination_replaced_without_its_manifest_is_never_deleted(root):
+    """Killed after the commit, before the manifest: the object's newest manifest no longer
+    matches it, so it is not a checkpoint the policy may delete (and the older ones stay)."""
+    dest = f"{root}/run/0/ckpt"
+    store = store_for(dest)
+    series(store, dest, 3)
+    store.write_bytes(dest, b"the next save, committed, whose manifest was never written")
+    report = clean(store, [dest], Retention(keep_last=1), objects="all")
+    assert store.read_bytes(dest).startswith(b"the next save")
+    assert report.deleted == [generation_uri(dest, 0)]  # g1 is now the newest committed
+    assert store.stat(generation_uri(dest, 1)) is not None

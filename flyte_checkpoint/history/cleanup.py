@@ -52,30 +52,24 @@ class Report:
 @dataclass(frozen=True)
 class _Found:
     manifest: Manifest
-    valid: bool  # the object is there and matches the manifest
-
-
-def _object_matches(store, m: Manifest, sizes: dict[str, int | None]) -> bool:
-    if m.object not in sizes:
-        try:
-            sizes[m.object] = store.stat(m.object)
-        except NotFoundError:
-            sizes[m.object] = None
-    return sizes[m.object] == m.size
+    valid: bool  # the object is there and is still what the manifest describes
 
 
 def _order(m: Manifest) -> tuple[int, int]:
     return (-1 if m.attempt is None else m.attempt, m.generation)
 
 
-def _scan(store, dests: Iterable[str]) -> list[_Found]:
-    """The manifests of ``dests``: those "deleting", and for each object the newest committed
-    manifest that names it (an older one naming the same object describes bytes since
-    replaced: it is left alone, neither a checkpoint nor deleted)."""
-    found = []
-    newest: dict[str, Manifest] = {}
-    sizes: dict[str, int | None] = {}
+def _scan(store, dests: Iterable[str]) -> tuple[list[_Found], list[Manifest]]:
+    """The manifests of ``dests`` (one listing and the manifests' reads per destination): those
+    "deleting", and for each object the newest committed manifest that names it, valid when the
+    listing's entry of the object matches it (size, modification time). Also the stale ones: an
+    older committed manifest naming an object a newer one names describes bytes since replaced
+    (a save that kept no generation); it is no checkpoint, and the clean-up removes it."""
+    found: list[_Found] = []
+    stale: list[Manifest] = []
     for dest in dests:
+        infos = {i.uri: i for i in store.list_details(dest)}  # the object and its sidecar
+        newest: dict[str, Manifest] = {}
         for m in read_manifests(store, dest):
             if (m.dest or dest) != dest:
                 continue  # a manifest copied from elsewhere: not this sidecar's
@@ -86,9 +80,14 @@ def _scan(store, dests: Iterable[str]) -> list[_Found]:
                 had = newest.get(m.object)
                 if had is None or _order(m) > _order(had):
                     newest[m.object] = m
-    for m in newest.values():
-        found.append(_Found(m, _object_matches(store, m, sizes)))
-    return found
+                    if had is not None:
+                        stale.append(had)
+                else:
+                    stale.append(m)
+        for m in newest.values():
+            info = infos.get(m.object)
+            found.append(_Found(m, info is not None and m.matches(info)))
+    return found, stale
 
 
 def _deletable(m: Manifest, objects: str) -> str | None:
@@ -136,8 +135,11 @@ def clean(
         dry_run: decide and report, delete nothing.
     """
     report = Report()
-    found = _scan(store, dests)
+    found, stale = _scan(store, dests)
     budget = limit
+    if not dry_run:  # records of bytes since replaced: no checkpoint, and nothing else names them
+        for m in stale:
+            _delete_quietly(store, m.uri)
     named_by_committed = {f.manifest.object for f in found if f.manifest.state == COMMITTED}
     # 1. finish what a killed clean-up began
     for f in found:
