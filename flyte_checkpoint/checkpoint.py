@@ -24,6 +24,8 @@ from .util.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from .format.incremental import Reuse
+    from .history.cleanup import Janitor
+    from .history.retention import Retention
     from .lifecycle.background import Lane, SaveHandle
     from .lifecycle.preemption import Registration, Saver
     from .lifecycle.saveorder import Turn
@@ -96,8 +98,10 @@ class Checkpoint(BaseCheckpoint):
         *,
         retry: RetryPolicy | None = None,
         progress: ProgressCallback | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self._dest = normalize(checkpoint_dest, param="checkpoint_dest")
+        self._retention = _checked_retention(retention)
         self._src: str | None = None
         if checkpoint_src is not None and str(checkpoint_src).strip().strip('"').strip():
             src = normalize(checkpoint_src, param="checkpoint_src")
@@ -127,6 +131,8 @@ class Checkpoint(BaseCheckpoint):
         self._lane: PerProcess[Lane] = PerProcess(_new_lane)
         #: The figures and seconds of the last save that ended (the CLI prints them as logged).
         self._last_save: tuple[SaveFigures, float] | None = None
+        #: Retention clean-ups run after commits, off the caller's thread (docs/retention.md).
+        self._janitor: PerProcess[Janitor] = PerProcess(lambda: _new_janitor(self._dest))
 
     # -- properties ------------------------------------------------------------
 
@@ -501,6 +507,44 @@ class Checkpoint(BaseCheckpoint):
         figures, seconds = self._transfer(action, turn, scope)
         self._last_save = (figures, seconds)
         log_transfer("saved", self._dest, figures, seconds)
+        self._after_commit()
+
+    # -- retention (docs/retention.md) -----------------------------------------
+
+    def _after_commit(self) -> None:
+        """After a commit (and its manifest): a clean-up of what the policy keeps no more, in
+        this checkpoint's clean-up thread (``wait()`` and ``close()`` wait for it)."""
+        if self._retention is not None:
+            self._janitor.get().request(self._clean_up)
+
+    def _clean_up(self) -> None:
+        """Apply the policy to this destination's generations (and, where they are this
+        library's or the policy opts in, the previous attempt's): never this destination's
+        object, nor the object loaded."""
+        from .history.cleanup import clean
+        from .lifecycle.runs import current_names
+        from .storage.registry import store_for
+        from .storage.storelog import unwrapped
+
+        policy = self._retention
+        assert policy is not None
+        store = store_for(self._dest)
+        dests = [self._dest]
+        src = self._src
+        if (
+            src is not None
+            and src != self._dest
+            and (policy.earlier_attempts or current_names() is not None)
+            and unwrapped(store_for(src)) is unwrapped(store)
+        ):
+            dests.append(src)
+        loaded = getattr(self, "_loaded_from", None)  # the object a fallback load took
+        protected = [u for u in (src, loaded) if u]
+        clean(store, dests, policy, protected=protected, writing=self._dest)
+
+    def _wait_clean_up(self, timeout: float | None) -> bool:
+        janitor = self._janitor.peek()
+        return janitor is None or janitor.wait(timeout)
 
     def _transfer(
         self, action: Callable[[], SaveFigures], turn: Turn, scope: Scope
@@ -600,6 +644,7 @@ class Checkpoint(BaseCheckpoint):
         """
         lane = self._lane.peek()
         if lane is None:
+            self._wait_clean_up(timeout)
             return
         if not lane.wait(timeout):
             from .errors import SaveTimeoutError
@@ -608,6 +653,7 @@ class Checkpoint(BaseCheckpoint):
                 f"background saves to {redact(self._dest)} have not ended within {timeout:g}s; they go"
                 " on: wait again, or close()"
             )
+        self._wait_clean_up(timeout)
         self._raise_unseen()
 
     async def wait_async(self, timeout: float | None = None, *, cancel: bool = False) -> None:
@@ -641,6 +687,7 @@ class Checkpoint(BaseCheckpoint):
         """Wait for the background saves (bounded), cancel what is left; the error to raise."""
         lane = self._lane.peek()
         if lane is None:
+            self._stop_clean_up()
             return None
         from .errors import ConfigurationError, SaveTimeoutError
         from .lifecycle.background import CLOSE_TIMEOUT_ENV, close_timeout
@@ -652,7 +699,9 @@ class Checkpoint(BaseCheckpoint):
             from .lifecycle.background import DEFAULT_CLOSE_TIMEOUT
 
             problem, timeout = exc, DEFAULT_CLOSE_TIMEOUT
-        if not lane.wait(timeout):
+        lane_ended = lane.wait(timeout)
+        self._stop_clean_up()
+        if not lane_ended:
             lane.cancel()
             lane.take_unseen()  # the timeout is what the caller hears of
             return SaveTimeoutError(
@@ -661,6 +710,26 @@ class Checkpoint(BaseCheckpoint):
                 " was kept. Raise the variable, or wait() for them before closing"
             )
         return lane.take_unseen() or problem
+
+    def _stop_clean_up(self) -> None:
+        """Wait (bounded) for the clean-up the last save started; one left running is harmless
+        (each step is atomic, and the next clean-up finishes a half-done one)."""
+        if self._janitor.peek() is None:
+            return
+        from .errors import ConfigurationError
+        from .lifecycle.background import DEFAULT_CLOSE_TIMEOUT, close_timeout
+
+        try:
+            timeout = close_timeout()
+        except ConfigurationError:
+            timeout = DEFAULT_CLOSE_TIMEOUT
+        if not self._wait_clean_up(timeout):
+            logger().warning(
+                "the retention clean-up of %s has not ended within %gs: left running (the next"
+                " clean-up finishes what it began)",
+                redact(self._dest),
+                timeout,
+            )
 
     def _prepare(self, data: Data):
         """Check ``data`` now (so errors are not retried) and return the upload to run."""
@@ -841,6 +910,32 @@ def _root_name() -> str:
     from .util.workfiles import ROOT
 
     return ROOT + secrets.token_hex(6)
+
+
+def _new_janitor(dest: str) -> Janitor:
+    from .history.cleanup import Janitor
+
+    return Janitor(redact(dest))
+
+
+def _checked_retention(retention: object) -> Retention | None:
+    """``retention``, checked.
+
+    Raises:
+        ConfigurationError: it is not a :class:`~flyte_checkpoint.Retention`.
+    """
+    if retention is None:
+        return None
+    from .history.retention import Retention
+
+    if not isinstance(retention, Retention):
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"retention= takes fc.Retention(...), not {type(retention).__name__}: e.g."
+            " retention=fc.Retention(keep_last=3)"
+        )
+    return retention
 
 
 def _new_lane() -> Lane:

@@ -47,7 +47,7 @@ def test_a_prefix_collects_every_attempt_of_the_run(tmp_path, capsys):
 
 
 def test_keep_best_and_limit(tmp_path, capsys):
-    dests = make(tmp_path)
+    make(tmp_path)
     code, out, _ = run(
         capsys, "gc", str(tmp_path / "run") + "/", "--keep-best", "loss:max:1", "--limit", "2", "--json"
     )

@@ -219,9 +219,11 @@ def reference(cs, policy, protected, run, trigger, now):
             if sum(better(o, c, mode) for o in elig) < k:
                 kept.add(c.uri)
         s = policy.keep_every_steps
-        if s is not None and c.step is not None:
-            if not any(o.step is not None and o.step // s == c.step // s and newer(c, o) for o in elig):
-                kept.add(c.uri)
+        same_window = (
+            o for o in elig if s and c.step is not None and o.step is not None and o.step // s == c.step // s
+        )
+        if s is not None and c.step is not None and not any(newer(c, o) for o in same_window):
+            kept.add(c.uri)
         if policy.keep_every is not None:
             w = policy.keep_every.total_seconds()
             if not any(math.floor(o.time / w) == math.floor(c.time / w) and newer(c, o) for o in elig):

@@ -267,4 +267,25 @@ class Janitor:
             return self._idle.wait_for(lambda: not self._running, timeout)
 
 
-__all__ = ["DEFAULT_LIMIT", "Janitor", "Report", "clean"]
+def destinations_under(store, prefix: str) -> list[str]:
+    """The checkpoint destinations under ``prefix`` that have a sidecar (one listing)."""
+    return sorted({p[0] for p in map(parse_sidecar_name, store.list(prefix)) if p is not None})
+
+
+def clean_prefix(store, prefix: str, policy: Retention, *, run: str | None = None, rounds: int = 1000) -> int:
+    """Apply ``policy`` to every checkpoint under ``prefix`` (a finished run's folder: its
+    attempts' objects included), call after call until nothing is left to delete; how many
+    checkpoints were deleted."""
+    dests = destinations_under(store, prefix)
+    if not dests:
+        return 0
+    total = 0
+    for _ in range(rounds):
+        report = clean(store, dests, policy, run=run, objects="all")
+        total += len(report.deleted) + len(report.finished)
+        if not report.more:
+            break
+    return total
+
+
+__all__ = ["DEFAULT_LIMIT", "Janitor", "Report", "clean", "clean_prefix", "destinations_under"]

@@ -146,7 +146,9 @@ def _best_rules(value: object) -> tuple[BestRule, ...]:
             )
         metric, mode, k = rule
         if not isinstance(metric, str) or not metric:
-            raise ConfigurationError(f"Retention(keep_best=...): the metric {metric!r} must be a non-empty name")
+            raise ConfigurationError(
+                f"Retention(keep_best=...): the metric {metric!r} must be a non-empty name"
+            )
         if mode not in ("min", "max"):
             raise ConfigurationError(
                 f"Retention(keep_best=...): the mode of {metric!r} is {mode!r}; use 'min' (lower is"

@@ -1,0 +1,113 @@
+"""Retention wired in: Checkpoint(retention=...), @fc.task(retention=...) and keep_checkpoints."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+
+import pytest
+
+import flyte_checkpoint as fc
+from flyte_checkpoint.errors import ConfigurationError
+from flyte_checkpoint.history.manifest import generation_uri, read_manifests
+from flyte_checkpoint.storage.registry import store_for
+from tests.test_retention_cleanup import put, series
+
+
+def test_checkpoint_cleans_its_generations_after_a_commit_off_the_thread(tmp_path):
+    dest = str(tmp_path / "a/ckpt")
+    store = store_for(dest)
+    series(store, dest, 4)  # what earlier saves left (their manifests and kept generations)
+    cp = fc.Checkpoint(dest, retention=fc.Retention(keep_last=2))
+    cp.save_sync(b"x")
+    cp.wait()
+    gens = {m.generation for m in read_manifests(store, dest)}
+    assert generation_uri(dest, 0) not in set(store.list(dest))
+    assert 0 not in gens and 2 in gens
+    assert store.read_bytes(dest) == b"x"  # the object itself: never deleted
+    cp.close()
+
+
+def test_the_loaded_object_is_protected(tmp_path):
+    src = str(tmp_path / "run/0/ckpt")
+    dest = str(tmp_path / "run/1/ckpt")
+    store = store_for(src)
+    series(store, src, 3, attempt=0)
+    loaded = generation_uri(src, 0)
+    cp = fc.Checkpoint(dest, src, retention=fc.Retention(keep_last=1, earlier_attempts=True))
+    cp._loaded_from = loaded  # as a fallback load records it (wp-history)
+    cp.save_sync(b"y")
+    cp.close()
+    assert store.stat(loaded) is not None  # protected
+    assert store.stat(generation_uri(src, 1)) is None  # the previous attempt's older generation
+    assert store.stat(src) is not None  # the object the attempt loads: protected
+
+
+def test_without_a_policy_nothing_is_deleted(tmp_path):
+    dest = str(tmp_path / "a/ckpt")
+    store = store_for(dest)
+    series(store, dest, 3)
+    with fc.Checkpoint(dest) as cp:
+        cp.save_sync(b"z")
+    assert all(store.stat(generation_uri(dest, g)) is not None for g in (0, 1))
+
+
+def test_retention_must_be_a_policy(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"fc\.Retention"):
+        fc.Checkpoint(str(tmp_path / "x"), retention=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"fc\.Retention"):
+        fc.task(retention={"keep_last": 2})  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="not both"):
+        fc.task(retention=fc.Retention(keep_last=1), keep_checkpoints=True)
+
+
+def test_keep_checkpoints_still_works_with_a_deprecation_warning(tmp_path):
+    with pytest.warns(DeprecationWarning, match="retention=fc.Retention"):
+
+        @fc.task(checkpoint_root=str(tmp_path), run_name="kept", keep_checkpoints=True)
+        def train() -> str:
+            fc.ctx().checkpoint.save_sync(b"state")
+            return "ok"
+
+    assert train() == "ok"
+    assert store_for(str(tmp_path)).stat(str(tmp_path / "kept/train/0/_flytecheckpoints")) == 5
+
+
+def test_no_warning_without_keep_checkpoints(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @fc.task(checkpoint_root=str(tmp_path), run_name="plain")
+        def train() -> None:
+            fc.ctx().checkpoint.save_sync(b"state")
+
+        train()
+    assert not (tmp_path / "plain/train").exists()  # as today: removed
+
+
+def test_a_finished_run_keeps_what_its_policy_keeps(tmp_path):
+    root = str(tmp_path)
+    tries = []
+
+    @fc.task(
+        checkpoint_root=root,
+        run_name=f"r-{uuid.uuid4().hex[:6]}",
+        retries=2,
+        retention=fc.Retention(keep_last=1),
+    )
+    def train() -> str:
+        cp = fc.ctx().checkpoint
+        assert cp._retention == fc.Retention(keep_last=1)
+        n = fc.ctx().attempt_number
+        dest = cp.remote_destination
+        # what saves with manifests leave (wp-history writes them on save; here by hand)
+        put(store_for(dest), dest, 0, attempt=n, current=True, run=fc.ctx().run_name)
+        tries.append(dest)
+        if n < 2:
+            raise RuntimeError("again")
+        return "done"
+
+    assert train() == "done"
+    store = store_for(root)
+    assert store.stat(tries[2]) is not None  # the newest: kept
+    assert store.stat(tries[0]) is None and store.stat(tries[1]) is None  # thinned by the policy
