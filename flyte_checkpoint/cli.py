@@ -925,8 +925,8 @@ def cmd_gc(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         NoCheckpointError: no manifest under the URI (exit status 3): nothing to decide from.
     """
-    from .history.cleanup import clean
-    from .history.manifest import parse_sidecar_name, read_manifests
+    from .history.cleanup import clean, destinations_under
+    from .history.manifest import read_manifests
     from .history.retention import Retention
     from .storage.registry import store_for
 
@@ -937,7 +937,7 @@ def cmd_gc(args: argparse.Namespace) -> dict[str, Any]:
     store = store_for(uri)
     if uri.endswith("/") or (is_local(uri) and os.path.isdir(local_path(uri))):
         prefix = uri.rstrip("/") + "/"
-        dests = sorted({p[0] for p in map(parse_sidecar_name, store.list(prefix)) if p is not None})
+        dests = destinations_under(store, prefix)
         objects = "all"
     else:
         dests, objects = [uri], "generations"
