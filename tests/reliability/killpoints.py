@@ -21,6 +21,9 @@ writer it opens:
   or more (pick N at part boundaries to cover the whole upload);
 - ``commit``: the commit is called, before the store's own commit starts;
 - ``committed``: the store's commit has returned;
+- ``delete`` and ``deleted``: before and after the store deletes an object (with
+  :data:`DELETE_ENV` set to *n*, only at the *n*-th delete, counted from 1: a clean-up's
+  steps);
 - on S3 also ``s3:commit-sent`` (the CompleteMultipartUpload or PutObject request is about
   to be sent) and ``s3:commit-answered`` (S3 has answered it; the store has not returned).
 
@@ -53,6 +56,8 @@ from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 ENV = "FCP_KILL_AT"
 #: The environment variable naming which writer (1 = the first opened) has the points.
 WRITER_ENV = "FCP_KILL_WRITER"
+#: The environment variable naming which delete (1 = the first) has the points.
+DELETE_ENV = "FCP_KILL_DELETE"
 ROOT = Path(__file__).resolve().parents[2]
 #: Seconds a child may take to reach its point or finish before the test fails (a guard only).
 HANG = float(os.environ.get("FCP_HANG", "120"))
@@ -140,6 +145,8 @@ class _PointStore(BlobStore):
         self.inner = inner
         self.only = int(os.environ.get(WRITER_ENV) or 0)  # 0: every writer
         self.opened = 0
+        self.only_delete = int(os.environ.get(DELETE_ENV) or 0)  # 0: every delete
+        self.deletes = 0
         self.lock = threading.Lock()
 
     def open_write(self, uri: str) -> BlobWriter:
@@ -159,7 +166,14 @@ class _PointStore(BlobStore):
         return self.inner.stat(uri)
 
     def delete(self, uri: str) -> None:
+        with self.lock:
+            self.deletes += 1
+            chosen = self.only_delete in (0, self.deletes)
+        if chosen:
+            reach("delete")
         self.inner.delete(uri)
+        if chosen:
+            reach("deleted")
 
     def list(self, prefix: str) -> Iterator[str]:
         return self.inner.list(prefix)
