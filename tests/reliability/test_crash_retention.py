@@ -56,7 +56,7 @@ def loadable(store, dest) -> None:
             assert store.stat(m.object) == m.size, m
 
 
-@pytest.mark.parametrize(("point", "extra"), POINTS, ids=[f"{p}-{list(e.values())[0]}" for p, e in POINTS])
+@pytest.mark.parametrize(("point", "extra"), POINTS, ids=[f"{p}-{next(iter(e.values()))}" for p, e in POINTS])
 def test_a_clean_up_killed_at_any_step_is_finished_by_the_next(tmp_path, point, extra):
     dest = str(tmp_path / "store/run/0/ckpt")
     store = store_for(dest)
