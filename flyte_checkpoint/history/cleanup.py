@@ -247,19 +247,23 @@ class Janitor:
         threading.Thread(target=self._loop, name=f"fcp-retention-{self._name}", daemon=True).start()
 
     def _loop(self) -> None:
-        while True:
+        try:
+            while True:
+                with self._lock:
+                    work, self._pending = self._pending, None
+                    if work is None:
+                        return
+                try:
+                    work()  # type: ignore[operator]
+                except Exception as exc:  # never the training's failure: the next clean-up retries
+                    logger().warning(
+                        "the retention clean-up of %s failed (the next one retries): %s", self._name, exc
+                    )
+        finally:  # also when something else ends the thread (SystemExit): wait() must not hang
             with self._lock:
-                work, self._pending = self._pending, None
-                if work is None:
-                    self._running = False
-                    self._idle.notify_all()
-                    return
-            try:
-                work()  # type: ignore[operator]
-            except Exception as exc:  # never the training's failure: the next clean-up retries
-                logger().warning(
-                    "the retention clean-up of %s failed (the next one retries): %s", self._name, exc
-                )
+                self._running = False
+                self._pending = None
+                self._idle.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no clean-up runs or waits; False if ``timeout`` passed first."""
