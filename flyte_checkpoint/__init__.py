@@ -25,6 +25,7 @@ __all__ = [
     "TaskContext",
     "configure_store",
     "ctx",
+    "history",
     "latest_checkpoint",
     "preempt",
     "register_store",
@@ -51,9 +52,14 @@ def _scheme_names() -> set[str]:
 
 _uri.scheme_names_from = _scheme_names
 
+
 if TYPE_CHECKING:  # a type checker sees the registry's own signatures
+    from .history.listing import history
     from .storage.registry import configure_store, register_store, unregister_store
 else:
+    # fc.history(uri_or_run): the package flyte_checkpoint.history, which is callable (a
+    # function of that name would be replaced by the package as soon as it is imported).
+    from . import history
     # Plain functions that import the registry (and pluggy) when called, not at import.
 
     def register_store(*args, **kwargs):

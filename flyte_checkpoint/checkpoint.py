@@ -16,7 +16,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import NotFoundError, OperationCancelledError, PathTooLongError, UnsupportedDataError
+from .errors import (
+    CorruptCheckpointError,
+    NotFoundError,
+    OperationCancelledError,
+    PathTooLongError,
+    UnsupportedDataError,
+)
 from .uri import is_local, local_path, normalize, redact
 from .util.forksafe import PerProcess, lock
 from .util.logs import log_transfer, logger
@@ -26,10 +32,11 @@ if TYPE_CHECKING:
     from .format.incremental import Reuse
     from .history.cleanup import Janitor
     from .history.retention import Retention
+    from .history.recording import SaveRecord
     from .lifecycle.background import Lane, SaveHandle
     from .lifecycle.preemption import Registration, Saver
     from .lifecycle.saveorder import Turn
-    from .storage.blobstore import BlobStore
+    from .storage.blobstore import BlobStore, BlobWriter
     from .storage.pinned import PinnedView
     from .util.cancellation import Scope
     from .util.heldfolders import HeldFolder
@@ -99,9 +106,15 @@ class Checkpoint(BaseCheckpoint):
         retry: RetryPolicy | None = None,
         progress: ProgressCallback | None = None,
         retention: Retention | None = None,
+        keeps_generations: bool = False,
     ) -> None:
         self._dest = normalize(checkpoint_dest, param="checkpoint_dest")
         self._retention = _checked_retention(retention)
+        #: Each save first keeps the object it replaces as an older generation (docs/history.md):
+        #: set where a retention policy keeps more than one checkpoint.
+        self._keeps_generations = keeps_generations or (
+            self._retention is not None and self._retention.keeps_generations
+        )
         self._src: str | None = None
         if checkpoint_src is not None and str(checkpoint_src).strip().strip('"').strip():
             src = normalize(checkpoint_src, param="checkpoint_src")
@@ -133,6 +146,8 @@ class Checkpoint(BaseCheckpoint):
         self._last_save: tuple[SaveFigures, float] | None = None
         #: Retention clean-ups run after commits, off the caller's thread (docs/retention.md).
         self._janitor: PerProcess[Janitor] = PerProcess(lambda: _new_janitor(self._dest))
+        #: What a later save's manifest names as ``made_from``: the checkpoint loaded, if any.
+        self._loaded_from: str | None = None
 
     # -- properties ------------------------------------------------------------
 
@@ -182,7 +197,7 @@ class Checkpoint(BaseCheckpoint):
 
     # -- load ------------------------------------------------------------------
 
-    def load_sync(self, members: Iterable[str] | None = None) -> Path | None:
+    def load_sync(self, members: Iterable[str] | None = None, *, fallback: bool = False) -> Path | None:
         """See :meth:`load`.
 
         Raises:
@@ -194,10 +209,11 @@ class Checkpoint(BaseCheckpoint):
         from .util.cancellation import Scope
 
         names = _member_names(members)
+        _check_fallback(names, fallback)
         scope = Scope(f"load of {redact(self._src)}")
-        return deferring(lambda: self._load(scope, names))
+        return deferring(lambda: self._load(scope, names, fallback=fallback))
 
-    async def load(self, members: Iterable[str] | None = None) -> Path | None:
+    async def load(self, members: Iterable[str] | None = None, *, fallback: bool = False) -> Path | None:
         """Restore the previous attempt's checkpoint, in a worker thread.
 
         ``members`` (paths inside a folder checkpoint) restores only those files, and every
@@ -207,6 +223,13 @@ class Checkpoint(BaseCheckpoint):
         end and keeping the selected files. Symbolic links and empty folders are left out
         (``load()`` without ``members`` restores them). Files restored replace those of the
         same names in :attr:`path`; names restored before are not read again. See docs/FORMAT.md.
+
+        ``fallback=True`` (a full load only): when the previous checkpoint is missing or raises
+        :class:`~flyte_checkpoint.errors.CorruptCheckpointError`, the older checkpoints its
+        history lists (its kept generations, then earlier attempts' at the same name) are tried
+        newest first, each skipped one logged at WARNING with why; the newest that loads is
+        returned. A payload's bytes are checked against its manifest's digest. Other failures
+        (denied, network) still raise. See docs/history.md.
 
         Cancelling the awaiting task stops the download in flight (in the worker, which
         removes what it had restored); :meth:`close` does the same without waiting for it.
@@ -225,10 +248,11 @@ class Checkpoint(BaseCheckpoint):
         from .util.cancellation import Scope
 
         names = _member_names(members)
+        _check_fallback(names, fallback)
         notice()  # the main thread's loads keep our SIGTERM handler in front (an event loop's)
         scope = Scope(f"load of {redact(self._src)}")
         try:
-            return await asyncio.to_thread(self._load, scope, names)
+            return await asyncio.to_thread(self._load, scope, names, None, fallback=fallback)
         except asyncio.CancelledError:
             scope.cancel()
             raise
@@ -246,7 +270,12 @@ class Checkpoint(BaseCheckpoint):
         return deferring(lambda: self._load(scope, selected, view))
 
     def _load(
-        self, scope: Scope, names: tuple[str, ...] | None = None, view: PinnedView | None = None
+        self,
+        scope: Scope,
+        names: tuple[str, ...] | None = None,
+        view: PinnedView | None = None,
+        *,
+        fallback: bool = False,
     ) -> Path | None:
         from .util.cancellation import using
 
@@ -267,8 +296,11 @@ class Checkpoint(BaseCheckpoint):
                 scope.check()
                 started = time.monotonic()
                 download = self._download if names is None else lambda: self._download_members(names, view)
+                loaded_from: str | None = self._src
                 with using(scope):
-                    if view is not None:
+                    if fallback:
+                        result, loaded_from = self._load_with_fallback(scope)
+                    elif view is not None:
                         result = download()
                     else:
                         result = self._retry.call(download, f"load of {redact(self._src)}", scope=scope)
@@ -281,6 +313,8 @@ class Checkpoint(BaseCheckpoint):
             if stale:  # closed meanwhile: what it restored went with the old workspace
                 raise scope.error()
             with self._lock.get():
+                if result[0] is not None:
+                    self._loaded_from = loaded_from
                 if names is None:
                     self._loaded = (result[0],)
                 elif result[0] is not None:
@@ -288,7 +322,7 @@ class Checkpoint(BaseCheckpoint):
         if result[0] is None:
             logger().info("no checkpoint at %s: starting fresh", redact(self._src))
         else:
-            log_transfer("loaded", self._src, result[1], time.monotonic() - started)
+            log_transfer("loaded", loaded_from or self._src, result[1], time.monotonic() - started)
         return result[0]
 
     def _cached(self, names: tuple[str, ...] | None) -> tuple[Path | None] | None:
@@ -420,29 +454,73 @@ class Checkpoint(BaseCheckpoint):
             return self._retry.call(fetch, f"load of {rel!r} from {redact(src)}", scope=scope)
 
     @contextlib.contextmanager
-    def _pinned_source(self) -> Iterator[PinnedView | None]:
-        """The previous checkpoint, pinned to the version there now for the block's reads
-        (:func:`~flyte_checkpoint.storage.pinned.read_pinned`: an object replaced meanwhile is
-        ``ObjectReplacedError``, retried, never damaged); None when it is absent or empty."""
+    def _pinned_source(self, src: str | None = None) -> Iterator[PinnedView | None]:
+        """The previous checkpoint (or ``src``), pinned to the version there now for the block's
+        reads (:func:`~flyte_checkpoint.storage.pinned.read_pinned`: an object replaced meanwhile
+        is ``ObjectReplacedError``, retried, never damaged); None when it is absent or empty."""
         from .storage.pinned import read_pinned
         from .storage.registry import store_for
 
-        assert self._src is not None
-        with read_pinned(store_for(self._src), self._src) as view:
+        src = src or self._src
+        assert src is not None
+        with read_pinned(store_for(src), src) as view:
             yield view if view is not None and view.size else None
 
-    def _download(self) -> tuple[Path | None, int]:
+    def _load_with_fallback(self, scope: Scope) -> tuple[tuple[Path | None, int], str | None]:
+        """``load(fallback=True)``: the previous checkpoint, else the newest older one in its
+        history that loads (docs/history.md); the result and the URI it came from."""
+        import functools
+
+        from .history.fallback import candidates, check_payload, skipped_all
+
+        assert self._src is not None
+        skipped: list[tuple[str, str]] = []
+        for uri, entry in candidates(self._src, self._retry):
+            scope.check()
+            try:
+                result = self._retry.call(
+                    functools.partial(self._download, uri), f"load of {redact(uri)}", scope=scope
+                )
+            except CorruptCheckpointError as exc:
+                why = f"damaged: {exc}"
+            except NotFoundError:
+                why = "missing (removed meanwhile)"
+            else:
+                if result[0] is None:
+                    why = "missing" if entry is None or entry.manifest is None else "missing or empty"
+                else:
+                    problem = check_payload(result[0], entry)
+                    if problem is None:
+                        if skipped:
+                            logger().warning(
+                                "loaded %s instead of %s (fallback=True): %d newer checkpoint(s) skipped",
+                                redact(uri),
+                                redact(self._src),
+                                len(skipped),
+                            )
+                        return result, uri
+                    why = problem
+            logger().warning("fallback load: skipping %s: %s", redact(uri), why)
+            skipped.append((uri, why))
+        error = skipped_all(self._src, skipped)
+        if error is not None:
+            raise error
+        return (None, 0), None
+
+    def _download(self, src: str | None = None) -> tuple[Path | None, int]:
         import secrets
         import shutil
 
         from .format.restore import PAYLOAD, restore_object
 
         staging: str | None = None
+        src = src or self._src
+        assert src is not None
         try:
-            with self._pinned_source() as store:
+            with self._pinned_source(src) as store:
                 if store is None:
                     return None, 0
-                assert self._src is not None
+                assert src is not None
                 size = store.size
                 workspace = self.path
                 # named before it is made, so that an interrupt anywhere (the pin's release
@@ -452,7 +530,7 @@ class Checkpoint(BaseCheckpoint):
                 progress = self._progress
                 counter = _Counter(progress, size) if progress else None
                 # an indexed folder object inflates on several threads; anything else streams
-                is_tar = restore_object(store, self._src, size, staging, on_chunk=counter)
+                is_tar = restore_object(store, src, size, staging, on_chunk=counter)
             shutil.rmtree(workspace)
             os.rename(staging, workspace)
         except BaseException:
@@ -463,17 +541,26 @@ class Checkpoint(BaseCheckpoint):
 
     # -- save ------------------------------------------------------------------
 
-    def save_sync(self, data: Data) -> None:
+    def save_sync(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> None:
         """See :meth:`save`."""
         from .lifecycle.preemption import deferring
         from .lifecycle.saveorder import take
         from .util.cancellation import Scope
 
+        record = self._record(step, metrics)
         self._raise_unseen()
-        deferring(lambda: self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}")))
+        deferring(lambda: self._save(data, take(self._dest), Scope(f"save to {redact(self._dest)}"), record))
 
-    async def save(self, data: Data) -> None:
+    async def save(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> None:
         """Store bytes, a file or a directory as this attempt's checkpoint, in a worker thread.
+
+        ``step`` and ``metrics`` (names to numbers; NaN allowed) are recorded in the manifest
+        written beside the object once it is committed (``fc.history`` lists them; see
+        docs/history.md). A save without them writes a manifest too.
 
         Saves to one destination commit in the order they were called, from any thread or
         ``Checkpoint`` (see :mod:`flyte_checkpoint.lifecycle.saveorder`). Cancelling the awaiting task
@@ -489,25 +576,66 @@ class Checkpoint(BaseCheckpoint):
         from .lifecycle.saveorder import take
         from .util.cancellation import Scope
 
+        record = self._record(step, metrics)
         self._raise_unseen()
         notice()  # the main thread's saves keep our SIGTERM handler in front (an event loop's)
         turn = take(self._dest)  # in the caller, so the order is that of the calls
         scope = Scope(f"save to {redact(self._dest)}")
         try:
-            await asyncio.to_thread(self._save, data, turn, scope)
+            await asyncio.to_thread(self._save, data, turn, scope, record)
         except asyncio.CancelledError:
             scope.cancel()
             raise
 
-    def _save(self, data: Data, turn: Turn, scope: Scope) -> None:
+    def _save(self, data: Data, turn: Turn, scope: Scope, record: SaveRecord | None = None) -> None:
         with turn:
-            self._upload(self._prepare(data), turn, scope)
+            self._upload(self._prepare(data, record), turn, scope, record)
 
-    def _upload(self, action: Callable[[], SaveFigures], turn: Turn, scope: Scope) -> None:
+    def _upload(
+        self,
+        action: Callable[[], SaveFigures],
+        turn: Turn,
+        scope: Scope,
+        record: SaveRecord | None = None,
+    ) -> None:
+        if record is not None and record.keeps_generations:
+            action = _keeping_generation(action, record)
         figures, seconds = self._transfer(action, turn, scope)
         self._last_save = (figures, seconds)
         log_transfer("saved", self._dest, figures, seconds)
+        if record is not None:
+            self._write_manifest(record)
         self._after_commit()
+
+    # -- history (docs/history.md) ----------------------------------------------
+
+    def _record(self, step: int | None, metrics: dict[str, float] | None) -> SaveRecord:
+        """What a save records in its manifest (its arguments checked now, before anything runs).
+
+        Raises:
+            TypeError: ``step`` is not an int, or ``metrics`` not a dict of names to numbers.
+        """
+        from .history.manifest import check_metrics, check_step
+        from .history.recording import SaveRecord, identity
+
+        run, attempt = identity(self._dest)
+        loaded = self._loaded_from
+        return SaveRecord(
+            self._dest,
+            step=check_step(step),
+            metrics=check_metrics(metrics),
+            run=run,
+            attempt=attempt,
+            made_from=loaded,
+            keeps_generations=self._keeps_generations,
+        )
+
+    def _write_manifest(self, record: SaveRecord) -> None:
+        """After the commit: the manifest of what was committed (a failure is logged, not raised)."""
+        from .history.recording import record_save
+        from .storage.registry import store_for
+
+        record_save(store_for(self._dest), record)
 
     # -- retention (docs/retention.md) -----------------------------------------
 
@@ -569,7 +697,9 @@ class Checkpoint(BaseCheckpoint):
 
     # -- background saves ------------------------------------------------------
 
-    def save_background(self, data: Data) -> SaveHandle:
+    def save_background(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> SaveHandle:
         """Start a save and return once ``data`` is safe from later changes, with its handle.
 
         Bytes are kept as given (a ``bytearray`` or ``memoryview`` is copied); a file or
@@ -590,10 +720,11 @@ class Checkpoint(BaseCheckpoint):
         """
         from .lifecycle.preemption import deferring
 
+        record = self._record(step, metrics)
         self._raise_unseen()
-        return deferring(lambda: self._start_background(data))
+        return deferring(lambda: self._start_background(data, record))
 
-    def _start_background(self, data: Data) -> SaveHandle:
+    def _start_background(self, data: Data, record: SaveRecord | None = None) -> SaveHandle:
         from .lifecycle.background import Job, SaveHandle
         from .lifecycle.saveorder import take
         from .util.cancellation import Scope
@@ -615,9 +746,9 @@ class Checkpoint(BaseCheckpoint):
                     leave_out = leave_out_for(self._dest)
                 staged = stage(src, is_dir, self._local_root, leave_out, what)
                 data = staged.path
-            action = self._prepare(data)
+            action = self._prepare(data, record)
             handle = SaveHandle(what, scope)
-            job = Job(handle, turn, scope, lambda: self._upload(action, turn, scope), staged, self)
+            job = Job(handle, turn, scope, lambda: self._upload(action, turn, scope, record), staged, self)
         except BaseException:
             turn.leave()
             if staged is not None:
@@ -626,14 +757,16 @@ class Checkpoint(BaseCheckpoint):
         self._lane.get().submit(job)
         return handle
 
-    async def save_background_async(self, data: Data) -> SaveHandle:
+    async def save_background_async(
+        self, data: Data, *, step: int | None = None, metrics: dict[str, float] | None = None
+    ) -> SaveHandle:
         """:meth:`save_background`, its snapshot taken in a worker thread (the event loop goes on)."""
         import asyncio
 
         from .lifecycle.preemption import notice
 
         notice()  # save_background's own check runs in the worker thread, where it cannot
-        return await asyncio.to_thread(self.save_background, data)
+        return await asyncio.to_thread(self.save_background, data, step=step, metrics=metrics)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for every background save started on this checkpoint to end.
@@ -731,8 +864,9 @@ class Checkpoint(BaseCheckpoint):
                 timeout,
             )
 
-    def _prepare(self, data: Data):
-        """Check ``data`` now (so errors are not retried) and return the upload to run."""
+    def _prepare(self, data: Data, record: SaveRecord | None = None):
+        """Check ``data`` now (so errors are not retried) and return the upload to run; with a
+        ``record``, the upload sets its ``digest`` (docs/history.md)."""
         from .storage.registry import store_for
         from .util.transfers import SaveFigures
 
@@ -742,6 +876,10 @@ class Checkpoint(BaseCheckpoint):
 
             def put_bytes() -> SaveFigures:
                 store_for(dest).write_bytes(dest, blob)
+                if record is not None:
+                    from .history.recording import digest_of_bytes
+
+                    record.digest, record.size = digest_of_bytes(blob), len(blob)
                 return SaveFigures(len(blob), len(blob))
 
             return put_bytes
@@ -767,7 +905,7 @@ class Checkpoint(BaseCheckpoint):
                 from .storage.stores.local import leave_out_for
 
                 counter = _Counter(progress, tree_size(src)) if progress else None
-                with store.open_write(dest) as writer:
+                with _digesting(store.open_write(dest), record) as writer:
                     leave_out = leave_out_for(dest) if is_local(dest) else None  # once its folder exists
                     index = IndexBuilder()
                     copy_run = None if reuse is None else reuse.copy_run
@@ -808,6 +946,10 @@ class Checkpoint(BaseCheckpoint):
                             counter(len(chunk))
                 if not source.verified:
                     _verify_after_upload(source, store, dest)
+                if record is not None:  # the file is unchanged (verified): read it once more, locally
+                    from .history.recording import digest_of_source
+
+                    record.digest, record.size = digest_of_source(source), source.size
                 return SaveFigures(source.size, source.size)
 
         return put_file
@@ -879,6 +1021,11 @@ class Checkpoint(BaseCheckpoint):
     def __repr__(self) -> str:
         src = redact(self._src) if self._src else None
         return f"Checkpoint(dest={redact(self._dest)!r}, src={src!r})"
+
+
+def _check_fallback(names: tuple[str, ...] | None, fallback: bool) -> None:
+    if fallback and names is not None:
+        raise ValueError("load(fallback=True) restores a whole checkpoint: it takes no members")
 
 
 def _member_names(members: Iterable[str] | None) -> tuple[str, ...] | None:
@@ -1001,3 +1148,30 @@ class _Counter:
         if self._total != self.done:
             self._total = self.done
             self._progress(self.done, self._total)
+
+
+def _digesting(writer: BlobWriter, record: SaveRecord | None) -> BlobWriter:
+    """``writer``, its bytes and copies also digested into ``record`` (set at a clean commit)."""
+    if record is None:
+        return writer
+    from .history.recording import DigestingWriter
+
+    return DigestingWriter(writer, record)  # type: ignore[return-value]
+
+
+def _keeping_generation(action: Callable[[], SaveFigures], record: SaveRecord) -> Callable[[], SaveFigures]:
+    """``action``, first keeping the object it replaces as an older generation (once, in the
+    save's turn: retries of the upload do not copy again)."""
+    done = False
+
+    def run() -> SaveFigures:
+        nonlocal done
+        if not done:
+            done = True
+            from .history.recording import keep_generation
+            from .storage.registry import store_for
+
+            keep_generation(store_for(record.dest), record)
+        return action()
+
+    return run

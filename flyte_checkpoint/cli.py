@@ -787,7 +787,8 @@ def show_push(r: dict[str, Any]) -> None:
 def _is_marker(uri: str, prefix: str) -> bool:
     """Whether ``uri`` (listed under ``prefix``) is one of the library's own files rather than a
     checkpoint: a named run's attempt marker ``.attempt`` or lock ``.FUNCTION.lock``, a sharded
-    save's folder ``NAME.fcp-shard/`` (or locally ``.fcp-tmp-NAME.shard/``), or another working
+    save's folder ``NAME.fcp-shard/`` (or locally ``.fcp-tmp-NAME.shard/``), a checkpoint's history
+    ``NAME.fcp-history/`` (manifests, kept generations: ``flyte-checkpoint history``), or another working
     file (:mod:`flyte_checkpoint.util.workfiles`: staging folders, temporary files)."""
     from .lifecycle.runs import MARKER
     from .util.workfiles import is_working_file
@@ -796,7 +797,7 @@ def _is_marker(uri: str, prefix: str) -> bool:
     last = parts[-1]
     if last == MARKER or (last.startswith(".") and last.endswith(".lock") and len(last) > len("..lock")):
         return True
-    return any(p.endswith(".fcp-shard") or is_working_file(p) for p in parts)
+    return any(p.endswith((".fcp-shard", ".fcp-history")) or is_working_file(p) for p in parts)
 
 
 def cmd_ls(args: argparse.Namespace) -> dict[str, Any]:
@@ -873,6 +874,45 @@ def show_ls(r: dict[str, Any]) -> None:
         else:
             size = "-" if o["size"] is None else str(o["size"])
             print(f"{size:>14}  {_when(o['modified']):>19}  {o['uri']}")
+
+
+def cmd_history(args: argparse.Namespace) -> dict[str, Any]:
+    """The checkpoints at ``args.uri``, newest first, from the listing and manifests only
+    (docs/history.md).
+
+    Raises:
+        NoCheckpointError: no checkpoint is there (exit status 3).
+    """
+    from .history.listing import history
+
+    uri = _normalize(args.uri, "URI")
+    entries = history(uri)
+    if not entries:
+        raise NoCheckpointError(
+            f"no checkpoint at or under {redact(uri)}: check the URI (a checkpoint, or a run's folder)"
+        )
+    return {"uri": redact(uri), "count": len(entries), "checkpoints": [e.to_dict() for e in entries]}
+
+
+def show_history(r: dict[str, Any]) -> None:
+    from datetime import datetime, timezone
+
+    print(f"{'ATTEMPT':>7} {'GEN':>5} {'STEP':>10} {'SIZE':>12}  {'TIME (UTC)':19}  {'METRICS':24}  URI")
+    for c in r["checkpoints"]:
+        when = "-"
+        if c["time"] is not None:
+            when = datetime.fromtimestamp(c["time"], timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        if not c["manifest"]:
+            metrics = "(no manifest)"
+        else:
+            metrics = ",".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c["metrics"].items()
+            )
+        dash = lambda v: "-" if v is None else str(v)  # noqa: E731
+        print(
+            f"{dash(c['attempt']):>7} {dash(c['generation']):>5} {dash(c['step']):>10} {c['size']:>12}"
+            f"  {when:19}  {metrics or '-':24}  {c['uri']}"
+        )
 
 
 def cmd_rm(args: argparse.Namespace) -> dict[str, Any]:
@@ -1009,6 +1049,9 @@ _EXAMPLES = {
     "ls": """
   flyte-checkpoint ls s3://my-bucket/run-7/
   flyte-checkpoint ls -l --no-recursive /tmp/store/""",
+    "history": """
+  flyte-checkpoint history s3://my-bucket/run-7/
+  flyte-checkpoint history /tmp/store/run-7/train/0/_flytecheckpoints --json""",
     "rm": """
   flyte-checkpoint rm s3://my-bucket/run-7/attempt-1/step
   flyte-checkpoint rm -f /tmp/store/ckpt""",
@@ -1152,6 +1195,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="list the library's own files too: named runs' .attempt markers and .FUNCTION.lock"
         " files, sharded saves' NAME.fcp-shard/ folders, temporary files (hidden by default)",
+    )
+    p = command(
+        "history",
+        "list a checkpoint's or a run's checkpoints, newest first, with step and metrics (no download)",
+        cmd_history,
+        show_history,
+    )
+    p.add_argument(
+        "uri",
+        metavar="URI",
+        help="a checkpoint (its kept generations too), or a folder: every checkpoint under it (a run)",
     )
     p = command("rm", "remove one checkpoint object", cmd_rm, show_rm)
     p.add_argument("uri", metavar="URI", help="the object to remove: a local path or a URI (s3://...)")

@@ -78,10 +78,16 @@ class SpyStore(BlobStore):
         rest = uri if is_local(uri) else uri.split("://", 1)[1]
         return f"{self.scheme}://{rest}"
 
-    def count(self, op: str, uri: str | None = None) -> int:
-        """How many ``op`` calls were made (on ``uri`` only, if given)."""
+    def count(self, op: str, uri: str | None = None, *, history: bool = False) -> int:
+        """How many ``op`` calls were made (on ``uri`` only, if given); calls on a checkpoint's
+        history sidecar (``X.fcp-history/``: the manifest each save writes after its commit,
+        docs/history.md) only with ``history``."""
         with self._lock:
-            return sum(n for (o, u), n in self.calls.items() if o == op and uri in (None, u))
+            return sum(
+                n
+                for (o, u), n in self.calls.items()
+                if o == op and uri in (None, u) and (history or ".fcp-history/" not in u)
+            )
 
     def _before(self, op: str, uri: str) -> None:
         if self.hook is not None:

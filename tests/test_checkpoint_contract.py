@@ -260,7 +260,8 @@ def test_directory_with_a_fifo_is_refused_and_previous_checkpoint_kept(dest, tmp
     with pytest.raises(UnsupportedDataError, match="is a FIFO"):
         fc.Checkpoint(dest).save_sync(src)
     assert Path(dest).read_bytes() == b"previous"
-    assert [p.name for p in Path(dest).parent.iterdir()] == ["ckpt"]
+    # nothing left but the object and its history (the previous save's manifest: docs/history.md)
+    assert sorted(p.name for p in Path(dest).parent.iterdir()) == ["ckpt", "ckpt.fcp-history"]
 
 
 def test_workspace_is_removed_on_close_and_context_exit(dest, tmp_path):
@@ -313,7 +314,8 @@ def test_two_threads_saving_leave_one_whole_payload(dest, tmp_path):
     for t in threads:
         t.join()
     assert Path(dest).read_bytes() in payloads
-    assert [p.name for p in Path(dest).parent.iterdir()] == ["ckpt"]
+    # nothing left but the object and its history (each save's manifest: docs/history.md)
+    assert sorted(p.name for p in Path(dest).parent.iterdir()) == ["ckpt", "ckpt.fcp-history"]
 
 
 def test_save_and_load_from_several_threads_on_one_checkpoint(dest, tmp_path):

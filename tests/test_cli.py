@@ -226,7 +226,8 @@ def test_pull_checks_each_file_against_the_index_as_load_does(tmp_path):
     out = cli("pull", uri, str(tmp_path / "out"), ok=False)
     assert out.returncode == 1
     assert "does not match the BLAKE3 its index records" in one_line_error(out)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "state"]  # no staging, no out
+    # no staging, no out (the checkpoint's history is the save's: docs/history.md)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "ckpt.fcp-history", "state"]
 
 
 def test_pull_into_an_existing_empty_folder_keeps_it_and_refuses_a_full_one(tmp_path):

@@ -87,6 +87,7 @@ def save_sharded(
     world_size: int | None = None,
     job: str | None = None,
     step: int | None = None,
+    metrics: dict[str, float] | None = None,
 ) -> None:
     """Save ``folder`` as this rank's part of one checkpoint; call it on every rank.
 
@@ -96,6 +97,9 @@ def save_sharded(
     written its segment, by one commit of rank 0; every rank returns then, or raises. The
     ranks come from ``rank``/``world_size``, else ``torch.distributed`` (initialized), else
     ``RANK``/``WORLD_SIZE``.
+
+    Once committed, rank 0 writes the checkpoint's manifest (docs/history.md) with ``step`` and
+    ``metrics`` (its digest is left unknown: the segments are written by the ranks).
 
     A rank takes part only in the save of its own call: the same job (``job``, else
     ``$FLYTE_CHECKPOINT_JOB``, else what the launcher set: torchrun's run id, Slurm's job id,
@@ -113,6 +117,7 @@ def save_sharded(
             other's part was committed: this call's files are not in the checkpoint.
         ConfigurationError: a bad rank, world size, timeout, job or step.
     """
+    from ..history.manifest import check_metrics
     from ..storage.registry import store_for
     from ..storage.stores.local import leave_out_for
     from ..uri import is_local
@@ -121,6 +126,8 @@ def save_sharded(
     from .segment import check_union, pack_segment, tail
     from .writes import coordination_prefix, writes_for
 
+    recorded = check_metrics(metrics)
+    save_step = step  # ``step`` below is the coordinator's progress report
     rank, world, torch = find_rank(rank, world_size)
     limit = shard_timeout(timeout)
     dest = _destination(checkpoint)
@@ -167,6 +174,7 @@ def save_sharded(
             step(0, "committing")
             writes.commit(session, [rep["piece"] for rep in reports], tail(reports))
             writes.sweep(session)
+            _record(store, dest, save_step, recorded)
         except Exception as exc:
             try:
                 writes.abort(session)
@@ -199,6 +207,14 @@ def save_sharded(
             else error
         )
     logger().info("rank %d of %d: sharded save to %s committed", rank, world, redact(dest))
+
+
+def _record(store: Any, dest: str, step: int | None, metrics: dict[str, float]) -> None:
+    """Rank 0, after the commit: the manifest of the object committed (never raises)."""
+    from ..history.recording import SaveRecord, identity, record_save
+
+    run, attempt = identity(dest)
+    record_save(store, SaveRecord(dest, step=step, metrics=metrics, run=run, attempt=attempt))
 
 
 def _segment(writes: Any, session: dict[str, Any], rank: int, world: int, joiner: str) -> Segment:

@@ -587,6 +587,42 @@ class BlobStore(abc.ABC):
         with self.open_write(uri) as w:
             w.write(data)
 
+    def copy_object(self, src: str, dst: str) -> int | None:
+        """Copy the whole object at ``src`` to ``dst`` (same store), atomically as any write;
+        the bytes copied, or ``None`` when ``src`` is absent (nothing is written).
+
+        Optional (checkpoint generations use it: docs/history.md). The default copies on the
+        server where the store copies ranges (``copy_limits``: S3 ``UploadPartCopy``, split over
+        5 GiB; Azure ``Put Block From URL``; a reflink or ``copy_file_range`` locally), with
+        ``copy_source``'s version check (a source replaced meanwhile raises
+        :class:`~flyte_checkpoint.errors.CopySourceChangedError`, nothing is written); else it
+        downloads and uploads. A store with a cheaper whole-object copy (GCS ``rewrite``, S3
+        ``CopyObject`` under 5 GiB) overrides it.
+        """
+        if self.copy_limits is not None:
+            try:
+                source = self.copy_source(src)
+            except NotImplementedError:
+                pass
+            else:
+                if source is None:
+                    return None
+                with self.open_write(dst) as writer:
+                    writer.copy(source, 0, source.size)
+                return source.size
+        from ..errors import NotFoundError
+
+        try:
+            reader = self.open_read(src)
+        except NotFoundError:
+            return None
+        done = 0
+        with reader, self.open_write(dst) as writer:
+            while chunk := reader.read(COPY_CHUNK):
+                writer.write(chunk)
+                done += len(chunk)
+        return done
+
     def close(self) -> None:
         """Release clients and pools. The store may be used again afterwards."""
 

@@ -326,6 +326,26 @@ class BlobStoreSuite(SizeTests, ListingTests, OverwriteTests):
                 f" only at its end; read_range({start}, {length}) of 100000 bytes returned {len(got)}"
             )
 
+    def test_copy_object(self, store: BlobStore, root: str) -> None:
+        """``copy_object`` (optional, with a default; checkpoint generations use it): the whole
+        object, over an existing one too; an absent source writes nothing and returns None."""
+        src, dst = join(root, "copy-src"), join(root, "copy-dst")
+        payload = _data(2 * 1024 * 1024 + 3)
+        store.write_bytes(src, payload)
+        store.write_bytes(dst, b"to be replaced")
+        copied = store.copy_object(src, dst)
+        got = store.read_bytes(dst)
+        assert (copied, got == payload) == (len(payload), True), (
+            f"promise broken: copy_object copies the whole object and returns its size; returned"
+            f" {copied}, and the copy holds {len(got)} of {len(payload)} bytes"
+        )
+        assert store.read_bytes(src) == payload, "promise broken: copy_object leaves its source alone"
+        absent = join(root, "copy-none")
+        assert store.copy_object(join(root, "copy-missing"), absent) is None, (
+            "promise broken: copy_object of an absent object returns None"
+        )
+        assert store.stat(absent) is None, "promise broken: copy_object of an absent object writes nothing"
+
     def test_upload_and_download_file(self, store: BlobStore, root: str, tmp_path: Path) -> None:
         src = tmp_path / "src.bin"
         payload = _data(3 * 1024 * 1024 + 5)

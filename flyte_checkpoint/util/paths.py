@@ -96,16 +96,17 @@ def points_at_same_attempt(prev_uri: str, dest_uri: str, *, run_name: str, actio
 
 @dataclass(frozen=True)
 class LeaveOut:
-    """Entries of one folder that a pack leaves out: the one named ``name`` and those whose
-    names start with ``prefix``. ``folder`` is the folder's ``(st_dev, st_ino)``, so it is
-    recognised however the walk reaches it."""
+    """Entries of one folder that a pack leaves out: the one named ``name``, its history
+    ``name.fcp-history`` (manifests, kept generations: docs/history.md) and those whose names
+    start with ``prefix``. ``folder`` is the folder's ``(st_dev, st_ino)``, so it is recognised
+    however the walk reaches it."""
 
     folder: tuple[int, int]
     name: str
     prefix: str
 
     def __call__(self, name: str) -> bool:
-        return name == self.name or name.startswith(self.prefix)
+        return name == self.name or name == self.name + ".fcp-history" or name.startswith(self.prefix)
 
 
 def file_destination(name: str, dest: str | os.PathLike[str]) -> Path:

@@ -103,6 +103,29 @@ class GCSStore(BlobStore):
         except NotFoundError:
             self._check_bucket(loc, uri)
 
+    def copy_object(self, src: str, dst: str) -> int | None:
+        """The whole object copied on the server by ``objects.rewrite`` (as many calls as the
+        server asks for), from the source's generation found first (a source replaced meanwhile
+        fails the precondition: nothing is written). Checkpoint generations use it."""
+        sloc, dloc = parse(src), parse(dst)
+        source = self._blob(sloc, src)
+        if source is None:
+            return None
+
+        def rewrite() -> None:
+            target = self.client.storage.bucket(dloc.bucket).blob(dloc.key)
+            options = dict(
+                if_source_generation_match=source.generation,
+                timeout=self.config.timeout,
+                retry=self.client.retry(),
+            )
+            token, _, _ = target.rewrite(source, **options)
+            while token is not None:
+                token, _, _ = target.rewrite(source, token=token, **options)
+
+        self.call(rewrite, dst, "write")
+        return int(source.size or 0)
+
     def list(self, prefix: str) -> Iterator[str]:
         return (info.uri for info in self.list_details(prefix))
 
