@@ -31,8 +31,8 @@ from .util.retry import RetryPolicy
 if TYPE_CHECKING:
     from .format.incremental import Reuse
     from .history.cleanup import Janitor
-    from .history.retention import Retention
     from .history.recording import SaveRecord
+    from .history.retention import Retention
     from .lifecycle.background import Lane, SaveHandle
     from .lifecycle.preemption import Registration, Saver
     from .lifecycle.saveorder import Turn
