@@ -605,7 +605,7 @@ class Checkpoint(BaseCheckpoint):
         log_transfer("saved", self._dest, figures, seconds)
         if record is not None:
             self._write_manifest(record)
-        self._after_commit()
+        self._after_commit(record)
 
     # -- history (docs/history.md) ----------------------------------------------
 
@@ -639,17 +639,22 @@ class Checkpoint(BaseCheckpoint):
 
     # -- retention (docs/retention.md) -----------------------------------------
 
-    def _after_commit(self) -> None:
+    def _after_commit(self, record: SaveRecord | None = None) -> None:
         """After a commit (and its manifest): a clean-up of what the policy keeps no more, in
-        this checkpoint's clean-up thread (``wait()`` and ``close()`` wait for it)."""
+        this checkpoint's clean-up thread (``wait()`` and ``close()`` wait for it), for the run
+        the save recorded (found in the caller's thread: a worker's has no task context)."""
         if self._retention is not None:
-            self._janitor.get().request(self._clean_up)
+            import functools
 
-    def _clean_up(self) -> None:
+            run = record.run if record is not None else None
+            self._janitor.get().request(functools.partial(self._clean_up, run, record is not None))
+
+    def _clean_up(self, run: str | None = None, known: bool = False) -> None:
         """Apply the policy to this destination's generations (and, where they are this
         library's or the policy opts in, the previous attempt's): never this destination's
         object, nor the object loaded."""
         from .history.cleanup import clean
+        from .history.recording import identity
         from .lifecycle.runs import current_names
         from .storage.registry import store_for
         from .storage.storelog import unwrapped
@@ -659,6 +664,8 @@ class Checkpoint(BaseCheckpoint):
         store = store_for(self._dest)
         dests = [self._dest]
         src = self._src
+        if not known:
+            run = identity(self._dest)[0]  # the run this checkpoint's saves record (None: none)
         if (
             src is not None
             and src != self._dest
@@ -666,9 +673,10 @@ class Checkpoint(BaseCheckpoint):
             and unwrapped(store_for(src)) is unwrapped(store)
         ):
             dests.append(src)
-        loaded = getattr(self, "_loaded_from", None)  # the object a fallback load took
+        loaded = self._loaded_from  # the object loaded (a fallback load's may be a generation)
         protected = [u for u in (src, loaded) if u]
-        clean(store, dests, policy, protected=protected, writing=self._dest)
+        # only this run's checkpoints: a source of another run (a warm start) is left alone
+        clean(store, dests, policy, protected=protected, writing=self._dest, run=run, infer_run=False)
 
     def _wait_clean_up(self, timeout: float | None) -> bool:
         janitor = self._janitor.peek()

@@ -995,6 +995,7 @@ def cmd_gc(args: argparse.Namespace) -> dict[str, Any]:
             dests,
             policy,
             run=run or None,
+            infer_run=False,  # each run on its own, those whose manifests name none too
             objects=objects,
             limit=args.limit,
             dry_run=args.dry_run,

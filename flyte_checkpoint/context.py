@@ -95,7 +95,7 @@ def _finish_with_policy(run: Run, retention: Retention) -> None:
 
     prefix = run.folder.rstrip("/") + "/"
     try:
-        deleted = clean_prefix(store_for(prefix), prefix, retention, run=run.name)
+        deleted = clean_prefix(store_for(prefix), prefix, retention, run=run.name, infer_run=False)
     except OSError as exc:  # the run has ended: a leftover is worth a warning, not a failure
         logger().warning(
             "run %s succeeded; its retention clean-up under %s failed (run flyte-checkpoint gc %s"

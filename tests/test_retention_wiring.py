@@ -17,15 +17,44 @@ from tests.test_retention_cleanup import put, series
 def test_checkpoint_cleans_its_generations_after_a_commit_off_the_thread(tmp_path):
     dest = str(tmp_path / "a/ckpt")
     store = store_for(dest)
-    series(store, dest, 4)  # what earlier saves left (their manifests and kept generations)
-    cp = fc.Checkpoint(dest, retention=fc.Retention(keep_last=2))
-    cp.save_sync(b"x")
-    cp.wait()
-    gens = {m.generation for m in read_manifests(store, dest)}
-    assert generation_uri(dest, 0) not in set(store.list(dest))
-    assert 0 not in gens and 2 in gens
-    assert store.read_bytes(dest) == b"x"  # the object itself: never deleted
-    cp.close()
+    with fc.Checkpoint(dest, retention=fc.Retention(keep_last=2)) as cp:
+        for step in range(5):
+            cp.save_sync(f"step {step}".encode(), step=step)
+        cp.wait()
+        assert [e.step for e in fc.history(dest)] == [4, 3]
+        kept = sorted(u.rsplit("/", 1)[1] for u in store.list(dest + ".fcp-history/"))
+        assert kept == ["g00000003.json", "g00000003.obj", "g00000004.json", "summary.json"]
+    assert store.read_bytes(dest) == b"step 4"  # the object itself: never deleted
+
+
+def test_keep_last_1_keeps_no_generation_and_no_old_manifest(tmp_path):
+    dest = str(tmp_path / "a/ckpt")
+    with fc.Checkpoint(dest, retention=fc.Retention(keep_last=1)) as cp:
+        for step in range(4):
+            cp.save_sync(f"step {step}".encode(), step=step)
+    assert [e.step for e in fc.history(dest)] == [3]
+    assert not [u for u in store_for(dest).list(dest) if u.endswith(".obj")]
+
+
+def test_a_source_of_another_run_is_left_alone(tmp_path):
+    """A warm start from another run's checkpoint, with earlier_attempts: its generations stay."""
+    from flyte_checkpoint.lifecycle.runs import current_attempt
+    from flyte_checkpoint.taskcontext import CheckpointPaths, TaskContext
+
+    other = str(tmp_path / "other/0/ckpt")
+    series(store_for(other), other, 3, run="other", attempt=7)
+    dest = str(tmp_path / "mine/0/ckpt")
+    token = current_attempt.set(
+        TaskContext(0, CheckpointPaths(dest, other), run_name="mine", action_name="t")
+    )
+    try:
+        with fc.Checkpoint(dest, other, retention=fc.Retention(keep_last=1, earlier_attempts=True)) as cp:
+            cp.save_sync(b"a")
+            cp.save_sync(b"b")
+    finally:
+        current_attempt.reset(token)
+    assert [m.generation for m in read_manifests(store_for(other), other)] == [0, 1, 2]
+    assert [e.run for e in fc.history(dest)] == ["mine"]
 
 
 def test_the_loaded_object_is_protected(tmp_path):
@@ -34,9 +63,16 @@ def test_the_loaded_object_is_protected(tmp_path):
     store = store_for(src)
     series(store, src, 3, attempt=0)
     loaded = generation_uri(src, 0)
+    from flyte_checkpoint.lifecycle.runs import current_attempt
+    from flyte_checkpoint.taskcontext import CheckpointPaths, TaskContext
+
     cp = fc.Checkpoint(dest, src, retention=fc.Retention(keep_last=1, earlier_attempts=True))
-    cp._loaded_from = loaded  # as a fallback load records it (wp-history)
-    cp.save_sync(b"y")
+    cp._loaded_from = loaded  # as a fallback load records it
+    token = current_attempt.set(TaskContext(1, CheckpointPaths(dest, src), run_name="r"))
+    try:
+        cp.save_sync(b"y")  # its manifest names run r, as the source's do
+    finally:
+        current_attempt.reset(token)
     cp.close()
     assert store.stat(loaded) is not None  # protected
     assert store.stat(generation_uri(src, 1)) is None  # the previous attempt's older generation

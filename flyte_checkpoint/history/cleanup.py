@@ -118,6 +118,7 @@ def clean(
     limit: int = DEFAULT_LIMIT,
     dry_run: bool = False,
     now: float | None = None,
+    infer_run: bool = True,
 ) -> Report:
     """Apply ``policy`` to the checkpoints of ``dests`` (objects and their generations).
 
@@ -127,7 +128,8 @@ def clean(
         policy: what to keep.
         protected: URIs never deleted (the object this attempt loaded).
         writing: the destination being written (never deleted, nor its newest manifest's object).
-        run: the run cleaned up (others' are left alone); None: the newest manifest's run.
+        run: the run cleaned up (others' are left alone); None: the newest manifest's run, or
+            (``infer_run=False``) the checkpoints whose manifests name no run.
         trigger: (attempt, generation) of the save that triggered this; newer ones are kept.
         objects: ``"generations"``: delete only kept generations' copies; ``"all"``: an
             attempt's own object too (the local runner's attempts, opted-in Flyte attempts, gc).
@@ -169,7 +171,9 @@ def clean(
         if f.manifest.state == COMMITTED
     ]
     guard = set(protected) | ({writing} if writing else set())
-    report.decisions = decide(candidates, policy, guard, run=run, trigger=trigger, now=now)
+    report.decisions = decide(
+        candidates, policy, guard, run=run, trigger=trigger, now=now, infer_run=infer_run
+    )
     by_object = {f.manifest.object: f.manifest for f in found if f.manifest.state == COMMITTED}
     # 3. delete, oldest first
     for d in reversed(report.decisions):
@@ -276,7 +280,15 @@ def destinations_under(store, prefix: str) -> list[str]:
     return sorted({p[0] for p in map(parse_sidecar_name, store.list(prefix)) if p is not None})
 
 
-def clean_prefix(store, prefix: str, policy: Retention, *, run: str | None = None, rounds: int = 1000) -> int:
+def clean_prefix(
+    store,
+    prefix: str,
+    policy: Retention,
+    *,
+    run: str | None = None,
+    infer_run: bool = True,
+    rounds: int = 1000,
+) -> int:
     """Apply ``policy`` to every checkpoint under ``prefix`` (a finished run's folder: its
     attempts' objects included), call after call until nothing is left to delete; how many
     checkpoints were deleted."""
@@ -285,7 +297,7 @@ def clean_prefix(store, prefix: str, policy: Retention, *, run: str | None = Non
         return 0
     total = 0
     for _ in range(rounds):
-        report = clean(store, dests, policy, run=run, objects="all")
+        report = clean(store, dests, policy, run=run, objects="all", infer_run=infer_run)
         total += len(report.deleted) + len(report.finished)
         if not report.more:
             break

@@ -237,6 +237,7 @@ def decide(
     run: str | None = None,
     trigger: tuple[int, int] | None = None,
     now: float | None = None,
+    infer_run: bool = True,
 ) -> list[Decision]:
     """Each candidate with why it is kept (no reason: delete it), newest first.
 
@@ -245,23 +246,27 @@ def decide(
         policy: the rules.
         protected: URIs kept whatever the policy: the destination being written, the object
             loaded.
-        run: the run cleaned up; candidates of another run are kept (untouched). ``None``: the
-            run of the newest managed candidate (all candidates when none has a run).
+        run: the run cleaned up; candidates of another run are kept (untouched). ``None`` with
+            ``infer_run``: the run of the newest managed candidate that names one (all
+            candidates when none does); without ``infer_run``, ``None`` is the run of
+            checkpoints whose manifests name none.
         trigger: the (attempt, generation) of the save that triggered the clean-up; newer
             candidates are kept.
         now: unix seconds for ``keep_newer_than`` (default: the clock).
     """
     everything = _newest_first(candidates)
-    if run is None:
+    any_run = False
+    if run is None and infer_run:
         runs = [c.run for c in everything if c.managed and c.run is not None]
         run = runs[0] if runs else None
+        any_run = run is None
     guarded = set(protected)
     reasons: dict[str, list[str]] = {c.uri: [] for c in everything}
     eligible = []
     for c in everything:
         if not c.managed:
             reasons[c.uri].append("no committed manifest")
-        elif run is not None and c.run != run:
+        elif not any_run and c.run != run:
             reasons[c.uri].append(f"another run ({c.run})")
         else:
             eligible.append(c)
@@ -320,11 +325,12 @@ def select(
     run: str | None = None,
     trigger: tuple[int, int] | None = None,
     now: float | None = None,
+    infer_run: bool = True,
 ) -> frozenset[str]:
     """The URIs :func:`decide` keeps."""
     return frozenset(
         d.candidate.uri
-        for d in decide(candidates, policy, protected, run=run, trigger=trigger, now=now)
+        for d in decide(candidates, policy, protected, run=run, trigger=trigger, now=now, infer_run=infer_run)
         if d.keep
     )
 
