@@ -110,6 +110,13 @@ class Checkpoint(BaseCheckpoint):
     ) -> None:
         self._dest = normalize(checkpoint_dest, param="checkpoint_dest")
         self._retention = _checked_retention(retention)
+        #: Made by the local runner's attempt (whose earlier attempts are this library's): known
+        #: here, in the attempt's thread (a clean-up's thread has no task context).
+        self._in_local_run = False
+        if self._retention is not None:
+            from .lifecycle.runs import current_names
+
+            self._in_local_run = current_names() is not None
         #: Each save first keeps the object it replaces as an older generation (docs/history.md):
         #: set where a retention policy keeps more than one checkpoint.
         self._keeps_generations = keeps_generations or (
@@ -655,7 +662,6 @@ class Checkpoint(BaseCheckpoint):
         object, nor the object loaded."""
         from .history.cleanup import clean
         from .history.recording import identity
-        from .lifecycle.runs import current_names
         from .storage.registry import store_for
         from .storage.storelog import unwrapped
 
@@ -669,7 +675,7 @@ class Checkpoint(BaseCheckpoint):
         if (
             src is not None
             and src != self._dest
-            and (policy.earlier_attempts or current_names() is not None)
+            and (policy.earlier_attempts or self._in_local_run)
             and unwrapped(store_for(src)) is unwrapped(store)
         ):
             dests.append(src)

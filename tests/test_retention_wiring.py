@@ -147,3 +147,31 @@ def test_a_finished_run_keeps_what_its_policy_keeps(tmp_path):
     store = store_for(root)
     assert store.stat(tries[2]) is not None  # the newest: kept
     assert store.stat(tries[0]) is None and store.stat(tries[1]) is None  # thinned by the policy
+
+
+def test_the_local_runner_cleans_earlier_attempts_generations_during_the_run(tmp_path):
+    """Its attempts are this library's: an attempt's clean-up takes its source's generations
+    too (the source's object, the one it loaded, stays), without earlier_attempts; the run's
+    end keeps what the policy keeps over every attempt."""
+    seen = []
+
+    @fc.task(checkpoint_root=str(tmp_path), run_name="gens", retries=1, retention=fc.Retention(keep_last=2))
+    def train() -> None:
+        cp = fc.ctx().checkpoint
+        n = fc.ctx().attempt_number
+        for step in range(3):
+            cp.save_sync(f"{n}.{step}".encode(), step=10 * n + step)
+        cp.wait()
+        seen.append([e.step for e in fc.history(cp.remote_destination)])
+        if n == 0:
+            raise RuntimeError("again")
+        assert cp.remote_source is not None
+        seen.append([e.step for e in fc.history(cp.remote_source)])
+
+    train()
+    assert seen[0] == [2, 1]  # attempt 0
+    assert seen[1] == [12, 11]  # attempt 1
+    assert seen[2] == [2]  # attempt 0's object (attempt 1's source) stays; its generation went
+    kept = [e.step for e in fc.history(str(tmp_path / "gens/train/1/_flytecheckpoints"))]
+    assert kept == [12, 11]
+    assert fc.history(str(tmp_path / "gens/train/0/_flytecheckpoints")) == []  # the run's end
