@@ -60,6 +60,7 @@ from flyte_checkpoint.history.retention import Candidate, Retention
 from flyte_checkpoint.lifecycle.runs import current_attempt
 from flyte_checkpoint.storage.registry import store_for
 from flyte_checkpoint.taskcontext import CheckpointPaths, TaskContext
+from tests.reliability import backends
 from tests.spystore import spying
 from tests.test_retention import reference
 
@@ -111,7 +112,7 @@ def _policy(last, best, steps, earlier) -> Retention:
 
 
 class RetentionMachine(RuleBasedStateMachine):
-    def __init__(self, backend: str, tmp: Path) -> None:
+    def __init__(self, backend: str, tmp: Path, cloud_root: str | None = None) -> None:
         super().__init__()
         self.backend = backend
         if backend == "file":
@@ -120,11 +121,13 @@ class RetentionMachine(RuleBasedStateMachine):
             self.real_root = str(folder)
             self.root = f"spy://{folder}"
         else:
-            self.real_root = f"memory://fcp-retention-sm/{uuid.uuid4().hex}"
+            base = cloud_root or "memory://fcp-retention-sm"
+            self.real_root = f"{base.rstrip('/')}/{uuid.uuid4().hex}"
             self.root = "spy://" + self.real_root.split("://", 1)[1]
         self.kill_at: int | None = None  # kill before this many more hooked operations
         self.kill_in = "save"  # of the save ("save") or of its clean-up ("clean-up")
-        self.spy_cm = spying(backend if backend == "memory" else "file", self._hook)
+        target = "file" if backend == "file" else self.real_root.split("://", 1)[0]
+        self.spy_cm = spying(target, self._hook)
         self.spy_cm.__enter__()
         self.store = store_for(self.root + "/x")
         self.live: dict[str, Live] = {}
@@ -433,4 +436,26 @@ def test_retention_state_machine(backend, tmp_path):
         ),
     )
     print(f"\n{backend}: {dict(TALLY)}")
+    TALLY.clear()
+
+
+backend = backends.backend
+backend_pool = backends.backend_pool
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the simulated kills
+@pytest.mark.parametrize("backend", ["s3", "gcs", "azure"], indirect=True)
+def test_retention_state_machine_on_cloud_stores(backend, tmp_path):
+    """The same on S3, GCS and Azure (their test servers; CI=true: a missing one fails)."""
+    root = backend.fresh("retention-sm")
+    run_state_machine_as_test(
+        lambda: RetentionMachine(backend.name, tmp_path, root),
+        settings=settings(
+            max_examples=int(os.environ.get("FCP_RETENTION_CLOUD_EXAMPLES", "2")),
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+    print(f"\n{backend.name}: {dict(TALLY)}")
     TALLY.clear()
