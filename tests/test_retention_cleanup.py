@@ -213,3 +213,21 @@ def test_a_destination_replaced_without_its_manifest_is_never_deleted(root):
     assert store.read_bytes(dest).startswith(b"the next save")
     assert report.deleted == [generation_uri(dest, 0)]  # g1 is now the newest committed
     assert store.stat(generation_uri(dest, 1)) is not None
+
+
+def test_a_deleting_manifest_never_takes_an_object_rewritten_with_the_same_size(tmp_path):
+    """The destination rewritten since (by a save that wrote no manifest: Flyte's own) with
+    bytes of the very same size: the modification time tells them apart; the object stays."""
+    dest = str(tmp_path / "a/ckpt")
+    store = store_for(dest)
+    old = put(store, dest, 0, current=True)
+    info = next(i for i in store.list_details(dest) if i.uri == dest)
+    write_manifest(
+        store, Manifest(**{**old.__dict__, "state": DELETING, "modified": info.modified.isoformat()})
+    )
+    store.write_bytes(dest, b"x" * old.size)
+    later = info.modified.timestamp() + 60  # set, not waited for
+    os.utime(dest, (later, later))
+    clean(store, [dest], Retention(keep_last=1), objects="all")
+    assert store.read_bytes(dest) == b"x" * old.size
+    assert read_manifests(store, dest) == []

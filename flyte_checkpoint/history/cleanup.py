@@ -75,7 +75,8 @@ def _scan(store, dests: Iterable[str]) -> tuple[list[_Found], list[Manifest]]:
                 continue  # a manifest copied from elsewhere: not this sidecar's
             m = m if m.dest is not None else dataclasses.replace(m, dest=dest)
             if m.state == DELETING:
-                found.append(_Found(m, False))
+                info = infos.get(m.object)  # valid: the object is still what it describes
+                found.append(_Found(m, info is not None and m.matches(info)))
             elif m.state == COMMITTED:
                 had = newest.get(m.object)
                 if had is None or _order(m) > _order(had):
@@ -211,15 +212,11 @@ def _delete(store, m: Manifest) -> None:
 
 
 def _finish(store, m: Manifest, f: _Found, named_by_committed: set[str], writing: str | None) -> None:
-    # The object is deleted only while it is still the bytes this manifest describes, and no
-    # committed manifest names it (a destination written again since belongs to that save).
-    if m.object not in named_by_committed and m.object != writing:
-        try:
-            size = store.stat(m.object)
-        except NotFoundError:
-            size = None
-        if size is not None and size == m.size:
-            _delete_quietly(store, m.object)
+    # The object is deleted only while it is still the bytes this manifest describes (its size,
+    # and its modification time where the store gives one), and no committed manifest names it:
+    # a destination written again since (by a save without a manifest too) belongs to that save.
+    if f.valid and m.object not in named_by_committed and m.object != writing:
+        _delete_quietly(store, m.object)
     _delete_quietly(store, m.uri)
 
 
