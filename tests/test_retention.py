@@ -52,6 +52,8 @@ def test_keep_best_takes_one_rule_or_several():
     two = Retention(keep_best=[("loss", "min", 2), ("acc", "max", 1)])
     assert two.best == (("loss", "min", 2), ("acc", "max", 1))
     assert Retention(keep_last=3) == Retention(keep_last=3)
+    assert Retention(keep_best=[["loss", "min", 2]]) == Retention(keep_best=("loss", "min", 2))
+    assert len({two, Retention(keep_best=[("loss", "min", 2), ("acc", "max", 1)])}) == 1  # hashable
     assert "keep_last=3" in Retention(keep_last=3).describe()
 
 

@@ -69,7 +69,10 @@ class Retention:
             raise ConfigurationError(
                 f"Retention(earlier_attempts={self.earlier_attempts!r}) must be True or False"
             )
-        object.__setattr__(self, "best", _best_rules(self.keep_best))
+        best = _best_rules(self.keep_best)
+        object.__setattr__(self, "best", best)
+        # one spelling (hashable, and equal whether given as one triple or a list of one)
+        object.__setattr__(self, "keep_best", None if not best else best[0] if len(best) == 1 else best)
         if (
             self.keep_last is None
             and not self.best
