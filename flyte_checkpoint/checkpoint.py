@@ -94,6 +94,12 @@ class Checkpoint(BaseCheckpoint):
     without downloading again. The workspace is removed by ``close()``, on leaving a
     ``with`` block, when the object is collected, or at interpreter exit.
 
+    Every save writes a manifest beside the object once it is committed (``step=`` and
+    ``metrics=`` of the save, size, digest; ``fc.history`` lists them). ``keeps_generations``:
+    each save first keeps the object it replaces as an older generation, by a server-side copy
+    into the object's ``.fcp-history/`` sidecar (a retention policy that keeps more than one
+    checkpoint sets it). See docs/history.md.
+
     Raises (on construction):
         InvalidURIError: ``checkpoint_dest`` is blank or malformed.
     """

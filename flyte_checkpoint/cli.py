@@ -1195,7 +1195,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--all",
         action="store_true",
         help="list the library's own files too: named runs' .attempt markers and .FUNCTION.lock"
-        " files, sharded saves' NAME.fcp-shard/ folders, temporary files (hidden by default)",
+        " files, sharded saves' NAME.fcp-shard/ folders, checkpoints' NAME.fcp-history/ manifests,"
+        " temporary files (hidden by default)",
     )
     p = command(
         "history",

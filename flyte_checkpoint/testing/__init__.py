@@ -62,6 +62,9 @@ For ``CheckpointSuite`` the store must also be the one the registry resolves for
 - :class:`PinnedReadSuite` (any store): ``pin`` describes one version of an object and reads
   only it (where the store declares ``supports_pinned_reads``), and ``changed()`` tells a
   replaced or removed object, so that a load racing a commit is never called damaged;
+- :class:`HistorySuite` (any store the registry resolves): manifests written with every save,
+  ``fc.history`` from one listing and the summaries (its store calls counted: no object read),
+  generations kept by ``copy_object``, and ``load(fallback=True)`` (docs/history.md);
 - :class:`CrashSuite`: a process SIGKILLed mid-save (mid-upload, through the proxy, for a
   network store) leaves the previous object whole: it catches a server that writes in place.
 
@@ -89,6 +92,7 @@ from .copies import CopySuite
 from .crash import CrashSuite
 from .faultproxy import Fault, FaultProxy
 from .faults import FaultSuite, RequestFaultSuite
+from .history import HistorySuite
 from .incremental import CopyCheckSuite, IncrementalSuite
 from .pinned import PinnedReadSuite
 from .recipe import RECIPE_SETTINGS, StoreRecipe
@@ -105,6 +109,7 @@ __all__ = [
     "Fault",
     "FaultProxy",
     "FaultSuite",
+    "HistorySuite",
     "IncrementalSuite",
     "PinnedReadSuite",
     "RequestFaultSuite",

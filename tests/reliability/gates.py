@@ -38,7 +38,10 @@ class Gate:
         self._used = False
 
     def hook(self, op: str, uri: str) -> None:
-        """The spy store's hook: runs before each store call."""
+        """The spy store's hook: runs before each store call (a save's manifest, written after
+        its commit into the object's ``.fcp-history/`` sidecar, is not one it holds or counts)."""
+        if ".fcp-history/" in uri:
+            return
         if op in ("commit", "abort", "write_bytes", "upload_file"):
             self.endings.append(op)
         if op not in self._counts:
