@@ -18,7 +18,7 @@ from flyte_checkpoint.history.cleanup import clean
 from flyte_checkpoint.history.manifest import COMMITTED, generation_uri, read_manifests
 from flyte_checkpoint.history.retention import Retention
 from flyte_checkpoint.storage.registry import store_for
-from tests.reliability.killpoints import DELETE_ENV, WRITER_ENV, kill_at
+from tests.reliability.killpoints import DELETE_ENV, SIDECAR_ENV, WRITER_ENV, kill_at
 from tests.test_retention_cleanup import series
 
 CHILD = r"""
@@ -61,7 +61,7 @@ def test_a_clean_up_killed_at_any_step_is_finished_by_the_next(tmp_path, point, 
     dest = str(tmp_path / "store/run/0/ckpt")
     store = store_for(dest)
     series(store, dest, 3)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FCP_")} | extra
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FCP_")} | extra | {SIDECAR_ENV: "1"}
     kill = kill_at(point, CHILD, [dest], env, tmp_path / "child.log")
     assert kill.reached, kill
     loadable(store, dest)
