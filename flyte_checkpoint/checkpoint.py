@@ -31,6 +31,7 @@ from .util.retry import RetryPolicy
 if TYPE_CHECKING:
     from .format.incremental import Reuse
     from .history.cleanup import Janitor
+    from .history.manifest import Manifest
     from .history.recording import SaveRecord
     from .history.retention import Retention
     from .lifecycle.background import Lane, SaveHandle
@@ -616,9 +617,8 @@ class Checkpoint(BaseCheckpoint):
         figures, seconds = self._transfer(action, turn, scope)
         self._last_save = (figures, seconds)
         log_transfer("saved", self._dest, figures, seconds)
-        if record is not None:
-            self._write_manifest(record)
-        self._after_commit(record)
+        manifest = None if record is None else self._write_manifest(record)
+        self._after_commit(record, manifest)
 
     # -- history (docs/history.md) ----------------------------------------------
 
@@ -643,16 +643,17 @@ class Checkpoint(BaseCheckpoint):
             keeps_generations=self._keeps_generations,
         )
 
-    def _write_manifest(self, record: SaveRecord) -> None:
-        """After the commit: the manifest of what was committed (a failure is logged, not raised)."""
+    def _write_manifest(self, record: SaveRecord) -> Manifest | None:
+        """After the commit: the manifest of what was committed (a failure is logged, not
+        raised: then None)."""
         from .history.recording import record_save
         from .storage.registry import store_for
 
-        record_save(store_for(self._dest), record)
+        return record_save(store_for(self._dest), record)
 
     # -- retention (docs/retention.md) -----------------------------------------
 
-    def _after_commit(self, record: SaveRecord | None = None) -> None:
+    def _after_commit(self, record: SaveRecord | None = None, manifest: Manifest | None = None) -> None:
         """After a commit (and its manifest): a clean-up of what the policy keeps no more, in
         this checkpoint's clean-up thread (``wait()`` and ``close()`` wait for it), for the run
         the save recorded (found in the caller's thread: a worker's has no task context)."""
@@ -660,9 +661,17 @@ class Checkpoint(BaseCheckpoint):
             import functools
 
             run = record.run if record is not None else None
-            self._janitor.get().request(functools.partial(self._clean_up, run, record is not None))
+            # the save that triggers it: nothing newer is deleted (a later save's commit, while
+            # this clean-up runs, is that save's own clean-up's to decide)
+            trigger = None
+            if manifest is not None:
+                trigger = (-1 if manifest.attempt is None else manifest.attempt, manifest.generation)
+            work = functools.partial(self._clean_up, run, record is not None, trigger)
+            self._janitor.get().request(work)
 
-    def _clean_up(self, run: str | None = None, known: bool = False) -> None:
+    def _clean_up(
+        self, run: str | None = None, known: bool = False, trigger: tuple[int, int] | None = None
+    ) -> None:
         """Apply the policy to this destination's generations (and, where they are this
         library's or the policy opts in, the previous attempt's): never this destination's
         object, nor the object loaded."""
@@ -688,7 +697,16 @@ class Checkpoint(BaseCheckpoint):
         loaded = self._loaded_from  # the object loaded (a fallback load's may be a generation)
         protected = [u for u in (src, loaded) if u]
         # only this run's checkpoints: a source of another run (a warm start) is left alone
-        clean(store, dests, policy, protected=protected, writing=self._dest, run=run, infer_run=False)
+        clean(
+            store,
+            dests,
+            policy,
+            protected=protected,
+            writing=self._dest,
+            run=run,
+            infer_run=False,
+            trigger=trigger,
+        )
 
     def _wait_clean_up(self, timeout: float | None) -> bool:
         janitor = self._janitor.peek()
