@@ -154,6 +154,11 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "store:{Cloud}Store.copy_source": ("s3", "azure"),
         "writer:{Cloud}Writer.upload_file": ("azure",),  # MD5 on: the file is read in order
     },
+    "a whole-object copy (checkpoint generations, docs/history.md): S3 and Azure copy the whole "
+    "object as one range with the core's default (their range copies); GCS, which copies no "
+    "ranges, overrides it with objects.rewrite": {
+        "store:{Cloud}Store.copy_object": ("gcs",),
+    },
     "what each service is sent and answers with to check a checksum: S3 a CRC field per "
     "request (ChecksumCRC32...), GCS an object field or an X-Goog-Hash header, Azure a "
     "Content-MD5 header and ContentSettings; for_write and for_read are the shared roles": {
