@@ -162,6 +162,10 @@ class Checkpoint(BaseCheckpoint):
         self._janitor: PerProcess[Janitor] = PerProcess(lambda: _new_janitor(self._dest))
         #: What a later save's manifest names as ``made_from``: the checkpoint loaded, if any.
         self._loaded_from: str | None = None
+        #: Resuming in place (the object loaded is the destination): the next save keeps the
+        #: loaded bytes as a generation, which stays protected as the object loaded was.
+        self._loaded_in_place = False
+        self._loaded_kept: list[str] = []
 
     # -- properties ------------------------------------------------------------
 
@@ -329,6 +333,7 @@ class Checkpoint(BaseCheckpoint):
             with self._lock.get():
                 if result[0] is not None:
                     self._loaded_from = loaded_from
+                    self._loaded_in_place = loaded_from == self._dest
                 if names is None:
                     self._loaded = (result[0],)
                 elif result[0] is not None:
@@ -618,7 +623,21 @@ class Checkpoint(BaseCheckpoint):
         self._last_save = (figures, seconds)
         log_transfer("saved", self._dest, figures, seconds)
         manifest = None if record is None else self._write_manifest(record)
+        if record is not None:
+            self._note_loaded_kept(record)
         self._after_commit(record, manifest)
+
+    def _note_loaded_kept(self, record: SaveRecord) -> None:
+        """The first save after a load in place keeps the loaded bytes as a generation (if it
+        keeps one): that generation is the object loaded, protected from then on."""
+        from .history.manifest import generation_uri
+
+        with self._lock.get():
+            if not self._loaded_in_place:
+                return
+            self._loaded_in_place = False
+            if record.kept is not None:
+                self._loaded_kept.append(generation_uri(self._dest, record.kept))
 
     # -- history (docs/history.md) ----------------------------------------------
 
@@ -665,7 +684,9 @@ class Checkpoint(BaseCheckpoint):
             # this clean-up runs, is that save's own clean-up's to decide)
             trigger = None
             if manifest is not None:
-                trigger = (-1 if manifest.attempt is None else manifest.attempt, manifest.generation)
+                from .history.cleanup import order_of
+
+                trigger = order_of(manifest)  # the order fc.history lists it in
             work = functools.partial(self._clean_up, run, record is not None, trigger)
             self._janitor.get().request(work)
 
@@ -695,8 +716,10 @@ class Checkpoint(BaseCheckpoint):
         ):
             dests.append(src)
         loaded = self._loaded_from  # the object loaded (a fallback load's may be a generation)
-        protected = [u for u in (src, loaded) if u]
-        # only this run's checkpoints: a source of another run (a warm start) is left alone
+        # and, resuming in place, the generation that holds the loaded bytes since the next save
+        protected = [u for u in (src, loaded) if u] + list(self._loaded_kept)
+        # only this run's checkpoints: a source of another run (a warm start) is left alone;
+        # this destination and its source are one run even where the manifests name none
         clean(
             store,
             dests,
@@ -705,6 +728,7 @@ class Checkpoint(BaseCheckpoint):
             writing=self._dest,
             run=run,
             infer_run=False,
+            one_run=True,
             trigger=trigger,
         )
 

@@ -31,7 +31,17 @@ from dataclasses import dataclass, field
 from ..errors import NotFoundError
 from ..uri import redact
 from ..util.logs import logger
-from .manifest import COMMITTED, DELETING, Manifest, parse_sidecar_name, read_manifests, write_manifest
+from .manifest import (
+    COMMITTED,
+    DELETING,
+    Manifest,
+    is_generation_copy,
+    newness,
+    parse_sidecar_name,
+    read_manifests,
+    sidecar_owners,
+    write_manifest,
+)
 from .retention import Candidate, Decision, Retention, decide
 
 #: Deletions one clean-up call makes at most (the next call goes on).
@@ -53,10 +63,20 @@ class Report:
 class _Found:
     manifest: Manifest
     valid: bool  # the object is there and is still what the manifest describes
+    foreign: bool = False  # its object has a sidecar of its own: a user's destination
 
 
-def _order(m: Manifest) -> tuple[int, int]:
-    return (-1 if m.attempt is None else m.attempt, m.generation)
+def _attempt(m: Manifest) -> int | None:
+    """The attempt as ``fc.history`` places it: the manifest's, else the one its path holds."""
+    if m.attempt is not None:
+        return m.attempt
+    from .recording import identity
+
+    return identity(m.dest or m.object)[1]
+
+
+def order_of(m: Manifest) -> tuple[int, int]:
+    return newness(_attempt(m), m.generation)
 
 
 def _scan(store, dests: Iterable[str]) -> tuple[list[_Found], list[Manifest]]:
@@ -69,6 +89,7 @@ def _scan(store, dests: Iterable[str]) -> tuple[list[_Found], list[Manifest]]:
     stale: list[Manifest] = []
     for dest in dests:
         infos = {i.uri: i for i in store.list_details(dest)}  # the object and its sidecar
+        owners = sidecar_owners(infos)
         newest: dict[str, Manifest] = {}
         for m in read_manifests(store, dest):
             if (m.dest or dest) != dest:
@@ -79,7 +100,7 @@ def _scan(store, dests: Iterable[str]) -> tuple[list[_Found], list[Manifest]]:
                 found.append(_Found(m, info is not None and m.matches(info)))
             elif m.state == COMMITTED:
                 had = newest.get(m.object)
-                if had is None or _order(m) > _order(had):
+                if had is None or order_of(m) > order_of(had):
                     newest[m.object] = m
                     if had is not None:
                         stale.append(had)
@@ -87,16 +108,16 @@ def _scan(store, dests: Iterable[str]) -> tuple[list[_Found], list[Manifest]]:
                     stale.append(m)
         for m in newest.values():
             info = infos.get(m.object)
-            found.append(_Found(m, info is not None and m.matches(info)))
+            foreign = m.object != dest and not is_generation_copy(m.object, m, owners)
+            found.append(_Found(m, info is not None and m.matches(info), foreign))
     return found, stale
 
 
-def _deletable(m: Manifest, objects: str) -> str | None:
+def _deletable(m: Manifest, objects: str, foreign: bool = False) -> str | None:
     """Why the object of ``m`` may not be deleted by this clean-up (None: it may)."""
     parsed = parse_sidecar_name(m.object)
     if parsed is not None:
-        dest, generation, kind = parsed
-        if kind == "obj" and dest == m.dest and generation == m.generation:
+        if not foreign and parsed[0] == m.dest and is_generation_copy(m.object, m):
             return None  # a kept generation: always the library's
         return "its object is not its own generation's copy"
     if m.object != m.dest:
@@ -120,6 +141,7 @@ def clean(
     dry_run: bool = False,
     now: float | None = None,
     infer_run: bool = True,
+    one_run: bool = False,
 ) -> Report:
     """Apply ``policy`` to the checkpoints of ``dests`` (objects and their generations).
 
@@ -127,7 +149,8 @@ def clean(
         store: the store of every URI in ``dests``.
         dests: the destinations whose checkpoints are considered (one attempt's, or a run's).
         policy: what to keep.
-        protected: URIs never deleted (the object this attempt loaded).
+        protected: URIs never deleted (the object this attempt loaded, and the kept generation
+            that holds its bytes once a save in place replaced it).
         writing: the destination being written (never deleted, nor its newest manifest's object).
         run: the run cleaned up (others' are left alone); None: the newest manifest's run, or
             (``infer_run=False``) the checkpoints whose manifests name no run.
@@ -136,6 +159,9 @@ def clean(
             attempt's own object too (the local runner's attempts, opted-in Flyte attempts, gc).
         limit: most deletions in this call (half-done ones included).
         dry_run: decide and report, delete nothing.
+        one_run: the checkpoints of ``dests`` whose manifests name no run are one run (a
+            checkpoint's own clean-up: its destination and its source); otherwise each such
+            destination is a run of its own (gc of a prefix).
     """
     report = Report()
     found, stale = _scan(store, dests)
@@ -160,29 +186,31 @@ def clean(
     candidates = [
         Candidate(
             uri=f.manifest.object,
-            attempt=f.manifest.attempt,
+            attempt=_attempt(f.manifest),
             generation=f.manifest.generation,
             step=f.manifest.step,
             metrics=f.manifest.metrics,
             time=f.manifest.time,
             run=f.manifest.run,
-            managed=f.valid,
+            managed=f.valid and not f.foreign,
+            dest=f.manifest.dest,
         )
         for f in found
         if f.manifest.state == COMMITTED
     ]
     guard = set(protected) | ({writing} if writing else set())
     report.decisions = decide(
-        candidates, policy, guard, run=run, trigger=trigger, now=now, infer_run=infer_run
+        candidates, policy, guard, run=run, trigger=trigger, now=now, infer_run=infer_run, one_run=one_run
     )
     by_object = {f.manifest.object: f.manifest for f in found if f.manifest.state == COMMITTED}
+    foreign = {f.manifest.object for f in found if f.foreign}
     # 3. delete, oldest first
     for d in reversed(report.decisions):
         if d.keep:
             continue
         uri = d.candidate.uri
         m = by_object[uri]
-        why = _deletable(m, objects)
+        why = _deletable(m, objects, uri in foreign)
         if why is not None:
             report.skipped.append((uri, why))
             continue
@@ -301,4 +329,4 @@ def clean_prefix(
     return total
 
 
-__all__ = ["DEFAULT_LIMIT", "Janitor", "Report", "clean", "clean_prefix", "destinations_under"]
+__all__ = ["DEFAULT_LIMIT", "Janitor", "Report", "clean", "clean_prefix", "destinations_under", "order_of"]

@@ -17,13 +17,23 @@ A checkpoint is kept when any rule keeps it:
 
 Rules no policy overrides (a checkpoint they protect is kept, whatever the policy):
 
-- the newest committed checkpoint (of the run, among those with a manifest);
+- the newest committed checkpoint of each run (among those with a manifest; all of them when
+  several tie on (attempt, generation): ties are never broken by names);
 - what the caller protects: the destination being written, the object this attempt loaded;
 - anything newer than the save that triggered the clean-up (``trigger``);
 - objects of another run (``run``), and objects without a committed manifest.
 
-"Newer" is the order of (attempt, generation) from the manifests, never names or times;
-times are used only by ``keep_every`` and ``keep_newer_than``.
+A run is what the manifests name (the runner's run); checkpoints whose manifests name no run
+are each destination's own run (only a destination's own generations are weighed against each
+other), unless the caller says the destinations it gives are one run's (``one_run``: a
+checkpoint's clean-up of its destination and its source). Every rule is applied to each run on
+its own.
+
+"Newer" is the order of (attempt, generation) from the manifests
+(:func:`~flyte_checkpoint.history.manifest.newness`, the order of ``fc.history`` and of a
+fallback load: an unknown attempt after every known one), never names or times; times are used
+only by ``keep_every`` and ``keep_newer_than``. Where candidates tie at a rule's limit (the
+same order, the same metric), all of them are kept.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from datetime import timedelta
 from typing import Literal
 
 from ..errors import ConfigurationError
+from .manifest import newness
 
 Mode = Literal["min", "max"]
 BestRule = tuple[str, Mode, int]
@@ -172,13 +183,14 @@ class Candidate:
 
     Attributes:
         uri: the object's URI (its identity).
-        attempt: the attempt that wrote it (``None``: outside any run, taken as -1).
+        attempt: the attempt that wrote it (``None``: unknown, after every known attempt).
         generation: its generation within the attempt.
         step: the training step the save gave, if any.
         metrics: the save's metrics.
         time: the manifest's time (unix seconds); used only by the time rules.
         run: the run that wrote it.
         managed: it has a committed manifest (objects without one are never deleted).
+        dest: the destination it was saved to (a run of its own when ``run`` is None).
     """
 
     uri: str
@@ -189,11 +201,13 @@ class Candidate:
     time: float = 0.0
     run: str | None = None
     managed: bool = True
+    dest: str | None = None
 
     @property
     def order(self) -> tuple[int, int]:
-        """The order of commits: (attempt, generation); higher is newer."""
-        return (-1 if self.attempt is None else self.attempt, self.generation)
+        """The order of commits: (attempt, generation); higher is newer (see
+        :func:`~flyte_checkpoint.history.manifest.newness`)."""
+        return newness(self.attempt, self.generation)
 
 
 @dataclass(frozen=True)
@@ -217,11 +231,11 @@ def metric_value(candidate: Candidate, metric: str, mode: Mode) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _best_order(candidate: Candidate, metric: str, mode: Mode) -> tuple[int, float, tuple[int, int], str]:
+def _best_order(candidate: Candidate, metric: str, mode: Mode) -> tuple[int, float, tuple[int, int]]:
     value = metric_value(candidate, metric, mode)
     if value is None:
-        return (1, 0.0, _neg(candidate.order), candidate.uri)
-    return (0, value if mode == "min" else -value, _neg(candidate.order), candidate.uri)
+        return (1, 0.0, _neg(candidate.order))
+    return (0, value if mode == "min" else -value, _neg(candidate.order))
 
 
 def _neg(order: tuple[int, int]) -> tuple[int, int]:
@@ -229,7 +243,14 @@ def _neg(order: tuple[int, int]) -> tuple[int, int]:
 
 
 def _newest_first(candidates: Iterable[Candidate]) -> list[Candidate]:
+    # the URI only makes the listing's order stable; no rule breaks a tie by it
     return sorted(candidates, key=lambda c: (_neg(c.order), c.uri))
+
+
+def _run_of(c: Candidate, one_run: bool) -> tuple[str, str | None]:
+    if c.run is not None:
+        return ("run", c.run)
+    return ("dest", None if one_run else c.dest)
 
 
 def decide(
@@ -241,6 +262,7 @@ def decide(
     trigger: tuple[int, int] | None = None,
     now: float | None = None,
     infer_run: bool = True,
+    one_run: bool = False,
 ) -> list[Decision]:
     """Each candidate with why it is kept (no reason: delete it), newest first.
 
@@ -250,12 +272,14 @@ def decide(
         protected: URIs kept whatever the policy: the destination being written, the object
             loaded.
         run: the run cleaned up; candidates of another run are kept (untouched). ``None`` with
-            ``infer_run``: the run of the newest managed candidate that names one (all
-            candidates when none does); without ``infer_run``, ``None`` is the run of
-            checkpoints whose manifests name none.
+            ``infer_run``: the run of the newest managed candidate that names one (every
+            candidate when none does); without ``infer_run``, ``None`` is the checkpoints whose
+            manifests name no run.
         trigger: the (attempt, generation) of the save that triggered the clean-up; newer
             candidates are kept.
         now: unix seconds for ``keep_newer_than`` (default: the clock).
+        one_run: candidates naming no run are one run (the caller's destinations are one
+            run's), not one run per destination.
     """
     everything = _newest_first(candidates)
     any_run = False
@@ -265,58 +289,79 @@ def decide(
         any_run = run is None
     guarded = set(protected)
     reasons: dict[str, list[str]] = {c.uri: [] for c in everything}
-    eligible = []
+    groups: dict[tuple[str, str | None], list[Candidate]] = {}
     for c in everything:
         if not c.managed:
             reasons[c.uri].append("no committed manifest")
         elif not any_run and c.run != run:
             reasons[c.uri].append(f"another run ({c.run})")
         else:
-            eligible.append(c)
+            groups.setdefault(_run_of(c, one_run), []).append(c)
     for c in everything:
         if c.uri in guarded:
             reasons[c.uri].append("protected (being written or loaded)")
-    if eligible:
-        reasons[eligible[0].uri].append("the newest committed")
+    for eligible in groups.values():  # newest first; each run on its own
+        _apply(eligible, policy, reasons, trigger, now)
+    return [Decision(c, tuple(reasons[c.uri])) for c in everything]
+
+
+def _apply(
+    eligible: list[Candidate],
+    policy: Retention,
+    reasons: dict[str, list[str]],
+    trigger: tuple[int, int] | None,
+    now: float | None,
+) -> None:
+    """The rules applied to one run's managed candidates (newest first)."""
+    newest = eligible[0].order
+    for c in eligible:
+        if c.order == newest:
+            reasons[c.uri].append("the newest committed")
     if trigger is not None:
         for c in eligible:
             if c.order > trigger:
                 reasons[c.uri].append("newer than the save that triggered the clean-up")
     if policy.keep_last is not None:
-        for i, c in enumerate(eligible[: policy.keep_last]):
+        limit = eligible[min(policy.keep_last, len(eligible)) - 1].order
+        for i, c in enumerate(c for c in eligible if c.order >= limit):
             reasons[c.uri].append(f"keep_last={policy.keep_last} (#{i + 1} newest)")
     for metric, mode, k in policy.best:
         ranked = sorted(eligible, key=lambda c, m=metric, d=mode: _best_order(c, m, d))  # type: ignore[misc]
-        for i, c in enumerate(ranked[:k]):
+        worst = _best_order(ranked[min(k, len(ranked)) - 1], metric, mode)
+        for i, c in enumerate(c for c in ranked if _best_order(c, metric, mode) <= worst):
             value = metric_value(c, metric, mode)
             shown = "missing/NaN" if value is None else f"{value:g}"
             reasons[c.uri].append(f"keep_best {metric} {mode} #{i + 1} of {k} ({shown})")
     if policy.keep_every_steps is not None:
         every = policy.keep_every_steps
-        for window, c in _first_in_windows(eligible, lambda c: c.step, every).items():
-            reasons[c.uri].append(f"keep_every_steps={every} (first at step >= {window * every})")
+        for window, firsts in _first_in_windows(eligible, lambda c: c.step, every).items():
+            for c in firsts:
+                reasons[c.uri].append(f"keep_every_steps={every} (first at step >= {window * every})")
     if policy.keep_every is not None:
         span = policy.keep_every.total_seconds()
-        for window, c in _first_in_windows(eligible, lambda c: c.time, span).items():
-            reasons[c.uri].append(f"keep_every={policy.keep_every} (first in window {window})")
+        for window, firsts in _first_in_windows(eligible, lambda c: c.time, span).items():
+            for c in firsts:
+                reasons[c.uri].append(f"keep_every={policy.keep_every} (first in window {window})")
     if policy.keep_newer_than is not None:
         clock = _time.time() if now is None else now
-        limit = policy.keep_newer_than.total_seconds()
+        limit_s = policy.keep_newer_than.total_seconds()
         for c in eligible:
-            if clock - c.time < limit:
+            if clock - c.time < limit_s:
                 reasons[c.uri].append(f"keep_newer_than={policy.keep_newer_than}")
-    return [Decision(c, tuple(reasons[c.uri])) for c in everything]
 
 
-def _first_in_windows(eligible, value, width) -> dict[int, Candidate]:
-    """For each window ``floor(value / width)``, the oldest candidate in it."""
-    first: dict[int, Candidate] = {}
+def _first_in_windows(eligible, value, width) -> dict[int, list[Candidate]]:
+    """For each window ``floor(value / width)``, its oldest candidates (several when they tie
+    on (attempt, generation))."""
+    first: dict[int, list[Candidate]] = {}
     for c in reversed(eligible):  # oldest first
         v = value(c)
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
             continue
         window = math.floor(v / width)
-        first.setdefault(window, c)
+        had = first.setdefault(window, [c])
+        if had[0] is not c and had[0].order == c.order:
+            had.append(c)
     return first
 
 
@@ -329,13 +374,13 @@ def select(
     trigger: tuple[int, int] | None = None,
     now: float | None = None,
     infer_run: bool = True,
+    one_run: bool = False,
 ) -> frozenset[str]:
     """The URIs :func:`decide` keeps."""
-    return frozenset(
-        d.candidate.uri
-        for d in decide(candidates, policy, protected, run=run, trigger=trigger, now=now, infer_run=infer_run)
-        if d.keep
+    decisions = decide(
+        candidates, policy, protected, run=run, trigger=trigger, now=now, infer_run=infer_run, one_run=one_run
     )
+    return frozenset(d.candidate.uri for d in decisions if d.keep)
 
 
 __all__ = ["Candidate", "Decision", "Retention", "decide", "metric_value", "select"]
