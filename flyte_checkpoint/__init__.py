@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from . import uri as _uri
 from .checkpoint import BaseCheckpoint, Checkpoint
 from .context import ctx, task
+from .history.retention import Retention
 from .lifecycle import preemption as preemption  # fc.preemption, as the docs spell it
 from .lifecycle.preemption import preempt
 from .taskcontext import CheckpointPaths, TaskContext
@@ -20,6 +21,7 @@ __all__ = [
     "BaseCheckpoint",
     "Checkpoint",
     "CheckpointPaths",
+    "Retention",
     "TaskContext",
     "configure_store",
     "ctx",

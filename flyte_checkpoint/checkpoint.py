@@ -30,7 +30,10 @@ from .util.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from .format.incremental import Reuse
+    from .history.cleanup import Janitor
+    from .history.manifest import Manifest
     from .history.recording import SaveRecord
+    from .history.retention import Retention
     from .lifecycle.background import Lane, SaveHandle
     from .lifecycle.preemption import Registration, Saver
     from .lifecycle.saveorder import Turn
@@ -109,12 +112,23 @@ class Checkpoint(BaseCheckpoint):
         *,
         retry: RetryPolicy | None = None,
         progress: ProgressCallback | None = None,
+        retention: Retention | None = None,
         keeps_generations: bool = False,
     ) -> None:
         self._dest = normalize(checkpoint_dest, param="checkpoint_dest")
+        self._retention = _checked_retention(retention)
+        #: Made by the local runner's attempt (whose earlier attempts are this library's): known
+        #: here, in the attempt's thread (a clean-up's thread has no task context).
+        self._in_local_run = False
+        if self._retention is not None:
+            from .lifecycle.runs import current_names
+
+            self._in_local_run = current_names() is not None
         #: Each save first keeps the object it replaces as an older generation (docs/history.md):
         #: set where a retention policy keeps more than one checkpoint.
-        self._keeps_generations = keeps_generations
+        self._keeps_generations = keeps_generations or (
+            self._retention is not None and self._retention.keeps_generations
+        )
         self._src: str | None = None
         if checkpoint_src is not None and str(checkpoint_src).strip().strip('"').strip():
             src = normalize(checkpoint_src, param="checkpoint_src")
@@ -144,8 +158,14 @@ class Checkpoint(BaseCheckpoint):
         self._lane: PerProcess[Lane] = PerProcess(_new_lane)
         #: The figures and seconds of the last save that ended (the CLI prints them as logged).
         self._last_save: tuple[SaveFigures, float] | None = None
+        #: Retention clean-ups run after commits, off the caller's thread (docs/retention.md).
+        self._janitor: PerProcess[Janitor] = PerProcess(lambda: _new_janitor(self._dest))
         #: What a later save's manifest names as ``made_from``: the checkpoint loaded, if any.
         self._loaded_from: str | None = None
+        #: Resuming in place (the object loaded is the destination): the next save keeps the
+        #: loaded bytes as a generation, which stays protected as the object loaded was.
+        self._loaded_in_place = False
+        self._loaded_kept: list[str] = []
 
     # -- properties ------------------------------------------------------------
 
@@ -313,6 +333,7 @@ class Checkpoint(BaseCheckpoint):
             with self._lock.get():
                 if result[0] is not None:
                     self._loaded_from = loaded_from
+                    self._loaded_in_place = loaded_from == self._dest
                 if names is None:
                     self._loaded = (result[0],)
                 elif result[0] is not None:
@@ -601,8 +622,22 @@ class Checkpoint(BaseCheckpoint):
         figures, seconds = self._transfer(action, turn, scope)
         self._last_save = (figures, seconds)
         log_transfer("saved", self._dest, figures, seconds)
+        manifest = None if record is None else self._write_manifest(record)
         if record is not None:
-            self._write_manifest(record)
+            self._note_loaded_kept(record)
+        self._after_commit(record, manifest)
+
+    def _note_loaded_kept(self, record: SaveRecord) -> None:
+        """The first save after a load in place keeps the loaded bytes as a generation (if it
+        keeps one): that generation is the object loaded, protected from then on."""
+        from .history.manifest import generation_uri
+
+        with self._lock.get():
+            if not self._loaded_in_place:
+                return
+            self._loaded_in_place = False
+            if record.kept is not None:
+                self._loaded_kept.append(generation_uri(self._dest, record.kept))
 
     # -- history (docs/history.md) ----------------------------------------------
 
@@ -627,12 +662,79 @@ class Checkpoint(BaseCheckpoint):
             keeps_generations=self._keeps_generations,
         )
 
-    def _write_manifest(self, record: SaveRecord) -> None:
-        """After the commit: the manifest of what was committed (a failure is logged, not raised)."""
+    def _write_manifest(self, record: SaveRecord) -> Manifest | None:
+        """After the commit: the manifest of what was committed (a failure is logged, not
+        raised: then None)."""
         from .history.recording import record_save
         from .storage.registry import store_for
 
-        record_save(store_for(self._dest), record)
+        return record_save(store_for(self._dest), record)
+
+    # -- retention (docs/retention.md) -----------------------------------------
+
+    def _after_commit(self, record: SaveRecord | None = None, manifest: Manifest | None = None) -> None:
+        """After a commit (and its manifest): a clean-up of what the policy keeps no more, in
+        this checkpoint's clean-up thread (``wait()`` and ``close()`` wait for it), for the run
+        the save recorded (found in the caller's thread: a worker's has no task context)."""
+        if self._retention is not None:
+            import functools
+
+            run = record.run if record is not None else None
+            # the save that triggers it: nothing newer is deleted (a later save's commit, while
+            # this clean-up runs, is that save's own clean-up's to decide)
+            trigger = None
+            if manifest is not None:
+                from .history.cleanup import order_of
+
+                trigger = order_of(manifest)  # the order fc.history lists it in
+            work = functools.partial(self._clean_up, run, record is not None, trigger)
+            self._janitor.get().request(work)
+
+    def _clean_up(
+        self, run: str | None = None, known: bool = False, trigger: tuple[int, int] | None = None
+    ) -> None:
+        """Apply the policy to this destination's generations (and, where they are this
+        library's or the policy opts in, the previous attempt's): never this destination's
+        object, nor the object loaded."""
+        from .history.cleanup import clean
+        from .history.recording import identity
+        from .storage.registry import store_for
+        from .storage.storelog import unwrapped
+
+        policy = self._retention
+        assert policy is not None
+        store = store_for(self._dest)
+        dests = [self._dest]
+        src = self._src
+        if not known:
+            run = identity(self._dest)[0]  # the run this checkpoint's saves record (None: none)
+        if (
+            src is not None
+            and src != self._dest
+            and (policy.earlier_attempts or self._in_local_run)
+            and unwrapped(store_for(src)) is unwrapped(store)
+        ):
+            dests.append(src)
+        loaded = self._loaded_from  # the object loaded (a fallback load's may be a generation)
+        # and, resuming in place, the generation that holds the loaded bytes since the next save
+        protected = [u for u in (src, loaded) if u] + list(self._loaded_kept)
+        # only this run's checkpoints: a source of another run (a warm start) is left alone;
+        # this destination and its source are one run even where the manifests name none
+        clean(
+            store,
+            dests,
+            policy,
+            protected=protected,
+            writing=self._dest,
+            run=run,
+            infer_run=False,
+            one_run=True,
+            trigger=trigger,
+        )
+
+    def _wait_clean_up(self, timeout: float | None) -> bool:
+        janitor = self._janitor.peek()
+        return janitor is None or janitor.wait(timeout)
 
     def _transfer(
         self, action: Callable[[], SaveFigures], turn: Turn, scope: Scope
@@ -737,6 +839,7 @@ class Checkpoint(BaseCheckpoint):
         """
         lane = self._lane.peek()
         if lane is None:
+            self._wait_clean_up(timeout)
             return
         if not lane.wait(timeout):
             from .errors import SaveTimeoutError
@@ -745,6 +848,7 @@ class Checkpoint(BaseCheckpoint):
                 f"background saves to {redact(self._dest)} have not ended within {timeout:g}s; they go"
                 " on: wait again, or close()"
             )
+        self._wait_clean_up(timeout)
         self._raise_unseen()
 
     async def wait_async(self, timeout: float | None = None, *, cancel: bool = False) -> None:
@@ -778,6 +882,7 @@ class Checkpoint(BaseCheckpoint):
         """Wait for the background saves (bounded), cancel what is left; the error to raise."""
         lane = self._lane.peek()
         if lane is None:
+            self._stop_clean_up()
             return None
         from .errors import ConfigurationError, SaveTimeoutError
         from .lifecycle.background import CLOSE_TIMEOUT_ENV, close_timeout
@@ -789,7 +894,9 @@ class Checkpoint(BaseCheckpoint):
             from .lifecycle.background import DEFAULT_CLOSE_TIMEOUT
 
             problem, timeout = exc, DEFAULT_CLOSE_TIMEOUT
-        if not lane.wait(timeout):
+        lane_ended = lane.wait(timeout)
+        self._stop_clean_up()
+        if not lane_ended:
             lane.cancel()
             lane.take_unseen()  # the timeout is what the caller hears of
             return SaveTimeoutError(
@@ -798,6 +905,26 @@ class Checkpoint(BaseCheckpoint):
                 " was kept. Raise the variable, or wait() for them before closing"
             )
         return lane.take_unseen() or problem
+
+    def _stop_clean_up(self) -> None:
+        """Wait (bounded) for the clean-up the last save started; one left running is harmless
+        (each step is atomic, and the next clean-up finishes a half-done one)."""
+        if self._janitor.peek() is None:
+            return
+        from .errors import ConfigurationError
+        from .lifecycle.background import DEFAULT_CLOSE_TIMEOUT, close_timeout
+
+        try:
+            timeout = close_timeout()
+        except ConfigurationError:
+            timeout = DEFAULT_CLOSE_TIMEOUT
+        if not self._wait_clean_up(timeout):
+            logger().warning(
+                "the retention clean-up of %s has not ended within %gs: left running (the next"
+                " clean-up finishes what it began)",
+                redact(self._dest),
+                timeout,
+            )
 
     def _prepare(self, data: Data, record: SaveRecord | None = None):
         """Check ``data`` now (so errors are not retried) and return the upload to run; with a
@@ -998,6 +1125,32 @@ def _root_name() -> str:
     from .util.workfiles import ROOT
 
     return ROOT + secrets.token_hex(6)
+
+
+def _new_janitor(dest: str) -> Janitor:
+    from .history.cleanup import Janitor
+
+    return Janitor(redact(dest))
+
+
+def _checked_retention(retention: object) -> Retention | None:
+    """``retention``, checked.
+
+    Raises:
+        ConfigurationError: it is not a :class:`~flyte_checkpoint.Retention`.
+    """
+    if retention is None:
+        return None
+    from .history.retention import Retention
+
+    if not isinstance(retention, Retention):
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"retention= takes fc.Retention(...), not {type(retention).__name__}: e.g."
+            " retention=fc.Retention(keep_last=3)"
+        )
+    return retention
 
 
 def _new_lane() -> Lane:

@@ -114,6 +114,14 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    """A whole number of 1 or more, for argparse."""
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return value
+
+
 def _size_text(n: int | None) -> str:
     if n is None:
         return "-"
@@ -938,6 +946,89 @@ def show_rm(r: dict[str, Any]) -> None:
         print(f"nothing at {r['uri']}")
 
 
+def _keep_best(text: str) -> tuple[str, str, int]:
+    """``METRIC:min|max:K`` for argparse."""
+    metric, _, rest = text.rpartition(":")
+    metric, _, mode = metric.rpartition(":")
+    try:
+        k = int(rest)
+    except ValueError:
+        k = -1
+    if not metric or mode not in ("min", "max") or k < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not METRIC:min:K or METRIC:max:K (e.g. val_loss:min:3)"
+        )
+    return metric, mode, k
+
+
+def cmd_gc(args: argparse.Namespace) -> dict[str, Any]:
+    """Apply a retention policy to a checkpoint (URI: its generations) or to every checkpoint
+    under a prefix (ending with '/': each run's, attempts' objects included).
+
+    Raises:
+        NoCheckpointError: no manifest under the URI (exit status 3): nothing to decide from.
+    """
+    from .history.cleanup import clean, destinations_under
+    from .history.manifest import read_manifests
+    from .history.retention import Retention
+    from .storage.registry import store_for
+
+    policy = Retention(
+        keep_last=args.keep_last, keep_best=args.keep_best or None, keep_every_steps=args.keep_every_steps
+    )
+    uri = _normalize(args.uri, "URI")
+    store = store_for(uri)
+    if uri.endswith("/") or (is_local(uri) and os.path.isdir(local_path(uri))):
+        prefix = uri.rstrip("/") + "/"
+        dests = destinations_under(store, prefix)
+        objects = "all"
+    else:
+        dests, objects = [uri], "generations"
+    runs = sorted({m.run or "" for d in dests for m in read_manifests(store, d)})
+    if not runs:
+        raise NoCheckpointError(
+            f"no checkpoint history under {redact(uri)}: gc decides from the manifests that saves"
+            " write (flyte-checkpoint ls -a shows them); objects without one are never deleted"
+        )
+    out: dict[str, Any] = {"uri": redact(uri), "dry_run": args.dry_run, "policy": policy.describe()}
+    kept, deleted, finished, skipped, more = [], [], [], [], False
+    for run in runs:
+        r = clean(
+            store,
+            dests,
+            policy,
+            run=run or None,
+            infer_run=False,  # each run on its own, those whose manifests name none too
+            objects=objects,
+            limit=args.limit,
+            dry_run=args.dry_run,
+        )
+        mine = [d for d in r.decisions if (d.candidate.run or "") == run and d.candidate.managed]
+        kept += [{"uri": redact(d.candidate.uri), "why": list(d.reasons)} for d in mine if d.keep]
+        deleted += [redact(u) for u in r.deleted]
+        finished += [redact(u) for u in r.finished]
+        skipped += [{"uri": redact(u), "why": why} for u, why in r.skipped]
+        more = more or r.more
+    out.update(kept=kept, deleted=deleted, finished=finished, skipped=skipped, more=more)
+    return out
+
+
+def show_gc(r: dict[str, Any]) -> None:
+    verb = "would delete" if r["dry_run"] else "deleted"
+    for k in r["kept"]:
+        print(f"keep    {k['uri']}  ({'; '.join(k['why'])})")
+    for s in r["skipped"]:
+        print(f"skip    {s['uri']}  ({s['why']})")
+    for u in r["deleted"]:
+        print(f"{'delete' if r['dry_run'] else 'deleted'} {u}")
+    for u in r["finished"]:
+        print(f"{'finish' if r['dry_run'] else 'finished'} {u}  (a clean-up killed midway had begun it)")
+    n = len(r["deleted"]) + len(r["finished"])
+    print(f"{verb} {_plural(n, 'checkpoint')}, kept {len(r['kept'])} ({r['policy']})")
+    if r["more"]:
+        print("more to delete: run gc again (or raise --limit)")
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -968,6 +1059,9 @@ _EXAMPLES = {
     "rm": """
   flyte-checkpoint rm s3://my-bucket/run-7/attempt-1/step
   flyte-checkpoint rm -f /tmp/store/ckpt""",
+    "gc": """
+  flyte-checkpoint gc s3://my-bucket/run-7/attempt-1/ckpt --keep-last 3 --dry-run
+  flyte-checkpoint gc s3://my-bucket/runs/run-7/ --keep-last 2 --keep-best val_loss:min:1""",
 }
 
 
@@ -1121,6 +1215,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("rm", "remove one checkpoint object", cmd_rm, show_rm)
     p.add_argument("uri", metavar="URI", help="the object to remove: a local path or a URI (s3://...)")
     p.add_argument("-f", "--force", action="store_true", help="no error when there is no object")
+    p = command(
+        "gc",
+        "delete the checkpoints a retention policy does not keep (from their manifests)",
+        cmd_gc,
+        show_gc,
+    )
+    p.add_argument(
+        "uri",
+        metavar="URI",
+        help="a checkpoint object (its kept generations), or a prefix ending with '/' (every"
+        " checkpoint under it, attempts' objects included, each run on its own)",
+    )
+    p.add_argument("--keep-last", type=_positive, metavar="N", help="keep the N newest")
+    p.add_argument(
+        "--keep-best",
+        type=_keep_best,
+        action="append",
+        metavar="METRIC:min|max:K",
+        help="keep the K best by METRIC (NaN or missing: worst; repeatable)",
+    )
+    p.add_argument("--keep-every-steps", type=_positive, metavar="S", help="keep a milestone every S steps")
+    p.add_argument("--limit", type=_positive, default=1000, help="most deletions in this run (default 1000)")
+    p.add_argument("--dry-run", action="store_true", help="print what it would delete and keep, and why")
     return parser
 
 
@@ -1238,6 +1355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             as_json=as_json,
             error_type="UsageError",
         )
+    if args.command == "gc" and not (args.keep_last or args.keep_best or args.keep_every_steps):
+        message = "gc needs a policy: --keep-last N, --keep-best METRIC:min|max:K or --keep-every-steps S"
+        return _fail(message, EXIT_USAGE, as_json=as_json, error_type="UsageError")
     if args.command == "pull" and args.dir == "-" and as_json:
         message = "pull to stdout (DIR '-') writes the object there: --json cannot share it"
         return _fail(message, EXIT_USAGE, as_json=False, error_type="UsageError")

@@ -21,6 +21,7 @@ from .uri import redact
 from .util.logs import logger
 
 if TYPE_CHECKING:
+    from .history.retention import Retention
     from .lifecycle.runs import Run
 
 P = ParamSpec("P")
@@ -54,19 +55,24 @@ def _flyte_context() -> TaskContext | None:
     return current_context()
 
 
-def _attempts(run: Run, retries: int) -> Iterator[TaskContext]:
+def _attempts(run: Run, retries: int, retention: Retention | None = None) -> Iterator[TaskContext]:
     """Yield the context of each attempt of this call: run/action/attempt folders under the root."""
     from .lifecycle.runs import attempts
 
     for attempt, dest, prev in attempts(run, retries):
-        yield TaskContext(attempt, CheckpointPaths(dest, prev), run.name, run.action)
+        yield TaskContext(attempt, CheckpointPaths(dest, prev), run.name, run.action, retention=retention)
 
 
 @contextlib.contextmanager
 def _run(
-    func: Callable[..., Any], root: str | None, run_name: str | None, keep: bool | None
+    func: Callable[..., Any],
+    root: str | None,
+    run_name: str | None,
+    keep: bool | None,
+    retention: Retention | None = None,
 ) -> Iterator[Run]:
-    """The run of one call: opened (locked, earlier attempts found) and closed (removed when done)."""
+    """The run of one call: opened (locked, earlier attempts found) and closed (removed when
+    done; with a ``retention`` policy, a run that succeeded keeps what the policy keeps)."""
     from .lifecycle.runs import Run, base_of
 
     run = Run(base_of(root), run_name, func.__name__, keep=keep)
@@ -76,7 +82,38 @@ def _run(
         yield run
         succeeded = True
     finally:
+        if succeeded and retention is not None and not run.keep:
+            _finish_with_policy(run, retention)
         run.close(succeeded=succeeded)
+
+
+def _finish_with_policy(run: Run, retention: Retention) -> None:
+    """A run that succeeded with a policy: its checkpoints (every attempt's) thinned to what the
+    policy keeps, the rest kept; the run's folder is then left in place (``run.keep``)."""
+    from .history.cleanup import clean_prefix
+    from .storage.registry import store_for
+
+    prefix = run.folder.rstrip("/") + "/"
+    try:
+        deleted = clean_prefix(store_for(prefix), prefix, retention, run=run.name, infer_run=False)
+    except OSError as exc:  # the run has ended: a leftover is worth a warning, not a failure
+        logger().warning(
+            "run %s succeeded; its retention clean-up under %s failed (run flyte-checkpoint gc %s"
+            " to finish it): %s",
+            run.name,
+            redact(prefix),
+            redact(prefix),
+            exc,
+        )
+    else:
+        logger().info(
+            "run %s succeeded: kept what %s keeps under %s (%d deleted)",
+            run.name,
+            retention.describe(),
+            redact(prefix),
+            deleted,
+        )
+    run.keep = True
 
 
 @overload
@@ -86,6 +123,7 @@ def task(
     retries: int | None = None,
     checkpoint_root: str | None = None,
     run_name: str | None = None,
+    retention: Retention | None = None,
     keep_checkpoints: bool | None = None,
 ) -> Callable[P, R]: ...
 
@@ -97,6 +135,7 @@ def task(
     retries: int | None = None,
     checkpoint_root: str | None = None,
     run_name: str | None = None,
+    retention: Retention | None = None,
     keep_checkpoints: bool | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
@@ -107,6 +146,7 @@ def task(
     retries: int | None = None,
     checkpoint_root: str | None = None,
     run_name: str | None = None,
+    retention: Retention | None = None,
     keep_checkpoints: bool | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Run a function as a local task: up to ``retries + 1`` attempts, each with a checkpoint.
@@ -122,9 +162,17 @@ def task(
     A call with a ``run_name`` that was run before and did not finish (its process was
     killed) goes on with that run's next attempt number, its first attempt loading the newest
     checkpoint an earlier attempt saved. A run that
-    succeeds has its checkpoints removed, unless ``keep_checkpoints`` (default:
-    ``$FLYTE_CHECKPOINT_KEEP_RUNS``); so does a run without ``run_name``, however it ends.
-    See :mod:`flyte_checkpoint.lifecycle.runs`.
+    succeeds has its checkpoints removed, unless ``$FLYTE_CHECKPOINT_KEEP_RUNS`` is set (keep
+    them all); so does a run without ``run_name``, however it ends. See
+    :mod:`flyte_checkpoint.lifecycle.runs`.
+
+    ``retention`` (a :class:`~flyte_checkpoint.Retention`): each attempt's checkpoint keeps
+    older generations as the policy says (cleaned up after each save, off the training thread;
+    see docs/retention.md), and a run that succeeds keeps what the policy keeps, every
+    attempt's checkpoints considered, instead of being removed. Inside a Flyte task, only
+    generations within the attempt are deleted, unless ``Retention(earlier_attempts=True)``.
+    ``keep_checkpoints`` is deprecated (a ``DeprecationWarning``): ``True`` keeps everything,
+    as ``$FLYTE_CHECKPOINT_KEEP_RUNS=1`` does; pass ``retention`` instead.
 
     Stacked on a Flyte v2 task, on either side of ``@env.task``: inside a Flyte task the
     function runs once, as it is (Flyte owns the retries, and ``ctx()`` gives Flyte's paths
@@ -148,17 +196,52 @@ def task(
     from .lifecycle.runs import check_run_name
 
     check_run_name(run_name)
+    _check_retention(retention, keep_checkpoints)
 
     def decorate(target: Callable[P, R]) -> Callable[P, R]:
         flyte_task = _function_task(target)
         if flyte_task is None:
-            return _local_runner(target, retries, checkpoint_root, run_name, keep_checkpoints, None)
+            return _local_runner(
+                target, retries, checkpoint_root, run_name, keep_checkpoints, None, retention
+            )
         flyte_task.func = _local_runner(
-            flyte_task.func, retries, checkpoint_root, run_name, keep_checkpoints, flyte_task
+            flyte_task.func, retries, checkpoint_root, run_name, keep_checkpoints, flyte_task, retention
         )
         return target  # the Flyte task itself (its function now run by the local runner)
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _check_retention(retention: object, keep_checkpoints: bool | None) -> None:
+    """Warn of ``keep_checkpoints``; refuse it with ``retention``, and a policy of the wrong type.
+
+    Raises:
+        ConfigurationError: both are given, or ``retention`` is not a ``Retention``.
+    """
+    from .errors import ConfigurationError
+
+    if retention is not None:
+        from .history.retention import Retention
+
+        if not isinstance(retention, Retention):
+            raise ConfigurationError(
+                f"retention= takes fc.Retention(...), not {type(retention).__name__}: e.g."
+                " retention=fc.Retention(keep_last=3)"
+            )
+        if keep_checkpoints is not None:
+            raise ConfigurationError(
+                "give retention= or keep_checkpoints=, not both: keep_checkpoints is deprecated;"
+                " retention=fc.Retention(...) says what a finished run keeps"
+            )
+    if keep_checkpoints is not None:
+        import warnings
+
+        warnings.warn(
+            "@fc.task(keep_checkpoints=...) is deprecated: pass retention=fc.Retention(...) (what a"
+            " finished run keeps), or set FLYTE_CHECKPOINT_KEEP_RUNS=1 to keep everything",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
 
 def _function_task(target: Any) -> Any | None:
@@ -188,6 +271,7 @@ def _local_runner(
     run_name: str | None,
     keep: bool | None,
     flyte_task: Any | None,
+    retention: Retention | None = None,
 ) -> Callable[P, R]:
     """``func`` wrapped: retried by the local runner outside Flyte, run once inside a Flyte task.
 
@@ -205,12 +289,12 @@ def _local_runner(
         @functools.wraps(func)
         async def run_async(*args: Any, **kwargs: Any) -> Any:
             if current_attempt.get() is None and (flyte_ctx := _flyte_context()) is not None:
-                with _flyte_attempt(flyte_ctx):
+                with _flyte_attempt(flyte_ctx, retention):
                     return await func(*args, **kwargs)
             count = _local_retries(run_async, retries, flyte_task)
             failures: list[Exception] = []
-            with _run(func, root, run_name, keep) as run:
-                for tctx in _attempts(run, count):
+            with _run(func, root, run_name, keep, retention) as run:
+                for tctx in _attempts(run, count, retention):
                     with _attempt(func, tctx, run.first + count, failures):
                         return await func(*args, **kwargs)
                 raise failures[-1]
@@ -221,12 +305,12 @@ def _local_runner(
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
         if current_attempt.get() is None and (flyte_ctx := _flyte_context()) is not None:
-            with _flyte_attempt(flyte_ctx):
+            with _flyte_attempt(flyte_ctx, retention):
                 return func(*args, **kwargs)
         count = _local_retries(run, retries, flyte_task)
         failures: list[Exception] = []
-        with _run(func, root, run_name, keep) as this_run:
-            for tctx in _attempts(this_run, count):
+        with _run(func, root, run_name, keep, retention) as this_run:
+            for tctx in _attempts(this_run, count, retention):
                 with _attempt(func, tctx, this_run.first + count, failures):
                     return func(*args, **kwargs)
             raise failures[-1]
@@ -235,8 +319,11 @@ def _local_runner(
 
 
 @contextlib.contextmanager
-def _flyte_attempt(flyte_ctx: TaskContext) -> Iterator[None]:
-    """One attempt inside a Flyte task: its final-save registrations end with it."""
+def _flyte_attempt(flyte_ctx: TaskContext, retention: Retention | None = None) -> Iterator[None]:
+    """One attempt inside a Flyte task: its checkpoint follows ``retention`` (if given); its
+    final-save registrations end with it."""
+    if retention is not None:
+        flyte_ctx.retention = retention
     try:
         yield
     finally:

@@ -17,6 +17,7 @@ from .uri import redact
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
+    from .history.retention import Retention
     from .lifecycle.preemption import Registration, Saver
 
 
@@ -41,6 +42,8 @@ class TaskContext:
     run_name: str = ""
     action_name: str = ""
     _checkpoint: Checkpoint | None = field(default=None, repr=False)
+    #: The retention policy this attempt's checkpoint follows (``@fc.task(retention=...)``).
+    retention: Retention | None = field(default=None, repr=False, kw_only=True)
 
     def __post_init__(self) -> None:
         # Flyte's TaskContext takes checkpoint_paths=None for an attempt given no paths: the
@@ -63,7 +66,9 @@ class TaskContext:
             from .checkpoint import Checkpoint
 
             self._checkpoint = Checkpoint(
-                self.checkpoint_paths.checkpoint_path, self.checkpoint_paths.prev_checkpoint_path
+                self.checkpoint_paths.checkpoint_path,
+                self.checkpoint_paths.prev_checkpoint_path,
+                retention=self.retention,
             )
         if self._checkpoint is None:
             raise no_destination()

@@ -7,13 +7,19 @@ each kept generation's manifest names its ``.obj``. Older manifests that named `
 whose object was replaced without being kept) are never read. No object is read, and no object
 is stat'ed: sizes and modification times come from the listing.
 
-Order: (attempt, generation) from the manifests, newest first; never names or times. An object
-without a manifest that matches it (Flyte's own save, a save killed between its commit and its
-manifest, a manifest whose size or listed time disagrees with the object) is listed too, with
-``manifest=None``: a destination's object is newer than every kept generation of it, so it
-comes first within its attempt, and a kept generation whose manifest is lost or damaged comes
-last within it; its attempt is the number in its path (``.../{n}/NAME``), else it sorts after
-every known attempt.
+Order: (attempt, generation) from the manifests, newest first; never names or times
+(:func:`~flyte_checkpoint.history.manifest.newness`, which fallback and retention use too). An
+object without a manifest that matches it (Flyte's own save, a save killed between its commit
+and its manifest, a manifest whose size or version disagrees with the object) is listed too,
+with ``manifest=None``: a destination's object is newer than every kept generation of it, so it
+comes first within its attempt, and a kept generation whose manifest is lost or damaged is
+placed by the generation its name holds (the sidecar is the library's); its attempt is the
+number in its path (``.../{n}/NAME``), else it sorts after every known attempt.
+
+An object named like a kept generation (``X.fcp-history/gNNNNNNNN.obj``) that is no copy of
+``X`` (a user's save to that name: it has a sidecar of its own, or a manifest naming it that is
+not its generation's) is neither listed nor offered to a fallback load
+(:func:`~flyte_checkpoint.history.manifest.is_generation_copy`, the check gc makes too).
 """
 
 from __future__ import annotations
@@ -29,9 +35,12 @@ from .manifest import (
     SIDECAR,
     Manifest,
     generation_uri,
+    is_generation_copy,
     manifest_uri,
+    newness,
     parse_sidecar_name,
     read_with_summary,
+    sidecar_owners,
 )
 
 if TYPE_CHECKING:
@@ -92,13 +101,11 @@ class Entry:
         }
 
 
-def _sort_key(e: Entry) -> tuple[int, int, int]:
-    attempt = e.attempt if e.attempt is not None else 1 << 62
-    if e.generation is None:
-        if e.uri == e.dest:
-            return attempt, 1, 0  # a destination's object without a manifest: its newest
-        return attempt, -1, 0  # a kept generation whose manifest is lost: its oldest
-    return attempt, 0, e.generation
+def _sort_key(e: Entry) -> tuple[int, int]:
+    if e.generation is None and e.uri != e.dest:
+        parsed = parse_sidecar_name(e.uri)  # a kept generation whose manifest is lost: its name's
+        return newness(e.attempt, parsed[1] if parsed is not None else None)
+    return newness(e.attempt, e.generation)
 
 
 def history(
@@ -165,9 +172,14 @@ def entries_from(
     kept: dict[str, set[int]] = {}  # dest -> generations kept as .obj
     manifests: dict[str, set[int]] = {}  # dest -> generations with a manifest
     objects: list[str] = []
+    owners = sidecar_owners(infos)  # a .obj with a sidecar of its own is a user's destination
     for uri in infos:
         parsed = parse_sidecar_name(uri)
         if parsed is not None:
+            if parsed[2] == "obj" and not is_generation_copy(uri, None, owners):
+                continue  # a user's save named like a generation: no checkpoint of parsed[0]
+            if SIDECAR in parsed[0]:
+                continue  # the sidecar of such a save (inside another's sidecar): not listed
             dest, generation, kind = parsed
             (kept if kind == "obj" else manifests).setdefault(dest, set()).add(generation)
             continue
@@ -195,7 +207,11 @@ def entries_from(
         if m.state == DELETING and not include_deleting:
             described.add(m.object)  # a clean-up is removing it: never offered, with or without one
             continue
-        if info is None or not m.matches(info) or (m.object != dest and not _is_generation_of(m, dest)):
+        if (
+            info is None
+            or not m.matches(info)
+            or (m.object != dest and not is_generation_copy(m.object, m, owners))
+        ):
             logger().debug("ignoring the manifest %s: it does not match %s", redact(m.uri), redact(m.object))
             continue
         described.add(m.object)
@@ -212,11 +228,6 @@ def entries_from(
                 out.append(Entry(uri, dest, identity(dest)[1], None, None, {}, infos[uri].size or 0, None))
     out.sort(key=_sort_key, reverse=True)
     return out
-
-
-def _is_generation_of(m: Manifest, dest: str) -> bool:
-    parsed = parse_sidecar_name(m.object)
-    return parsed is not None and parsed[0] == dest and parsed[1] == m.generation
 
 
 def _entry(m: Manifest, dest: str, size: int) -> Entry:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -145,12 +145,27 @@ class Manifest:
 
     def matches(self, info: ObjectInfo) -> bool:
         """Whether a listing's entry of :attr:`object` is still the object this manifest
-        describes: its size, and its modification time where both are known."""
+        describes: its size, and its version token (an S3 or Azure ETag, a GCS generation)
+        where both the manifest and the listing have one; only where the store gives no
+        version, its modification time (S3's has one-second precision: an object replaced
+        within the same second with as many bytes has another ETag, not another time)."""
         if info.size != self.size:
             return False
+        version = getattr(info, "version", None)
+        if self.version is not None and version is not None:
+            return _token(version) == _token(self.version)
         if self.modified is not None and info.modified is not None:
             return info.modified.isoformat() == self.modified
         return True
+
+
+def _token(version: str) -> str:
+    """A version token as compared: an ETag with or without its quotes (Azure's listing gives
+    none, its HEAD gives them)."""
+    text = version.strip()
+    if text.startswith("W/"):
+        text = text[2:]
+    return text.strip('"')
 
 
 def _check(data: dict[str, Any], name: str, kind: type, *, optional: bool = False) -> None:
@@ -199,6 +214,11 @@ def check_metrics(metrics: dict[str, Any] | None) -> dict[str, float]:
             out[name] = float(value)
         except (TypeError, ValueError):
             raise TypeError(f"metric {name!r} must be a number, not {type(value).__name__}") from None
+        except OverflowError:  # an int too large for a float (10**400)
+            raise TypeError(
+                f"metric {name!r} is an int too large for a float ({len(str(abs(value)))} digits):"
+                " give it as a float (inf if that is what it means)"
+            ) from None
     return out
 
 
@@ -213,6 +233,45 @@ def check_step(step: Any) -> int | None:
     if isinstance(step, bool) or not hasattr(step, "__index__"):
         raise TypeError(f"step= takes an int, not {type(step).__name__}")
     return int(step.__index__())
+
+
+#: Where an unknown attempt is placed in the order of checkpoints: after every known attempt
+#: (docs/history.md), by history, fallback and retention alike (:func:`newness`).
+UNKNOWN_ATTEMPT = 1 << 62
+#: Where a destination's object without a manifest is placed within its attempt: first.
+NEWEST_IN_ATTEMPT = 1 << 62
+
+
+def newness(attempt: int | None, generation: int | None) -> tuple[int, int]:
+    """The one order of checkpoints (higher is newer), used by ``fc.history``, a fallback load
+    and retention: ``(attempt, generation)``; an unknown attempt (None) after every known one;
+    a generation of None (a destination's object without a manifest) newest within its
+    attempt. A kept generation whose manifest is lost is ordered by the generation its name
+    holds. Names and times never order."""
+    return (
+        UNKNOWN_ATTEMPT if attempt is None else attempt,
+        NEWEST_IN_ATTEMPT if generation is None else generation,
+    )
+
+
+def is_generation_copy(uri: str, manifest: Manifest | None = None, sidecars: Container[str] = ()) -> bool:
+    """Whether the object at ``uri`` is a kept generation's copy of the destination whose
+    sidecar holds it (the one check gc, history and fallback share): its name is
+    ``X.fcp-history/gNNNNNNNN.obj``; it has no sidecar of its own (``sidecars``: the
+    destinations a listing found a sidecar for; a user's save to that name has one); and
+    ``manifest``, when given, names it as generation NNNNNNNN of ``X``."""
+    parsed = parse_sidecar_name(uri)
+    if parsed is None or parsed[2] != "obj" or uri in sidecars:
+        return False
+    dest, generation, _ = parsed
+    if manifest is None:
+        return True
+    return manifest.object == uri and (manifest.dest or dest) == dest and manifest.generation == generation
+
+
+def sidecar_owners(uris: Iterable[str]) -> set[str]:
+    """The destinations that have a sidecar among ``uris`` (a listing's)."""
+    return {p[0] for p in map(parse_sidecar_name, uris) if p is not None}
 
 
 def sidecar(uri: str) -> str:
@@ -398,10 +457,14 @@ __all__ = [
     "DELETING",
     "FORMAT",
     "SIDECAR",
+    "UNKNOWN_ATTEMPT",
     "Manifest",
     "check_metrics",
     "check_step",
     "generation_uri",
+    "is_generation_copy",
+    "newness",
+    "sidecar_owners",
     "manifest_uri",
     "parse_sidecar_name",
     "read_many",

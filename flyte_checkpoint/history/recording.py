@@ -258,7 +258,11 @@ def keep_generation(store: BlobStore, record: SaveRecord) -> None:
             return
         kept_info = next((i for i in store.list_details(target, recursive=False) if i.uri == target), None)
         kept = replace(
-            m, object=target, version=_version(store, target), modified=_modified(kept_info), dest=dest
+            m,
+            object=target,
+            version=(None if kept_info is None else kept_info.version) or _version(store, target),
+            modified=_modified(kept_info),
+            dest=dest,
         )
         write_manifest(store, kept)
         record.kept = m.generation
@@ -297,7 +301,7 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
             metrics=dict(record.metrics),
             time=time.time(),
             digest=digest,
-            version=_version(store, dest),
+            version=info.version or _version(store, dest),  # the listing's: what matches compares
             modified=_modified(info),
             made_from=record.made_from,
             dest=dest,

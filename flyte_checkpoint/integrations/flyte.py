@@ -141,7 +141,7 @@ class FlyteTaskContext(TaskContext):
                         action_name=self.action_name,
                         local_mode=self.local_mode,
                     )
-                    self._checkpoint = Checkpoint(dest, src)
+                    self._checkpoint = Checkpoint(dest, src, retention=self.retention)
         if self._checkpoint is None:
             raise no_destination()
         return self._checkpoint

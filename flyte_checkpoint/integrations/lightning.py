@@ -170,9 +170,10 @@ class CheckpointMirror(pl.Callback):
             return False
         save_background = getattr(self.checkpoint, "save_background", None)
         if self.background and save_background is not None:
-            save_background(self.folder)  # returns once the folder is snapshotted
+            save = save_background  # returns once the folder is snapshotted
         else:
-            self.checkpoint.save_sync(self.folder)
+            save = self.checkpoint.save_sync
+        save(self.folder, **_history_args(save, trainer))
         self._seen = now
         self.saves += 1
         return True
@@ -206,6 +207,31 @@ def resume_path(checkpoint: BaseCheckpoint | None = None, glob_pattern: str = LA
         return str(restored)
     found = latest_checkpoint(restored, glob_pattern)
     return str(found) if found is not None else None
+
+
+def _history_args(save: Any, trainer: Any | None) -> dict[str, Any]:
+    """``step=`` (the trainer's global step) and ``metrics=`` (its scalar ``callback_metrics``:
+    what ``ModelCheckpoint(monitor=...)`` ranks by) for a save that records them in its manifest
+    (so ``fc.history`` lists them and a ``Retention(keep_best=...)`` ranks remotely as
+    ``save_top_k`` does locally); nothing for a save that takes neither."""
+    if trainer is None:
+        return {}
+    import inspect
+
+    try:
+        params = inspect.signature(save).parameters
+    except (TypeError, ValueError):
+        return {}
+    if "step" not in params or "metrics" not in params:
+        return {}
+    metrics: dict[str, float] = {}
+    for name, value in dict(getattr(trainer, "callback_metrics", {}) or {}).items():
+        try:
+            if getattr(value, "numel", lambda: 1)() == 1:
+                metrics[str(name)] = float(value)
+        except (TypeError, ValueError, RuntimeError):
+            continue
+    return {"step": int(getattr(trainer, "global_step", 0) or 0), "metrics": metrics}
 
 
 def _model_checkpoint_folder(trainer: Any) -> Path:

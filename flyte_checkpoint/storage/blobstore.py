@@ -103,7 +103,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, BinaryIO, ClassVar
 
@@ -129,12 +129,16 @@ class ObjectInfo:
         modified: when the object was last written (timezone-aware), or ``None`` when the
             store does not say (and for a folder).
         is_folder: a folder (a common prefix one level down), only in a non-recursive listing.
+        version: the store's version token of the object as the listing gives it (an S3 or
+            Azure ETag, a GCS generation), or ``None`` where the store gives none; manifests
+            compare it (:meth:`flyte_checkpoint.history.manifest.Manifest.matches`).
     """
 
     uri: str
     size: int | None
     modified: datetime | None = None
     is_folder: bool = False
+    version: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,11 @@ writer it opens:
   or more (pick N at part boundaries to cover the whole upload);
 - ``commit``: the commit is called, before the store's own commit starts;
 - ``committed``: the store's commit has returned;
+- ``delete`` and ``deleted``: before and after the store deletes an object (with
+  :data:`DELETE_ENV` set to *n*, only at the *n*-th delete, counted from 1: a clean-up's
+  steps);
+- a write into a history sidecar (``X.fcp-history/``) is no writer here unless
+  :data:`SIDECAR_ENV` is set (then its ``open``/``commit``/``committed`` count as any other's);
 - on S3 also ``s3:commit-sent`` (the CompleteMultipartUpload or PutObject request is about
   to be sent) and ``s3:commit-answered`` (S3 has answered it; the store has not returned).
 
@@ -53,6 +58,11 @@ from flyte_checkpoint.storage.blobstore import BlobStore, BlobWriter
 ENV = "FCP_KILL_AT"
 #: The environment variable naming which writer (1 = the first opened) has the points.
 WRITER_ENV = "FCP_KILL_WRITER"
+#: The environment variable naming which delete (1 = the first) has the points.
+DELETE_ENV = "FCP_KILL_DELETE"
+#: Set: the writes of the history's sidecar (``X.fcp-history/``: manifests, a clean-up's
+#: markings) are writers with points too (by default they are neither counted nor stopped at).
+SIDECAR_ENV = "FCP_KILL_SIDECARS"
 ROOT = Path(__file__).resolve().parents[2]
 #: Seconds a child may take to reach its point or finish before the test fails (a guard only).
 HANG = float(os.environ.get("FCP_HANG", "120"))
@@ -140,11 +150,14 @@ class _PointStore(BlobStore):
         self.inner = inner
         self.only = int(os.environ.get(WRITER_ENV) or 0)  # 0: every writer
         self.opened = 0
+        self.only_delete = int(os.environ.get(DELETE_ENV) or 0)  # 0: every delete
+        self.sidecars = bool(os.environ.get(SIDECAR_ENV))  # count the history's writes too
+        self.deletes = 0
         self.lock = threading.Lock()
 
     def open_write(self, uri: str) -> BlobWriter:
-        if ".fcp-history/" in uri:  # a save's manifest, after its commit: not a writer counted here
-            return self.inner.open_write(uri)
+        if ".fcp-history/" in uri and not self.sidecars:  # a save's manifest, after its commit:
+            return self.inner.open_write(uri)  # not a writer counted here (unless SIDECAR_ENV)
         with self.lock:
             self.opened += 1
             chosen = self.only in (0, self.opened)
@@ -161,7 +174,14 @@ class _PointStore(BlobStore):
         return self.inner.stat(uri)
 
     def delete(self, uri: str) -> None:
+        with self.lock:
+            self.deletes += 1
+            chosen = self.only_delete in (0, self.deletes)
+        if chosen:
+            reach("delete")
         self.inner.delete(uri)
+        if chosen:
+            reach("deleted")
 
     def list(self, prefix: str) -> Iterator[str]:
         return self.inner.list(prefix)

@@ -82,7 +82,9 @@ def _file_info(path: str) -> ObjectInfo | None:
         raise _map_os_error(exc, Path(path), "read") from exc
     if not stat.S_ISREG(st.st_mode):
         return None
-    return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc))
+    # the version a manifest compares: a replacement renamed into place is another inode
+    version = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc), version=version)
 
 
 def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:

@@ -121,11 +121,15 @@ class MemoryStore(BlobStore):
 
     def list_details(self, prefix: str, *, recursive: bool = True) -> Iterator[ObjectInfo]:
         with _lock.get():
-            found = {k: (len(v), _modified.get(k)) for k, v in _objects.items() if k.startswith(prefix)}
+            found = {
+                k: (len(v), _modified.get(k), _versions.get(k))
+                for k, v in _objects.items()
+                if k.startswith(prefix)
+            }
 
         def describe(uri: str) -> ObjectInfo:
-            size, modified = found[uri]
-            return ObjectInfo(uri, size, modified)
+            size, modified, version = found[uri]  # each commit's version: what a manifest compares
+            return ObjectInfo(uri, size, modified, version=None if version is None else str(version))
 
         return details_from_listing(prefix, sorted(found), describe, recursive=recursive)
 

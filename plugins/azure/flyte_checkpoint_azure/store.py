@@ -238,7 +238,10 @@ class AzureStore(BlobStore):
 def _info(loc: Location, item: Any) -> ObjectInfo:
     if isinstance(item, BlobPrefix):
         return ObjectInfo(loc.uri(item.name), None, None, is_folder=True)
-    return ObjectInfo(loc.uri(item.name), item.size, item.last_modified)
+    etag = getattr(item, "etag", None)
+    return ObjectInfo(
+        loc.uri(item.name), item.size, item.last_modified, version=None if etag is None else str(etag)
+    )
 
 
 def make_store(**settings: Any) -> AzureStore:

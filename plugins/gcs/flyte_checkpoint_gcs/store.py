@@ -193,11 +193,19 @@ class GCSStore(BlobStore):
                 loc.bucket,
                 prefix=loc.key or None,
                 delimiter=None if recursive else "/",
-                fields="items(name,size,updated),prefixes,nextPageToken",
+                fields="items(name,size,updated,generation),prefixes,nextPageToken",
                 timeout=self.config.timeout,
                 retry=self.client.retry(),
             )
-            found = [ObjectInfo(loc.uri(b.name), int(b.size or 0), b.updated) for b in pages]
+            found = [
+                ObjectInfo(
+                    loc.uri(b.name),
+                    int(b.size or 0),
+                    b.updated,
+                    version=None if b.generation is None else str(b.generation),
+                )
+                for b in pages
+            ]
             found += [ObjectInfo(loc.uri(name), None, None, is_folder=True) for name in pages.prefixes]
         except Exception as exc:
             if errors.status_of(exc) == 404:

@@ -178,7 +178,15 @@ class S3Store(BlobStore):
             found: list[ObjectInfo] = []
             for page in self.client.get().get_paginator("list_objects_v2").paginate(**args):
                 for obj in page.get("Contents", ()):
-                    found.append(ObjectInfo(loc.uri(obj["Key"]), int(obj["Size"]), obj.get("LastModified")))
+                    etag = obj.get("ETag")
+                    found.append(
+                        ObjectInfo(
+                            loc.uri(obj["Key"]),
+                            int(obj["Size"]),
+                            obj.get("LastModified"),
+                            version=None if etag is None else str(etag),
+                        )
+                    )
                 for common in page.get("CommonPrefixes", ()):
                     found.append(ObjectInfo(loc.uri(common["Prefix"]), None, is_folder=True))
             return found
