@@ -163,22 +163,23 @@ def test_the_readme_task_crashes_resumes_and_runs_on_s3_as_its_three_lines_say(u
 
 
 def test_the_readme_command_lines_run_as_written(user: User) -> None:
-    """Proves: the README's five command lines, run in order in a folder holding ``state``, all
-    succeed against S3 and restore the folder."""
+    """Proves: the README's six command lines, run in order in a folder holding ``state``, all
+    succeed against S3, restore the folder, and list the checkpoint's history."""
     work = user.home / "cli"
     (work / "state" / "optim").mkdir(parents=True)
     (work / "state" / "model.pt").write_bytes(os.urandom(100_000))
     (work / "state" / "optim" / "adam.bin").write_bytes(b"adam")
     [block] = blocks(section("The command line"), "bash")
     lines = commands(block)
-    assert len(lines) == 5 and all(c.startswith("flyte-checkpoint ") for c in lines)
+    assert len(lines) == 6 and all(c.startswith("flyte-checkpoint ") for c in lines)
     try:
         outputs = [user.sh(command, cwd=work).stdout for command in lines]
     finally:  # the walkthrough below lists the same prefix
         user.sh("flyte-checkpoint rm -f s3://my-bucket/run-7/ckpt")
     assert (work / "restored" / "model.pt").read_bytes() == (work / "state" / "model.pt").read_bytes()
     assert (work / "restored" / "optim" / "adam.bin").read_bytes() == b"adam"
-    assert "s3://my-bucket/run-7/ckpt" in outputs[1] and "tarball" in outputs[2] and "s3" in outputs[4]
+    assert "s3://my-bucket/run-7/ckpt" in outputs[1] and "tarball" in outputs[2] and "s3" in outputs[5]
+    assert outputs[4].split()[:4] == ["ATTEMPT", "GEN", "STEP", "SIZE"] and "run-7/ckpt" in outputs[4]
 
 
 def test_the_command_line_walkthrough_runs_top_to_bottom_with_the_outputs_shown(user: User) -> None:

@@ -21,8 +21,8 @@ MODULES = ["__init__", "client", "config", "copies", "errors", "integrity", "plu
 MODULES += ["shards", "store", "uris", "writer"]
 TEST_MODULES = ["__init__", "conftest", "helpers", "server", "test_config", "test_conformance"]
 TEST_MODULES += ["test_credentials", "test_errors", "test_integrity", "test_packaging", "test_pinned"]
-TEST_MODULES += ["test_deletes", "test_history", "test_incremental", "test_plans", "test_reads", "test_sharded"]
-TEST_MODULES += ["test_uris", "test_writes"]
+TEST_MODULES += ["test_deletes", "test_history", "test_incremental", "test_plans", "test_reads"]
+TEST_MODULES += ["test_sharded", "test_uris", "test_writes"]
 
 
 def test_the_plugin_has_the_shared_module_names_and_is_typed() -> None:
