@@ -10,9 +10,8 @@ from flyte_checkpoint_azure.config import SHARD_LIMITS, AzureConfig
 from flyte_checkpoint.errors import ShardedSaveError
 from flyte_checkpoint.storage.kit import plan_shard
 from flyte_checkpoint.storage.kit.settings import GiB, MiB
+from flyte_checkpoint.testing.plans import SIZES, WORLDS, check_padding_under_one_percent, check_plans
 
-WORLDS = [1, 2, 1000, 10_000]
-SIZES = [0, 1, 5 * MiB - 1, 5 * MiB, 5 * MiB + 1, 512 * MiB, 50 * GiB]
 PART_SIZE = AzureConfig.resolve(env={}).part_size
 
 #: Azure's 49,999 blocks of at most 4,000 MiB: at 1,000 ranks a rank gets 50 (the last 49), so
@@ -23,31 +22,12 @@ REFUSED = {(10_000, 50 * GiB)}
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize("size", SIZES)
 def test_plans_at_the_limits(world, size):
-    for rank in sorted({0, world // 2, world - 1}):
-        if (world, size) in REFUSED:
-            with pytest.raises(ShardedSaveError) as caught:
-                plan_shard(SHARD_LIMITS, rank=rank, world=world, size=size, part_size=PART_SIZE, uri="u")
-            message = str(caught.value)
-            assert SHARD_LIMITS.store in message and f"{world:,} ranks" in message, message
-            assert SHARD_LIMITS.described in message and "Nothing was sent" in message, message
-            continue
-        plan = plan_shard(SHARD_LIMITS, rank=rank, world=world, size=size, part_size=PART_SIZE)
-        sizes = plan.part_sizes(size)
-        assert sum(sizes) == size + plan.padding_for(size)
-        if SHARD_LIMITS.max_parts is not None:
-            assert len(sizes) <= plan.count
-            assert plan.first + plan.count - 1 <= SHARD_LIMITS.max_parts - 1  # the last is the tail's
-        assert all(SHARD_LIMITS.min_part <= s <= SHARD_LIMITS.max_part for s in sizes)
-        assert plan.part_size >= PART_SIZE  # never smaller than the setting
-        if size >= 5 * MiB:
-            assert plan.padding_for(size) == 0
+    check_plans(SHARD_LIMITS, PART_SIZE, world, size, refused=(world, size) in REFUSED)
 
 
 @pytest.mark.parametrize("world", [1, 2, 64, 256, 1000])
 def test_padding_of_512_mib_shards_is_under_one_percent(world):
-    plan = plan_shard(SHARD_LIMITS, rank=world - 1, world=world, size=512 * MiB, part_size=PART_SIZE)
-    assert plan.padding_for(512 * MiB) / (512 * MiB) < 0.01
-    assert plan.padding_for(512 * MiB) == 0
+    check_padding_under_one_percent(SHARD_LIMITS, PART_SIZE, world)
 
 
 def test_a_world_past_the_blocks_is_refused_on_every_rank():
