@@ -469,7 +469,7 @@ def _pull_to_stdout(args: argparse.Namespace, uri: str) -> dict[str, Any]:
         "kind": "stream",
         "path": "-",
         "size": done,
-        "seconds": round(seconds, 3),
+        "seconds": seconds,  # rounded once, when shown
     }
 
 
@@ -550,7 +550,7 @@ def _pull_to_folder(args: argparse.Namespace, uri: str, dest: Path) -> dict[str,
             "indexed": indexed,
             "size": size,
             "bytes_read": read,
-            "seconds": round(seconds, 3),
+            "seconds": seconds,  # rounded once, when shown
         }
     with _bar(args, "pull") as bar:
         is_tar, size = _retry().call(lambda: _pull_once(store, uri, dest, bar), f"pull of {redact(uri)}")
@@ -563,7 +563,7 @@ def _pull_to_folder(args: argparse.Namespace, uri: str, dest: Path) -> dict[str,
         "kind": "tarball" if is_tar else "payload",
         "path": str(path),
         "size": size,
-        "seconds": round(seconds, 3),
+        "seconds": seconds,  # rounded once, when shown
     }
 
 
@@ -746,7 +746,7 @@ def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
             "sent": size,
             "files_sent": None,
             "files_copied": None,
-            "seconds": round(seconds, 3),
+            "seconds": seconds,  # rounded once, when shown
         }
     src = local_path(args.path)
     if not src.exists():
@@ -767,8 +767,16 @@ def cmd_push(args: argparse.Namespace) -> dict[str, Any]:
         "sent": figures.sent,
         "files_sent": figures.files_sent,
         "files_copied": figures.files_copied,
-        "seconds": round(seconds, 3),
+        "seconds": seconds,  # rounded once, when shown
     }
+
+
+def _rounded(result: dict[str, Any]) -> dict[str, Any]:
+    """The result for ``--json``: its seconds to the millisecond (the lines printed round the same
+    unrounded figure to two places, as the INFO line does, so the two never differ by a rounding)."""
+    if isinstance(result.get("seconds"), float):
+        return {**result, "seconds": round(result["seconds"], 3)}
+    return result
 
 
 def show_push(r: dict[str, Any]) -> None:
@@ -1371,7 +1379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.func(args)
         if as_json:
-            print(json.dumps({"ok": True, "command": args.command, **result}, indent=None))
+            print(json.dumps({"ok": True, "command": args.command, **_rounded(result)}, indent=None))
         else:
             with _names_as_stored():
                 args.show(result)

@@ -140,3 +140,31 @@ def test_an_incremental_save_that_the_s3_minimum_part_keeps_from_copying_says_so
     assert not [line for line in info_lines(caplog) if "copies nothing" in line]
     # big2.bin (200 kB) follows big1.bin in the base: copied with it, one run of two files
     assert re.search(r"copied \d+ bytes and 2 files from", info_lines(caplog)[-1]), info_lines(caplog)
+
+
+@pytest.mark.parametrize("seconds", [0.0145, 0.014501, 0.0149996, 1.2349, 0.995])
+def test_the_printed_seconds_are_the_info_lines_seconds_at_every_rounding(
+    seconds, tmp_path, monkeypatch, capsys
+):
+    """Proves: the line ``push -v`` prints rounds the save's own seconds once, as its INFO line
+    does (a figure first rounded to milliseconds, then to two places, printed 0.02s where the INFO
+    line said 0.01s: a CI failure); ``--json`` gives the same seconds to the millisecond."""
+    from flyte_checkpoint import cli as cli_module
+    from flyte_checkpoint.checkpoint import Checkpoint
+
+    transfer = Checkpoint._transfer
+
+    def timed(self, *args, **kwargs):  # the save's own figures, with a duration on a rounding edge
+        figures, _ = transfer(self, *args, **kwargs)
+        return figures, seconds
+
+    monkeypatch.setattr(Checkpoint, "_transfer", timed)
+    src = tmp_path / "state.bin"
+    src.write_bytes(b"state")
+    assert cli_module.main(["push", str(src), str(tmp_path / "ckpt"), "-v"]) == 0
+    out, err = capsys.readouterr()
+    (info,) = [line for line in err.splitlines() if "INFO" in line and "saved checkpoint" in line]
+    shown, logged = re.search(r" in (\d+\.\d\d)s$", out.strip()), re.search(r" in (\d+\.\d\d)s ", info)
+    assert shown and logged and shown[1] == logged[1] == f"{seconds:.2f}", (out, info)
+    assert cli_module.main(["push", str(src), str(tmp_path / "ckpt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["seconds"] == round(seconds, 3)
