@@ -627,17 +627,51 @@ class Checkpoint(BaseCheckpoint):
             self._note_loaded_kept(record)
         self._after_commit(record, manifest)
 
-    def _note_loaded_kept(self, record: SaveRecord) -> None:
+    def _note_loaded_kept(self, record: SaveRecord, *, blocking: bool = True) -> None:
         """The first save after a load in place keeps the loaded bytes as a generation (if it
-        keeps one): that generation is the object loaded, protected from then on."""
+        keeps one): that generation is the object loaded, protected from then on. Not
+        ``blocking``: nothing is noted when the lock is held (the final save on SIGTERM, whose
+        stopped thread may hold it)."""
         from .history.manifest import generation_uri
 
-        with self._lock.get():
+        held = self._lock.get()
+        if not held.acquire(blocking):
+            return
+        try:
             if not self._loaded_in_place:
                 return
             self._loaded_in_place = False
             if record.kept is not None:
                 self._loaded_kept.append(generation_uri(self._dest, record.kept))
+        finally:
+            held.release()
+
+    def _final_record(self) -> SaveRecord:
+        """What the final save on SIGTERM records (made in the handler's thread, which has the
+        task's context): no step or metrics (its function returns only what to save); warnings
+        kept for the handler to log (see :meth:`_final_save`)."""
+        record = self._record(None, None)
+        record.warnings = []
+        return record
+
+    def _final_save(
+        self, data: Data, turn: Turn, scope: Scope, record: SaveRecord, committed: Callable[[], None]
+    ) -> tuple[SaveFigures, float]:
+        """The final save on SIGTERM (:mod:`flyte_checkpoint.lifecycle.preemption`), in its worker
+        thread: the upload and then its manifest, as any save's (the replaced object kept as a
+        generation first when this checkpoint keeps them). Nothing is logged here (the thread
+        the signal stopped may hold a logging handler's lock): the warnings go to
+        ``record.warnings``, which the handler's thread logs. ``committed()`` is called once the
+        object is committed. No clean-up follows (the process is ending: the next save's, or
+        ``gc``, does it)."""
+        action = self._prepare(data, record)
+        if record.keeps_generations:
+            action = _keeping_generation(action, record)
+        result = self._transfer(action, turn, scope)
+        committed()
+        self._write_manifest(record)
+        self._note_loaded_kept(record, blocking=False)
+        return result
 
     # -- history (docs/history.md) ----------------------------------------------
 

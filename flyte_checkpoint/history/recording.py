@@ -169,6 +169,18 @@ class SaveRecord:
     size: int | None = None
     #: The generation kept before the commit (for the log and tests), if any.
     kept: int | None = None
+    #: Where the warnings of :func:`keep_generation` and :func:`record_save` go instead of the
+    #: log, when set: the final save on SIGTERM records in a worker thread while the thread the
+    #: signal stopped may hold a logging handler's lock, so its handler logs them once the
+    #: worker is done (``(format, args)`` pairs, as ``logger().warning`` takes them).
+    warnings: list[tuple[str, tuple[Any, ...]]] | None = None
+
+    def warn(self, message: str, *args: Any) -> None:
+        """Log a WARNING, or keep it in :attr:`warnings` when that is set."""
+        if self.warnings is not None:
+            self.warnings.append((message, args))
+        else:
+            logger().warning(message, *args)
 
     def start_try(self) -> Digest:
         """A fresh digest for one try of the upload (a retry starts over)."""
@@ -252,7 +264,7 @@ def keep_generation(store: BlobStore, record: SaveRecord) -> None:
             return
         if copied != m.size:
             store.delete(target)
-            logger().warning(
+            record.warn(
                 "%s changed while it was being kept as generation %d: not kept", redact(dest), m.generation
             )
             return
@@ -269,7 +281,7 @@ def keep_generation(store: BlobStore, record: SaveRecord) -> None:
     except NotFoundError:
         return
     except Exception as exc:
-        logger().warning(
+        record.warn(
             "could not keep the checkpoint at %s as an older generation before replacing it (%s: %s);"
             " the save goes on and replaces it",
             redact(dest),
@@ -309,7 +321,7 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
         )
         write_manifest(store, m)
     except Exception as exc:
-        logger().warning(
+        record.warn(
             "the checkpoint at %s was saved, but its manifest could not be written (%s: %s): it is"
             " listed by fc.history without step or metrics",
             redact(dest),

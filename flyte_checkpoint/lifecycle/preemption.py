@@ -339,6 +339,10 @@ def _import_what_a_save_needs(dest: str) -> None:
         "flyte_checkpoint.format.archive",
         "flyte_checkpoint.format.pipeline",
         "flyte_checkpoint.storage.stores.local",
+        "flyte_checkpoint.storage.kit.checksums",  # the manifest's digest and the manifest itself
+        "flyte_checkpoint.history.manifest",
+        "flyte_checkpoint.history.recording",
+        "flyte_checkpoint.lifecycle.runs",
     ):
         importlib.import_module(name)
     from ..storage.registry import store_for
@@ -607,6 +611,9 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
         # so it cannot commit its older state after this one either (before taking this
         # save's turn, which is taken by the same thread).
         drop_thread(dest, interrupted)
+    # What its manifest records, made here: the worker thread has not the task's context.
+    record = cp._final_record()
+    committed = threading.Event()
     turn = take(dest)
     try:
 
@@ -616,7 +623,7 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
                 if data is None:
                     result.append("skipped")
                     return
-                result.append(cp._transfer(cp._prepare(data), turn, scope))
+                result.append(cp._final_save(data, turn, scope, record, committed.set))
             except BaseException as exc:
                 result.append(exc)
             finally:
@@ -624,6 +631,16 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
 
         start_thread(work)
         if not _within(done, budget):
+            if committed.is_set():  # only its manifest is left (one listing and two writes)
+                _log_warnings(record.warnings)
+                logger().warning(
+                    "the final save to %s was committed, but its manifest was not written within the"
+                    " %.2g s left of the grace budget (%s): fc.history lists it without one",
+                    redact(dest),
+                    budget,
+                    GRACE_ENV,
+                )
+                return "done"
             scope.cancel()
             done.wait(ABORT_WAIT)
             raise TimeoutError(
@@ -633,12 +650,19 @@ def _save_within(cp: Checkpoint, fn: Saver, budget: float, interrupted: int | No
             )
     finally:
         turn.leave()
+    _log_warnings(record.warnings)
     if isinstance(result[0], BaseException):
         raise result[0]
     if isinstance(result[0], tuple):
         log_transfer("saved", dest, *result[0])
         return "done"
     return str(result[0])
+
+
+def _log_warnings(warnings: list[tuple[str, tuple[Any, ...]]] | None) -> None:
+    """Log what the final save's worker kept instead of logging (in the handler's thread)."""
+    for message, args in list(warnings or ()):
+        logger().warning(message, *args)
 
 
 __all__ = [
