@@ -617,6 +617,8 @@ class Checkpoint(BaseCheckpoint):
         scope: Scope,
         record: SaveRecord | None = None,
     ) -> None:
+        if record is not None:
+            action = _noting_version(action, record)
         if record is not None and record.keeps_generations:
             action = _keeping_generation(action, record)
         figures, seconds = self._transfer(action, turn, scope)
@@ -664,7 +666,7 @@ class Checkpoint(BaseCheckpoint):
         ``record.warnings``, which the handler's thread logs. ``committed()`` is called once the
         object is committed. No clean-up follows (the process is ending: the next save's, or
         ``gc``, does it)."""
-        action = self._prepare(data, record)
+        action = _noting_version(self._prepare(data, record), record)
         if record.keeps_generations:
             action = _keeping_generation(action, record)
         result = self._transfer(action, turn, scope)
@@ -1259,6 +1261,22 @@ def _digesting(writer: BlobWriter, record: SaveRecord | None) -> BlobWriter:
     from .history.recording import DigestingWriter
 
     return DigestingWriter(writer, record)  # type: ignore[return-value]
+
+
+def _noting_version(action: Callable[[], SaveFigures], record: SaveRecord) -> Callable[[], SaveFigures]:
+    """``action``, noting in ``record.version`` the version its commit to the destination gave
+    (each try anew), so that its manifest describes that object only (docs/history.md)."""
+
+    def run() -> SaveFigures:
+        from .storage.blobstore import noting_commits
+
+        record.version = None
+        with noting_commits() as seen:
+            figures = action()
+        record.version = seen.get(record.dest)
+        return figures
+
+    return run
 
 
 def _keeping_generation(action: Callable[[], SaveFigures], record: SaveRecord) -> Callable[[], SaveFigures]:

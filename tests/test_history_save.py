@@ -81,19 +81,23 @@ def test_bad_step_or_metrics_raise_before_anything_is_saved():
 def test_a_manifest_that_cannot_be_written_leaves_the_save_committed(caplog):
     dest = _dest()
     store = store_for(dest)
-    real = type(store).write_bytes
+    kind = type(store)
+    real, real_create = kind.write_bytes, kind.write_bytes_if_absent  # a manifest is created by the second
 
-    def refuse(self, uri, data):
-        if uri.startswith(sidecar(dest)):
-            raise fc.errors.CheckpointPermissionError(f"denied: {uri}")
-        return real(self, uri, data)
+    def refusing(method):
+        def refuse(self, uri, data):
+            if uri.startswith(sidecar(dest)):
+                raise fc.errors.CheckpointPermissionError(f"denied: {uri}")
+            return method(self, uri, data)
+
+        return refuse
 
     caplog.set_level("WARNING", logger="flyte_checkpoint")
-    type(store).write_bytes = refuse
+    kind.write_bytes, kind.write_bytes_if_absent = refusing(real), refusing(real_create)
     try:
         fc.Checkpoint(dest).save_sync(b"data", step=1)
     finally:
-        type(store).write_bytes = real
+        kind.write_bytes, kind.write_bytes_if_absent = real, real_create
     assert store.read_bytes(dest) == b"data"
     assert read_manifests(store, dest) == []
     assert any("manifest could not be written" in r.getMessage() for r in caplog.records)

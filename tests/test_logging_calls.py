@@ -351,7 +351,8 @@ _MARKER_READS = {"read_bytes", "stat", "list", "open_read", "list_details"}
 def _history(entry: tuple[Any, ...]) -> tuple[Any, ...]:
     """A write of a checkpoint's history (docs/history.md) without its bytes: a manifest holds
     the commit's time and the object's modification time, which differ from run to run."""
-    if entry[0] in ("write_bytes", "commit") and isinstance(entry[1], str) and ".fcp-history/" in entry[1]:
+    history_writes = ("write_bytes", "write_bytes_if_absent", "commit")  # a manifest is created by the second
+    if entry[0] in history_writes and isinstance(entry[1], str) and ".fcp-history/" in entry[1]:
         return (*entry[:2], "<history content>")
     return entry
 

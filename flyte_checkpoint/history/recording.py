@@ -21,6 +21,7 @@ from ..util.logs import logger
 from .manifest import (
     COMMITTED,
     Manifest,
+    _token,
     generation_uri,
     manifest_uri,
     parse_sidecar_name,
@@ -169,6 +170,10 @@ class SaveRecord:
     size: int | None = None
     #: The generation kept before the commit (for the log and tests), if any.
     kept: int | None = None
+    #: The store's version token of the object this save committed, where its commit gave it
+    #: (:func:`~flyte_checkpoint.storage.blobstore.noting_commits`): a listing that finds another
+    #: version found another saver's object, which this save's manifest must not describe.
+    version: str | None = None
     #: Where the warnings of :func:`keep_generation` and :func:`record_save` go instead of the
     #: log, when set: the final save on SIGTERM records in a worker thread while the thread the
     #: signal stopped may hold a logging handler's lock, so its handler logs them once the
@@ -299,6 +304,9 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
         info, side = _observe(store, dest, listed)
         if info is None:
             return None  # replaced meanwhile by a delete: nothing to describe
+        if not _is_ours(record, info):
+            logger().debug("%s was replaced by another save before its manifest: none written", redact(dest))
+            return None
         generation = _next_generation(dest, side)
         digest = record.digest
         if record.size is not None and info.size != record.size:
@@ -319,7 +327,10 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
             dest=dest,
             state=COMMITTED,
         )
-        write_manifest(store, m)
+        claimed = _claim(store, m, record, listed)
+        if claimed is None:
+            return None
+        m = claimed
     except Exception as exc:
         record.warn(
             "the checkpoint at %s was saved, but its manifest could not be written (%s: %s): it is"
@@ -334,6 +345,55 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
         _update_summary(store, dest, m, listed)
     except Exception as exc:  # the manifests are the truth: a history reads them instead
         logger().debug("could not update the summary of %s: %s", redact(dest), exc)
+    return m
+
+
+#: How many generations one save tries to claim before it gives up (each refusal means another
+#: saver of the destination took that generation between this save's listing and its create).
+CLAIM_TRIES = 64
+
+
+def _is_ours(record: SaveRecord, info: ObjectInfo) -> bool:
+    """Whether the object listed (``info``) can be the one this save committed: the same
+    version, where both the commit and the listing give one. Where either gives none it is
+    taken as this save's (a manifest of another size then records no digest: see
+    :func:`record_save`)."""
+    if record.version is not None and info.version is not None:
+        return _token(info.version) == _token(record.version)
+    return True
+
+
+def _claim(
+    store: BlobStore, m: Manifest, record: SaveRecord, listed: dict[str, ObjectInfo]
+) -> Manifest | None:
+    """Create ``m``'s manifest under a generation no other saver of its destination has: a
+    conditional create (:meth:`~flyte_checkpoint.storage.blobstore.BlobStore.write_bytes_if_absent`)
+    of ``m``'s generation, else of the next one after every generation listed then. The
+    manifest claimed, or None when this save's object is no longer at the destination (another
+    saver committed over it: its manifest, which describes what is there, is the newest).
+
+    Once claimed, the destination is listed again: a saver that committed after this save's
+    listing either claims a higher generation (it lists after this claim) or has replaced the
+    object, and then this manifest, which describes bytes no longer stored, is withdrawn. So
+    the highest generation that names the destination describes the object there (on a store
+    whose :attr:`~flyte_checkpoint.storage.blobstore.BlobStore.creates_atomically` is True)."""
+    dest = m.object
+    for _ in range(CLAIM_TRIES):
+        if store.write_bytes_if_absent(m.uri, m.to_json().encode()):
+            break
+        listed.clear()  # another saver took this generation: look again
+        info, side = _observe(store, dest, listed)
+        if info is None or not m.matches(info) or not _is_ours(record, info):
+            logger().debug("%s was replaced by another save before its manifest", redact(dest))
+            return None
+        m = replace(m, generation=max(m.generation + 1, _next_generation(dest, side)))
+    else:
+        raise RuntimeError(f"{CLAIM_TRIES} generations in a row were taken by other savers of {redact(dest)}")
+    now = next((i for i in store.list_details(dest, recursive=False) if i.uri == dest), None)
+    if now is None or not m.matches(now):
+        store.delete(m.uri)  # another save committed over this one meanwhile: its manifest wins
+        logger().debug("%s was replaced by another save after its manifest: withdrawn", redact(dest))
+        return None
     return m
 
 

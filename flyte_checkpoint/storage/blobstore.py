@@ -31,7 +31,8 @@ Capabilities a store declares (class or instance attributes; the defaults are th
 class's): :attr:`BlobStore.part_size`, :attr:`BlobStore.supports_ranges`,
 :attr:`BlobStore.supports_list`, :attr:`BlobStore.supports_list_details`,
 :attr:`BlobStore.copy_limits`, :attr:`BlobStore.read_range_size`,
-:attr:`BlobStore.replaces_atomically` and :attr:`BlobStore.supports_pinned_reads`. The
+:attr:`BlobStore.replaces_atomically`, :attr:`BlobStore.creates_atomically` and
+:attr:`BlobStore.supports_pinned_reads`. The
 conformance suites read them (:mod:`flyte_checkpoint.testing`): the fault tests size an
 interrupted save from ``part_size``, and the size tests test around ``part_size`` and
 ``read_range_size``.
@@ -98,6 +99,7 @@ file system; GCS has none: ``compose`` and ``rewrite`` take whole objects). The 
 from __future__ import annotations
 
 import abc
+import contextlib
 import io
 import os
 import shutil
@@ -276,6 +278,23 @@ class CopyDamage:
             raise copy_damaged(found, dest)
 
 
+_commits = threading.local()
+
+
+@contextlib.contextmanager
+def noting_commits() -> Iterator[dict[str, str | None]]:
+    """The objects writers commit in this thread meanwhile (any store, through any of its
+    methods that commit with a :class:`BlobWriter`): URI -> :attr:`BlobWriter.committed_version`
+    (None where the store's commit does not give it). Nested uses each see their own."""
+    previous = getattr(_commits, "seen", None)
+    seen: dict[str, str | None] = {}
+    _commits.seen = seen
+    try:
+        yield seen
+    finally:
+        _commits.seen = previous
+
+
 class BlobWriter(abc.ABC):
     """A streaming write of one object.
 
@@ -304,6 +323,12 @@ class BlobWriter(abc.ABC):
         self.bytes_copied = 0
         #: What the checks of copies given an ``expect`` found damaged (see :meth:`_copy`).
         self.copy_damage = CopyDamage()
+        #: Set by ``_commit`` where the commit's answer gives it: the store's version token of
+        #: the object committed, as its listing gives it (:attr:`ObjectInfo.version`: an S3 or
+        #: Azure ETag, a GCS generation, a local file's inode and times). None: not known. The checkpoint history
+        #: tells by it whether the object a listing finds is this writer's
+        #: (:func:`noting_commits`).
+        self.committed_version: str | None = None
 
     @property
     def closed(self) -> bool:
@@ -382,6 +407,9 @@ class BlobWriter(abc.ABC):
                     pass
             raise
         self._state = "committed"
+        seen = getattr(_commits, "seen", None)
+        if seen is not None:
+            seen[self.uri] = self.committed_version
 
     def abort(self) -> None:
         """Discard everything written. Idempotent; after a commit it does nothing."""
@@ -468,6 +496,11 @@ class BlobStore(abc.ABC):
     #: the destination first, as WebDAV's MOVE may): a reader may then find no object for a
     #: moment, so a load at that moment returns "no checkpoint" (the backend's README says so).
     replaces_atomically: ClassVar[bool] = True
+    #: :meth:`write_bytes_if_absent` is one conditional request: of two writers creating one
+    #: object at once, exactly one creates it (S3's ``If-None-Match: *``, a local hard link, the
+    #: memory store's lock). False: the default, a ``stat`` and then a write, which two writers
+    #: racing may both pass (the checkpoint history then numbers their manifests alike).
+    creates_atomically: ClassVar[bool] = False
 
     @abc.abstractmethod
     def open_read(self, uri: str) -> BinaryIO:
@@ -592,6 +625,22 @@ class BlobStore(abc.ABC):
         """Store ``data`` as the object at ``uri``, atomically."""
         with self.open_write(uri) as w:
             w.write(data)
+
+    def write_bytes_if_absent(self, uri: str, data: bytes) -> bool:
+        """Store ``data`` as the object at ``uri`` only if no object is there (a conditional
+        create, as :meth:`write_bytes` otherwise): True if this call created it, False if an
+        object was there (nothing is written). The checkpoint history numbers each save's
+        manifest with it, so that two savers of one destination never share a generation.
+
+        The default is a :meth:`stat`, then :meth:`write_bytes`: two writers racing may both
+        find the object absent and both write. A store whose server creates conditionally
+        overrides it and sets :attr:`creates_atomically` (S3's and Azure's ``If-None-Match: *``,
+        a local hard link, the memory store's lock; GCS's ``ifGenerationMatch=0`` would do).
+        """
+        if self.stat(uri) is not None:
+            return False
+        self.write_bytes(uri, data)
+        return True
 
     def delete_many(self, uris: Iterable[str]) -> None:
         """Remove every object of ``uris``; an absent one is not an error. Every object is

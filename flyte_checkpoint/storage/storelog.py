@@ -296,6 +296,7 @@ class _LoggedWriter(BlobWriter):
     def _commit(self) -> None:
         try:
             self._inner.close()
+            self.committed_version = self._inner.committed_version
         except BaseException as exc:
             log.debug("%s commit of %s raised %s", self._store_name, redact(self.uri), type(exc).__name__)
             raise

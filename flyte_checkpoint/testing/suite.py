@@ -348,6 +348,46 @@ class BlobStoreSuite(SizeTests, ListingTests, DeleteManyTests, OverwriteTests):
         )
         assert store.stat(absent) is None, "promise broken: copy_object of an absent object writes nothing"
 
+    def test_write_bytes_if_absent(self, store: BlobStore, root: str) -> None:
+        """``write_bytes_if_absent`` (optional, with a default; the checkpoint history numbers
+        manifests with it): creates an absent object and returns True; over an existing one
+        writes nothing and returns False. Where ``creates_atomically`` is declared, of writers
+        creating one object at once exactly one gets True, and the object is its bytes (counted
+        over rounds of racing threads released together: no timing)."""
+        uri = join(root, "create-once")
+        assert store.write_bytes_if_absent(uri, b"first") is True, (
+            "promise broken: write_bytes_if_absent of an absent object returns True"
+        )
+        assert store.write_bytes_if_absent(uri, b"second!") is False, (
+            "promise broken: write_bytes_if_absent over an existing object returns False"
+        )
+        assert store.read_bytes(uri) == b"first", "promise broken: a refused create writes nothing"
+        if not store.creates_atomically:
+            return
+        writers, rounds = 4, 3
+        for n in range(rounds):
+            target = join(root, f"create-race-{n}")
+            start = threading.Barrier(writers)
+            won: list[int] = []
+
+            def create(
+                i: int, target: str = target, start: threading.Barrier = start, won: list[int] = won
+            ) -> None:
+                start.wait()
+                if store.write_bytes_if_absent(target, f"writer {i}".encode()):
+                    won.append(i)
+
+            threads = [threading.Thread(target=create, args=(i,)) for i in range(writers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(won) == 1, (
+                f"promise broken (creates_atomically): {len(won)} of {writers} racing creates of one"
+                " object returned True; exactly one may"
+            )
+            assert store.read_bytes(target) == f"writer {won[0]}".encode()
+
     def test_upload_and_download_file(self, store: BlobStore, root: str, tmp_path: Path) -> None:
         src = tmp_path / "src.bin"
         payload = _data(3 * 1024 * 1024 + 5)

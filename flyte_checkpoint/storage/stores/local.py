@@ -82,9 +82,14 @@ def _file_info(path: str) -> ObjectInfo | None:
         raise _map_os_error(exc, Path(path), "read") from exc
     if not stat.S_ISREG(st.st_mode):
         return None
-    # the version a manifest compares: a replacement renamed into place is another inode
-    version = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+    version = _listed_version(st)
     return ObjectInfo(path, st.st_size, datetime.fromtimestamp(st.st_mtime, timezone.utc), version=version)
+
+
+def _listed_version(st: os.stat_result) -> str:
+    """The version a listing gives and a manifest compares: a replacement renamed into place
+    is another inode (a writer's commit gives the same of the file it renames)."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
@@ -221,10 +226,17 @@ def _release(fd: int) -> None:
         os.close(fd)
 
 
+class _NoLinks(Exception):
+    """The file system makes no hard links (an exclusive create falls back to a check)."""
+
+
 class _LocalWriter(BlobWriter):
-    def __init__(self, uri: str, target: Path) -> None:
+    def __init__(self, uri: str, target: Path, *, exclusive: bool = False) -> None:
         super().__init__(uri)
         self._target = target
+        #: Commit only if no file is at the target (``created`` says whether it did).
+        self._exclusive = exclusive
+        self.created = False
         self._unsynced = 0
         self._flusher: threading.Thread | None = None
         self._file: BinaryIO | None = None
@@ -354,7 +366,11 @@ class _LocalWriter(BlobWriter):
             self.copy_damage.raise_found(self.uri)
             self._file.close()
             os.chmod(self._tmp, 0o666 & ~umask())
-            replace_object(self._tmp, self._target)
+            self.committed_version = _listed_version(os.stat(self._tmp))  # a rename keeps them
+            if self._exclusive:
+                self.created = _link_new(self._tmp, self._target)
+            else:
+                replace_object(self._tmp, self._target)
         except OSError as exc:
             raise _map_os_error(exc, self._target, "write") from exc
         fsync_dir(self._target.parent)
@@ -367,6 +383,26 @@ class _LocalWriter(BlobWriter):
         if self._file is not None:
             self._file.close()
         self._tmp.unlink(missing_ok=True)
+
+
+def _link_new(tmp: Path, target: Path) -> bool:
+    """Give ``tmp`` the name ``target`` if no file has it (a hard link, then ``tmp`` removed):
+    whether it did.
+
+    Raises:
+        _NoLinks: the file system makes no hard links.
+    """
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
+            raise _NoLinks(str(exc)) from exc
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 def _sweep_stale_tmp(folder: Path) -> None:
@@ -527,6 +563,7 @@ class LocalStore(BlobStore):
     supports_ranges = True
     supports_list_details = True  # sizes and times from os.scandir
     supports_pinned_reads = True  # the file opened at the pin is read, whatever is renamed over it
+    creates_atomically = True  # a hard link to a new name fails if the name exists
     # copy_file_range: any length, in the kernel; on XFS and btrfs whole blocks between offsets
     # that are multiples of the block size (4096 by default) are shared, not copied
     copy_limits = CopyLimits(align=4096)
@@ -541,6 +578,18 @@ class LocalStore(BlobStore):
 
     def open_write(self, uri: str) -> BlobWriter:
         return _LocalWriter(uri, local_path(uri))
+
+    def write_bytes_if_absent(self, uri: str, data: bytes) -> bool:
+        """Write a temporary file beside the object as a commit does, then hard-link it to the
+        object's name, which fails if a file is there: the object appears whole, or not at all.
+        A file system without hard links falls back to the default (a check, then a write)."""
+        writer = _LocalWriter(uri, local_path(uri), exclusive=True)
+        try:
+            with writer:
+                writer.write(data)
+        except _NoLinks:
+            return super().write_bytes_if_absent(uri, data)
+        return writer.created
 
     def stat(self, uri: str) -> int | None:
         path = local_path(uri)

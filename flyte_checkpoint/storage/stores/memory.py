@@ -54,6 +54,7 @@ class _MemoryWriter(BlobWriter):
             _modified[self.uri] = datetime.now(timezone.utc)
             _next_version[0] += 1
             _versions[self.uri] = _next_version[0]
+            self.committed_version = str(_next_version[0])  # as its listing gives it
         self._buf = io.BytesIO()
 
     def _abort(self) -> None:
@@ -84,6 +85,7 @@ class MemoryStore(BlobStore):
     supports_ranges = True
     supports_list_details = True
     supports_pinned_reads = True
+    creates_atomically = True  # under the store's lock
     copy_limits = CopyLimits()  # a copy takes the bytes in memory: no minimum, no maximum
     # part_size stays None: a writer holds the whole object until its commit.
 
@@ -92,6 +94,17 @@ class MemoryStore(BlobStore):
 
     def open_write(self, uri: str) -> BlobWriter:
         return _MemoryWriter(uri)
+
+    def write_bytes_if_absent(self, uri: str, data: bytes) -> bool:
+        """Create the object under the store's lock, unless one is there."""
+        with _lock.get():
+            if uri in _objects:
+                return False
+            _objects[uri] = bytes(data)
+            _modified[uri] = datetime.now(timezone.utc)
+            _next_version[0] += 1
+            _versions[uri] = _next_version[0]
+        return True
 
     def stat(self, uri: str) -> int | None:
         with _lock.get():

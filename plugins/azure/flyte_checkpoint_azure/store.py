@@ -50,6 +50,8 @@ class AzureStore(BlobStore):
     supports_pinned_reads = True
     #: ``Put Block From URL`` (incremental saves), within Azure's block rules: :mod:`.copies`.
     copy_limits = copies.LIMITS
+    #: ``Put Blob`` with ``If-None-Match: *`` (:meth:`write_bytes_if_absent`).
+    creates_atomically = True
 
     def __init__(self, config: AzureConfig | None = None, **settings: Any) -> None:
         if config is not None and settings:
@@ -74,6 +76,20 @@ class AzureStore(BlobStore):
 
     def open_write(self, uri: str) -> BlobWriter:
         return AzureWriter(self, self.client.blob(parse(uri)), uri)
+
+    def write_bytes_if_absent(self, uri: str, data: bytes) -> bool:
+        """``Put Blob`` with ``If-None-Match: *`` (``overwrite=False``): refused (409
+        ``BlobAlreadyExists``, or 412 for one of concurrent creates) when the blob exists, and
+        then nothing is written and this returns False."""
+        blob = self.client.blob(parse(uri))
+        try:
+            blob.upload_blob(bytes(data), length=len(data), overwrite=False, max_concurrency=1)
+        except Exception as exc:
+            status = status_of(exc)
+            if status == 412 or (status == 409 and error_code(exc) == "BlobAlreadyExists"):
+                return False
+            raise self.map_error(exc, uri, "write") from exc
+        return True
 
     def stat(self, uri: str) -> int | None:
         blob = self.client.blob(parse(uri))

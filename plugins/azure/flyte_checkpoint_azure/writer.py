@@ -73,13 +73,14 @@ class AzureWriter(PartWriter):
 
     def _put_whole(self, data: bytes | bytearray) -> None:
         try:
-            self._blob.upload_blob(
+            done = self._blob.upload_blob(
                 bytes(data),
                 length=len(data),
                 overwrite=True,
                 validate_content=self._md5 is not None,
                 max_concurrency=1,
             )
+            self.committed_version = _etag(done)
         except Exception as exc:
             raise self._store.map_error(exc, self.uri, "write")
 
@@ -114,6 +115,13 @@ class AzureWriter(PartWriter):
         # index each file's SHA-256, which loads check).
         md5 = None if self._copied else self._md5
         try:
-            self._blob.commit_block_list(results, content_settings=integrity.content_settings(md5))
+            done = self._blob.commit_block_list(results, content_settings=integrity.content_settings(md5))
+            self.committed_version = _etag(done)
         except Exception as exc:
             raise self._store.map_error(exc, self.uri, "commit the uploaded blocks of")
+
+
+def _etag(answer: Any) -> str | None:
+    """The ETag of a commit's answer (the listing's version of the blob), if it gives one."""
+    etag = answer.get("etag") if isinstance(answer, dict) else None
+    return etag if isinstance(etag, str) else None

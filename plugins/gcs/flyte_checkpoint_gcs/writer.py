@@ -234,6 +234,7 @@ class GCSWriter(PartWriter):
             )
         if result.get("generation") is not None:
             self.generation = int(result["generation"])
+            self.committed_version = str(self.generation)  # the listing's version of the object
 
     def _remove_damaged(self, generation: Any) -> None:
         try:

@@ -19,12 +19,14 @@ from flyte_checkpoint.storage.kit import StorePool, download_to_file
 from . import copies, integrity
 from .client import S3Client
 from .config import S3Config
-from .errors import KEY_MISSING_CODES, container_missing, map_error
+from .errors import KEY_MISSING_CODES, container_missing, error_code, map_error
 from .reader import S3Pinned, fetch, open_reader
 from .uris import parse
 from .writer import S3Writer
 
 T = TypeVar("T")
+#: What S3 answers a conditional create of a key that exists, or that another create is making.
+_CREATE_REFUSED = {"PreconditionFailed", "412", "ConditionalRequestConflict", "409"}
 
 
 class S3Store(BlobStore):
@@ -46,6 +48,8 @@ class S3Store(BlobStore):
     supports_pinned_reads = True
     #: ``UploadPartCopy`` (incremental saves), within S3's part rules: :mod:`.copies`.
     copy_limits = copies.LIMITS
+    #: ``If-None-Match: *`` on ``PutObject`` (:meth:`write_bytes_if_absent`).
+    creates_atomically = True
 
     def __init__(self, config: S3Config | None = None, **settings: Any) -> None:
         if config is not None and settings:
@@ -118,6 +122,23 @@ class S3Store(BlobStore):
     def copy_source(self, uri: str) -> CopySource | None:
         """Size and ETag (``HEAD``); a copy of its ranges checks the ETag (:mod:`.copies`)."""
         return copies.describe(self, uri)
+
+    def write_bytes_if_absent(self, uri: str, data: bytes) -> bool:
+        """``PutObject`` with ``If-None-Match: *``: S3 refuses it (412 ``PreconditionFailed``)
+        when the key exists, and all but one of concurrent creates of a key (412, or 409
+        ``ConditionalRequestConflict``): nothing is written then, and this returns False. A
+        server that ignores the header (some S3-compatible ones) writes anyway."""
+        loc = parse(uri)
+        args: dict[str, Any] = {"Bucket": loc.bucket, "Key": loc.key, "Body": data, "IfNoneMatch": "*"}
+        if self.crc is not None:
+            args.update(integrity.request_args(self.crc, self.crc.compute(data)))
+        try:
+            self.client.get().put_object(**args)
+        except Exception as exc:
+            if error_code(exc) in _CREATE_REFUSED:
+                return False
+            raise self.map_error(exc, uri, "write") from exc
+        return True
 
     def delete(self, uri: str) -> None:
         loc = parse(uri)

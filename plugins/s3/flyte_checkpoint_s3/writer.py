@@ -64,7 +64,8 @@ class S3Writer(PartWriter):
         args = self._args(Body=data)
         if self._crc is not None:
             args.update(integrity.request_args(self._crc, self._crc.compute(data)))
-        self._store.call(lambda: self._store.client.get().put_object(**args), self.uri, "write")
+        resp = self._store.call(lambda: self._store.client.get().put_object(**args), self.uri, "write")
+        self.committed_version = _etag(resp)
 
     def _start(self) -> None:
         args = self._args()
@@ -123,11 +124,12 @@ class S3Writer(PartWriter):
             # A server that gives no CRC for a copied part: S3 keeps its own checksum, unchecked.
             if self._full_object and all(value is not None for _, value, _ in results):
                 args[integrity.field(self._crc)] = self._crc.encode(self._whole(results))
-        self._store.call(
+        resp = self._store.call(
             lambda: self._store.client.get().complete_multipart_upload(**args),
             self.uri,
             "complete the upload of",
         )
+        self.committed_version = _etag(resp)
 
     def _cancel(self) -> None:
         """Abort the upload, a few tries; if it still fails, log its id (a bucket lifecycle rule
@@ -168,3 +170,9 @@ class S3Writer(PartWriter):
         for number, (_, value, size) in enumerate(results):
             whole = self._crc.combine(whole, value, size) if number else value
         return whole
+
+
+def _etag(resp: Any) -> str | None:
+    """The ETag of a commit's answer, as the listing gives it (None if it has none)."""
+    etag = resp.get("ETag") if isinstance(resp, dict) else None
+    return etag if isinstance(etag, str) else None
