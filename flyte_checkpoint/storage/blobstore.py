@@ -325,8 +325,8 @@ class BlobWriter(abc.ABC):
         self.copy_damage = CopyDamage()
         #: Set by ``_commit`` where the commit's answer gives it: the store's version token of
         #: the object committed, as its listing gives it (:attr:`ObjectInfo.version`: an S3 or
-        #: Azure ETag, a GCS generation, a local file's inode and times). None: not known. The checkpoint history
-        #: tells by it whether the object a listing finds is this writer's
+        #: Azure ETag, a GCS generation, a local file's inode and times). None: not known. The
+        #: checkpoint history tells by it whether the object a listing finds is this writer's
         #: (:func:`noting_commits`).
         self.committed_version: str | None = None
 
