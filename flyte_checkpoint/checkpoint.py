@@ -160,8 +160,10 @@ class Checkpoint(BaseCheckpoint):
         self._last_save: tuple[SaveFigures, float] | None = None
         #: Retention clean-ups run after commits, off the caller's thread (docs/retention.md).
         self._janitor: PerProcess[Janitor] = PerProcess(lambda: _new_janitor(self._dest))
-        #: What a later save's manifest names as ``made_from``: the checkpoint loaded, if any.
+        #: What a later save's manifest names as ``made_from``: the checkpoint loaded, if any,
+        #: and its digest where the load knew it (a fallback load, from its manifest).
         self._loaded_from: str | None = None
+        self._loaded_digest: str | None = None
         #: Resuming in place (the object loaded is the destination): the next save keeps the
         #: loaded bytes as a generation, which stays protected as the object loaded was.
         self._loaded_in_place = False
@@ -315,9 +317,10 @@ class Checkpoint(BaseCheckpoint):
                 started = time.monotonic()
                 download = self._download if names is None else lambda: self._download_members(names, view)
                 loaded_from: str | None = self._src
+                digest: str | None = None  # of the object loaded, where the load knew it
                 with using(scope):
                     if fallback:
-                        result, loaded_from = self._load_with_fallback(scope)
+                        result, loaded_from, digest = self._load_with_fallback(scope)
                     elif view is not None:
                         result = download()
                     else:
@@ -333,6 +336,7 @@ class Checkpoint(BaseCheckpoint):
             with self._lock.get():
                 if result[0] is not None:
                     self._loaded_from = loaded_from
+                    self._loaded_digest = digest
                     self._loaded_in_place = loaded_from == self._dest
                 if names is None:
                     self._loaded = (result[0],)
@@ -485,9 +489,10 @@ class Checkpoint(BaseCheckpoint):
         with read_pinned(store_for(src), src) as view:
             yield view if view is not None and view.size else None
 
-    def _load_with_fallback(self, scope: Scope) -> tuple[tuple[Path | None, int], str | None]:
+    def _load_with_fallback(self, scope: Scope) -> tuple[tuple[Path | None, int], str | None, str | None]:
         """``load(fallback=True)``: the previous checkpoint, else the newest older one in its
-        history that loads (docs/history.md); the result and the URI it came from."""
+        history that loads (docs/history.md); the result, the URI it came from, and the digest
+        its manifest records (None without one)."""
         import functools
 
         from .history.fallback import candidates, check_payload, skipped_all
@@ -517,14 +522,14 @@ class Checkpoint(BaseCheckpoint):
                                 redact(self._src),
                                 len(skipped),
                             )
-                        return result, uri
+                        return result, uri, (entry.digest if entry is not None else None)
                     why = problem
             logger().warning("fallback load: skipping %s: %s", redact(uri), why)
             skipped.append((uri, why))
         error = skipped_all(self._src, skipped)
         if error is not None:
             raise error
-        return (None, 0), None
+        return (None, 0), None, None
 
     def _download(self, src: str | None = None) -> tuple[Path | None, int]:
         import secrets
@@ -688,6 +693,8 @@ class Checkpoint(BaseCheckpoint):
 
         run, attempt = identity(self._dest)
         loaded = self._loaded_from
+        if loaded is not None and self._loaded_digest:
+            loaded = f"{loaded}#{self._loaded_digest}"  # made_from: "<uri>#crc32:<hex>"
         return SaveRecord(
             self._dest,
             step=check_step(step),

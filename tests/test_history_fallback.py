@@ -126,3 +126,26 @@ def test_a_listing_that_fails_raises(tmp_path, keep, monkeypatch):
     monkeypatch.setattr(memory.MemoryStore, "list_details", refuse)
     with pytest.raises(CheckpointPermissionError):
         _load(keep, tmp_path, dest, fallback=True)
+
+
+def test_a_save_after_a_fallback_load_records_what_it_was_made_from_with_its_digest(tmp_path, keep):
+    """made_from names the object a fallback load took and, from its manifest, its digest
+    (``<uri>#crc32:<hex>``); after a plain load (no manifest read) the URI alone."""
+    import zlib
+
+    from flyte_checkpoint.history.manifest import generation_uri
+
+    src = str(tmp_path / "s/0/ckpt")
+    _saves(src)
+    _rot_file(src)
+    after = fc.Checkpoint(str(tmp_path / "s/1/ckpt"), src)
+    keep.append(after)
+    assert after.load_sync(fallback=True).read_bytes() == b"payload 1"
+    after.save_sync(b"payload 3", step=3)
+    made = fc.history(after.remote_destination)[0].manifest.made_from
+    assert made == f"{generation_uri(src, 1)}#crc32:{zlib.crc32(b'payload 1'):08x}"
+    plain = fc.Checkpoint(str(tmp_path / "s/2/ckpt"), after.remote_destination)
+    keep.append(plain)
+    assert plain.load_sync().read_bytes() == b"payload 3"
+    plain.save_sync(b"payload 4", step=4)
+    assert fc.history(plain.remote_destination)[0].manifest.made_from == after.remote_destination

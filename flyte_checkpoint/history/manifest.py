@@ -70,8 +70,9 @@ class Manifest:
             file's inode and times), or None where the store gives none cheaply.
         modified: the object's modification time as the store's listing gives it (ISO 8601),
             so that a listing tells whether the object is still this one; None if unknown.
-        made_from: ``"<uri>#<digest>"`` of the object this one was made from (the checkpoint
-            loaded, or the incremental save's base), else None.
+        made_from: the checkpoint this attempt loaded: ``"<uri>#<digest>"`` where the load
+            knew its digest (a fallback load, from its manifest), else ``"<uri>"``; None when
+            nothing was loaded. (An incremental save's base is not recorded here.)
         object: the URI of the bytes: the destination itself, or a kept generation's copy.
         dest: the destination the object was saved to (``X``, whose sidecar this is).
         state: :data:`COMMITTED`, or :data:`DELETING` once a clean-up began removing it.
