@@ -245,3 +245,29 @@ def test_two_processes_saving_to_one_destination(where, first):
     [newest, *_] = fc.history(dest)
     assert (newest.uri, newest.generation, newest.step) == (dest, 1, 2)
     assert newest.digest == f"crc32:{zlib.crc32(b'state of B'):08x}"
+
+
+def test_a_save_whose_every_create_is_refused_gives_up_with_a_warning(caplog):
+    """Every create refused (other savers taking each generation first): after CLAIM_TRIES
+    tries the save gives up, with a WARNING naming the destination; the checkpoint stays."""
+    from flyte_checkpoint.history import recording
+
+    dest = f"memory://race-refused-{id(caplog)}/0/ckpt"
+    store = store_for(dest)
+    store.write_bytes(dest, b"committed")
+
+    class Refusing(Held):
+        def write_bytes_if_absent(self, uri: str, data: bytes) -> bool:
+            self.creates.append((uri.rsplit("/", 1)[-1], False))
+            return False
+
+    refusing = Refusing(store)
+    caplog.set_level("WARNING", logger="flyte_checkpoint")
+    assert record_save(refusing, SaveRecord(dest, step=1)) is None  # type: ignore[arg-type]
+    assert len(refusing.creates) == recording.CLAIM_TRIES
+    assert [c[0] for c in refusing.creates[:2]] == ["g00000000.json", "g00000001.json"]
+    assert any(
+        "manifest could not be written" in r.getMessage() and "different destinations" in r.getMessage()
+        for r in caplog.records
+    )
+    assert store.read_bytes(dest) == b"committed"

@@ -388,7 +388,12 @@ def _claim(
             return None
         m = replace(m, generation=max(m.generation + 1, _next_generation(dest, side)))
     else:
-        raise RuntimeError(f"{CLAIM_TRIES} generations in a row were taken by other savers of {redact(dest)}")
+        from ..errors import StoreError
+
+        raise StoreError(
+            f"{CLAIM_TRIES} generations in a row were taken by other savers of {redact(dest)}: give"
+            " concurrent savers different destinations"
+        )
     now = next((i for i in store.list_details(dest, recursive=False) if i.uri == dest), None)
     if now is None or not m.matches(now):
         store.delete(m.uri)  # another save committed over this one meanwhile: its manifest wins
