@@ -13,6 +13,7 @@ and registered a final save. The test acts on the lines the child prints, never 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint.lifecycle import preemption
 from tests.childlines import Child
+from tests.test_preemption import info_handler, previous_handler  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 FINAL = b"the final state"
@@ -119,3 +121,49 @@ def test_the_final_save_on_sigterm_writes_its_manifest_and_the_process_goes_on(s
     code, output = child.end()
     assert code == 0, output
     assert "saved, but its manifest could not be written" not in output
+
+
+def test_a_manifest_the_final_save_cannot_write_is_warned_by_the_handler_not_its_worker(
+    previous_handler,  # noqa: F811
+    info_handler,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The main thread stopped by SIGTERM holds the logging handler's lock (it was writing a
+    record): the final save's worker logs nothing, so it does not wait for that lock; the
+    manifest it could not write is warned about by the handler's thread once the worker is
+    done, and the save is done (committed)."""
+    from flyte_checkpoint.storage.stores.local import LocalStore
+    from tests.test_preemption import HANG, join_final_save_threads
+
+    monkeypatch.setenv(preemption.GRACE_ENV, str(HANG))  # a deadlock fails the test, late
+    dest = str(tmp_path / "run" / "0" / "ckpt")
+    cp = fc.Checkpoint(dest)
+    cp.save_sync(b"step 1", step=1)
+    cp.on_terminate(lambda: FINAL)
+
+    def refuse(self, uri, data):
+        raise fc.errors.CheckpointPermissionError(f"denied: {uri}")
+
+    monkeypatch.setattr(LocalStore, "write_bytes_if_absent", refuse)
+    threads: list[tuple[str, str]] = []  # (thread, message) of every record, after info_handler's
+
+    class Threads(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            threads.append((record.threadName or "", record.getMessage()))
+
+    log = logging.getLogger("flyte_checkpoint")
+    log.addHandler(seen := Threads(logging.INFO))
+    try:
+        with info_handler.lock:
+            signal.raise_signal(signal.SIGTERM)
+        join_final_save_threads()
+    finally:
+        log.removeHandler(seen)
+    assert [t for t, m in threads if "manifest could not be written" in m] == ["MainThread"]
+    [outcome] = preemption._state.outcomes
+    assert outcome.status == "done", outcome
+    assert Path(dest).read_bytes() == FINAL
+    warned = [m for m in info_handler.messages if "manifest could not be written" in m]
+    assert len(warned) == 1 and "denied" in warned[0], info_handler.messages
+    assert not fc.history(dest)[0].has_manifest  # listed, without one
