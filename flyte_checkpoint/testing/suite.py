@@ -383,10 +383,12 @@ class BlobStoreSuite(SizeTests, ListingTests, DeleteManyTests, OverwriteTests):
             for t in threads:
                 t.join()
             assert len(won) == 1, (
-                f"promise broken (creates_atomically): {len(won)} of {writers} racing creates of one"
-                " object returned True; exactly one may"
+                f"promise broken: creates_atomically is declared, but {len(won)} of {writers} racing"
+                " creates of one object returned True; exactly one may"
             )
-            assert store.read_bytes(target) == f"writer {won[0]}".encode()
+            assert store.read_bytes(target) == f"writer {won[0]}".encode(), (
+                "promise broken: the object a racing create made holds another writer's bytes"
+            )
 
     def test_upload_and_download_file(self, store: BlobStore, root: str, tmp_path: Path) -> None:
         src = tmp_path / "src.bin"
