@@ -174,6 +174,11 @@ REASONS: dict[str, dict[str, tuple[str, ...]]] = {
         "integrity:block_headers": ("azure",),
         "integrity:content_settings": ("azure",),
     },
+    "a conditional create of a manifest (docs/history.md, several savers of one destination): "
+    "S3 and Azure send If-None-Match: *; GCS keeps the core's default (a check, then a write): "
+    "its uploads do not send ifGenerationMatch=0 yet": {
+        "store:{Cloud}Store.write_bytes_if_absent": ("s3", "azure"),
+    },
     "only S3 tries its abort more than once: the parts of an incomplete multipart upload stay "
     "stored, and billed, until it is aborted or a lifecycle rule removes it; a GCS session "
     "expires by itself (GCS cancels it once, best effort) and Azure's uncommitted blocks are "
