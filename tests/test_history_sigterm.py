@@ -167,3 +167,44 @@ def test_a_manifest_the_final_save_cannot_write_is_warned_by_the_handler_not_its
     warned = [m for m in info_handler.messages if "manifest could not be written" in m]
     assert len(warned) == 1 and "denied" in warned[0], info_handler.messages
     assert not fc.history(dest)[0].has_manifest  # listed, without one
+
+
+def test_a_budget_spent_after_the_final_commit_reports_the_save_done(
+    previous_handler,  # noqa: F811
+    info_handler,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The budget runs out while the final save writes its manifest (held here by events): the
+    object is committed, so the save is reported done (not aborted, "nothing committed"), with
+    a WARNING that its manifest was not written in time."""
+    import threading
+
+    from tests.test_preemption import HANG, join_final_save_threads
+
+    dest = str(tmp_path / "run" / "0" / "ckpt")
+    cp = fc.Checkpoint(dest)
+    cp.save_sync(b"step 1", step=1)
+    cp.on_terminate(lambda: FINAL)
+    writing, go = threading.Event(), threading.Event()
+    real = fc.Checkpoint._write_manifest
+
+    def held(self, record):
+        writing.set()  # committed: the manifest is next
+        assert go.wait(HANG)
+        return real(self, record)
+
+    def spent(done, budget):  # the budget runs out once the worker is at its manifest
+        assert writing.wait(HANG)
+        return False
+
+    monkeypatch.setattr(fc.Checkpoint, "_write_manifest", held)
+    monkeypatch.setattr(preemption, "_within", spent)
+    signal.raise_signal(signal.SIGTERM)
+    [outcome] = preemption._state.outcomes
+    assert outcome.status == "done", outcome
+    assert any("committed, but its manifest was not written" in m for m in info_handler.messages)
+    assert Path(dest).read_bytes() == FINAL
+    go.set()
+    join_final_save_threads()
+    assert fc.history(dest)[0].has_manifest  # written once let go
