@@ -653,6 +653,12 @@ class Checkpoint(BaseCheckpoint):
         finally:
             held.release()
 
+    def _import_what_a_manifest_needs(self) -> None:
+        """Import now what the final save on SIGTERM records its manifest with (see
+        :func:`flyte_checkpoint.lifecycle.preemption._import_what_a_save_needs`: the thread the
+        signal stops may be inside one of these imports)."""
+        from .history import manifest, recording  # noqa: F401
+
     def _final_record(self) -> SaveRecord:
         """What the final save on SIGTERM records (made in the handler's thread, which has the
         task's context): no step or metrics (its function returns only what to save); warnings

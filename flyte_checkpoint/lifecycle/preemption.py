@@ -262,6 +262,7 @@ def on_terminate(checkpoint: Checkpoint, fn: Saver, *, owner: object | None = No
     if not callable(fn):
         raise TypeError(f"on_terminate() takes a function returning what to save, not {type(fn).__name__}")
     _import_what_a_save_needs(checkpoint.remote_destination)
+    checkpoint._import_what_a_manifest_needs()
     ref = weakref.ref(checkpoint)
 
     def run(budget: float, interrupted: int | None) -> str:
@@ -339,10 +340,8 @@ def _import_what_a_save_needs(dest: str) -> None:
         "flyte_checkpoint.format.archive",
         "flyte_checkpoint.format.pipeline",
         "flyte_checkpoint.storage.stores.local",
-        "flyte_checkpoint.storage.kit.checksums",  # the manifest's digest and the manifest itself
-        "flyte_checkpoint.history.manifest",
-        "flyte_checkpoint.history.recording",
-        "flyte_checkpoint.lifecycle.runs",
+        "flyte_checkpoint.storage.kit.checksums",  # the manifest's digest
+        "flyte_checkpoint.lifecycle.runs",  # the run and attempt its manifest records
     ):
         importlib.import_module(name)
     from ..storage.registry import store_for
