@@ -698,16 +698,14 @@ class Checkpoint(BaseCheckpoint):
         from .history.recording import SaveRecord, identity
 
         run, attempt = identity(self._dest)
-        loaded = self._loaded_from
-        if loaded is not None and self._loaded_digest:
-            loaded = f"{loaded}#{self._loaded_digest}"  # made_from: "<uri>#crc32:<hex>"
         return SaveRecord(
             self._dest,
             step=check_step(step),
             metrics=check_metrics(metrics),
             run=run,
             attempt=attempt,
-            made_from=loaded,
+            made_from=self._loaded_from,
+            made_from_digest=self._loaded_digest if self._loaded_from is not None else None,
             keeps_generations=self._keeps_generations,
         )
 

@@ -129,8 +129,8 @@ def test_a_listing_that_fails_raises(tmp_path, keep, monkeypatch):
 
 
 def test_a_save_after_a_fallback_load_records_what_it_was_made_from_with_its_digest(tmp_path, keep):
-    """made_from names the object a fallback load took and, from its manifest, its digest
-    (``<uri>#crc32:<hex>``); after a plain load (no manifest read) the URI alone."""
+    """made_from names the object a fallback load took and made_from_digest, from its
+    manifest, its digest (``crc32:<hex>``); after a plain load (no manifest read) the URI alone."""
     import zlib
 
     from flyte_checkpoint.history.manifest import generation_uri
@@ -142,10 +142,12 @@ def test_a_save_after_a_fallback_load_records_what_it_was_made_from_with_its_dig
     keep.append(after)
     assert after.load_sync(fallback=True).read_bytes() == b"payload 1"
     after.save_sync(b"payload 3", step=3)
-    made = fc.history(after.remote_destination)[0].manifest.made_from
-    assert made == f"{generation_uri(src, 1)}#crc32:{zlib.crc32(b'payload 1'):08x}"
+    made = fc.history(after.remote_destination)[0].manifest
+    assert made.made_from == generation_uri(src, 1)
+    assert made.made_from_digest == f"crc32:{zlib.crc32(b'payload 1'):08x}"
     plain = fc.Checkpoint(str(tmp_path / "s/2/ckpt"), after.remote_destination)
     keep.append(plain)
     assert plain.load_sync().read_bytes() == b"payload 3"
     plain.save_sync(b"payload 4", step=4)
-    assert fc.history(plain.remote_destination)[0].manifest.made_from == after.remote_destination
+    plain_made = fc.history(plain.remote_destination)[0].manifest
+    assert (plain_made.made_from, plain_made.made_from_digest) == (after.remote_destination, None)

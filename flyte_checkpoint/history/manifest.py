@@ -70,9 +70,10 @@ class Manifest:
             file's inode and times), or None where the store gives none cheaply.
         modified: the object's modification time as the store's listing gives it (ISO 8601),
             so that a listing tells whether the object is still this one; None if unknown.
-        made_from: the checkpoint this attempt loaded: ``"<uri>#<digest>"`` where the load
-            knew its digest (a fallback load, from its manifest), else ``"<uri>"``; None when
-            nothing was loaded. (An incremental save's base is not recorded here.)
+        made_from: the URI of the checkpoint this attempt loaded; None when nothing was loaded.
+            (An incremental save's base is not recorded here.)
+        made_from_digest: the digest of that checkpoint (``"crc32:<hex>"``) where the load knew
+            it (a fallback load, from its manifest), else None.
         object: the URI of the bytes: the destination itself, or a kept generation's copy.
         dest: the destination the object was saved to (``X``, whose sidecar this is).
         state: :data:`COMMITTED`, or :data:`DELETING` once a clean-up began removing it.
@@ -91,6 +92,7 @@ class Manifest:
     version: str | None = None
     modified: str | None = None
     made_from: str | None = None
+    made_from_digest: str | None = None
     dest: str | None = None
     state: str = COMMITTED
 
@@ -127,7 +129,7 @@ class Manifest:
         _check(kept, "size", int)
         _check(kept, "object", str)
         _check(kept, "format", int)
-        for name in ("run", "digest", "version", "modified", "made_from", "dest"):
+        for name in ("run", "digest", "version", "modified", "made_from", "made_from_digest", "dest"):
             _check(kept, name, str, optional=True)
         for name in ("attempt", "step"):
             _check(kept, name, int, optional=True)

@@ -164,6 +164,7 @@ class SaveRecord:
     run: str | None = None
     attempt: int | None = None
     made_from: str | None = None
+    made_from_digest: str | None = None
     keeps_generations: bool = False
     digest: str | None = None
     #: The bytes the digest covers (None: the upload did not stream them through a digest).
@@ -324,6 +325,7 @@ def record_save(store: BlobStore, record: SaveRecord) -> Manifest | None:
             version=info.version or _version(store, dest),  # the listing's: what matches compares
             modified=_modified(info),
             made_from=record.made_from,
+            made_from_digest=record.made_from_digest,
             dest=dest,
             state=COMMITTED,
         )
