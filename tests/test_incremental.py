@@ -357,11 +357,41 @@ def test_unchanged_neighbours_become_one_copy_without_reading_their_headers_back
             # one run: notes.txt compresses below the minimum piece, but is copied inside the run
             assert spy.count("copy") == 1, spy.calls
             reads = spy.count("read_range")
-            assert reads == 2 if recorded else reads > 2, spy.calls  # the index's tail and body
+            assert reads == 1 if recorded else reads > 1, spy.calls  # the index: one read with the trailer
             assert written < 16 * 1024
             assert restored(dest, tmp_path) == tree(src)
     finally:
         fc.unregister_store("longcopy-store")
+
+
+def test_the_base_s_index_comes_with_its_trailer_in_one_read(spy, tmp_path):
+    """An incremental save reads its base's trailer and index in one ranged read of the
+    object's end (one round trip fewer); reading ahead gives the index read without it, and an
+    index longer than what was read ahead is completed by one read of its front, never read
+    twice."""
+    src = make_tree(tmp_path / "src")
+    dest = spy.root + "/ckpt"
+    save(spy, dest, src)
+    spy.calls.clear()
+    save(spy, dest, src)
+    assert spy.count("read_range") == 1, spy.calls  # every file copied: nothing else is read
+    size = spy.stat(dest)
+    plain = ix.read_index(spy, dest, size)
+    assert plain is not None
+    index_len = len(plain.raw) - ix.TRAILER_SIZE
+    for ahead, reads in [
+        (0, 2),
+        (ix.TRAILER_SIZE + index_len // 2, 2),  # half the index read ahead: its front read after
+        (ix.TRAILER_SIZE + index_len, 1),
+        (ix.INDEX_AHEAD, 1),
+        (size + 4096, 1),  # more than the object: the whole object
+    ]:
+        spy.calls.clear()
+        before = spy.bytes_read
+        got = ix.read_index(spy, dest, size, ahead=ahead)
+        assert got == plain, ahead
+        assert spy.count("read_range") == reads, (ahead, spy.calls)
+        assert spy.bytes_read - before == max(min(ahead, size), ix.TRAILER_SIZE + index_len), ahead
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from ..uri import redact
 from ..util.forksafe import lock
 from . import digests
 from . import tarstream as ts
-from .index import FileEntry, Index, Member, read_index
+from .index import INDEX_AHEAD, FileEntry, Index, Member, read_index
 
 if TYPE_CHECKING:
     from ..storage.blobstore import BlobStore, CopyLimits, CopySource
@@ -260,7 +260,7 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
             source = store.copy_source(uri)
             if source is None:
                 continue
-            index = read_index(store, uri, source.size)
+            index = read_index(store, uri, source.size, ahead=INDEX_AHEAD)  # trailer and index: one read
         except (CorruptCheckpointError, UnsafeArchiveError) as exc:
             log.warning("the index of %s is refused (%s): the save sends every file", redact(uri), exc)
             continue

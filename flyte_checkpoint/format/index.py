@@ -7,7 +7,7 @@ trailer (subfield ``FT``), that says where the index lies. Gzip readers skip ext
 and empty members decode to nothing, so every other reader sees the same tar as before.
 
 :func:`read_index` finds the index with one ranged read of the object's tail and one of
-the index itself; :func:`flyte_checkpoint.format.partial.read_file` restores one file by
+the index itself (or one read of both, reading ahead); :func:`flyte_checkpoint.format.partial.read_file` restores one file by
 ranged reads of its members.
 """
 
@@ -297,13 +297,21 @@ def _subfield(data: bytes, at: int, sub_id: bytes, uri: str) -> tuple[bytes, int
     return data[at + 16 : at + 16 + slen], end
 
 
+#: Bytes of an object's end that :func:`read_index` reads with the trailer when asked to read
+#: ahead (an incremental save's look at its base): an index of up to about 500 files comes in
+#: the same request, one round trip fewer (a larger one takes a second read of the rest).
+INDEX_AHEAD = 64 * 1024
+
+
 def read_index(
-    store: BlobStore, uri: str, size: int | None = None, tail: bytes | None = None
+    store: BlobStore, uri: str, size: int | None = None, tail: bytes | None = None, *, ahead: int = 0
 ) -> Index | None:
     """The index of the object at ``uri``; None for an object without one (Flyte's, older ones).
 
     One ranged read of the tail (unless ``tail``, its last :data:`TRAILER_SIZE` bytes, is
-    given), one of the index (and a ``stat`` unless ``size`` is given).
+    given), one of the index (and a ``stat`` unless ``size`` is given). With ``ahead`` (and no
+    ``tail``), the tail read takes the object's last ``ahead`` bytes instead (at most the
+    object): an index within them is not read again, and of a longer one only the rest is read.
 
     Raises:
         CorruptCheckpointError: the trailer names an index that is damaged or inconsistent.
@@ -313,13 +321,21 @@ def read_index(
         size = store.stat(uri)
     if not size or size < TRAILER_SIZE:
         return None
+    end = b""  # the object's last bytes before the trailer, read with it
     if tail is None:
-        tail = store.read_range(uri, size - TRAILER_SIZE, TRAILER_SIZE)
+        want = min(size, max(ahead, TRAILER_SIZE))
+        got = store.read_range(uri, size - want, want)
+        if len(got) != want:
+            return None  # shorter than it was: not the object whose size was given
+        end, tail = got[:-TRAILER_SIZE], got[-TRAILER_SIZE:]
     if not _looks_ours(tail):
         return None  # no index
     try:
         version, data_end, index_len, payload_len, digest = _trailer(tail, size, uri)
-        raw = store.read_range(uri, data_end, index_len) if index_len else b""
+        if len(end) >= index_len:
+            raw = end[len(end) - index_len :] if index_len else b""
+        else:  # the front of the index, before the bytes read with the trailer
+            raw = store.read_range(uri, data_end, index_len - len(end)) + end
         if len(raw) != index_len:
             raise _Bad("the object ends inside the index")
         index = _parse(_payload(raw, version, payload_len, digest, uri), data_end, uri, version)
