@@ -30,6 +30,7 @@ from .util.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from .format.incremental import Reuse
+    from .format.lookahead import Lookahead
     from .history.cleanup import Janitor
     from .history.manifest import Manifest
     from .history.recording import SaveRecord
@@ -1002,12 +1003,39 @@ class Checkpoint(BaseCheckpoint):
         if is_dir:
 
             def put_tree() -> SaveFigures:
+                from .format.archive import hash_ahead
                 from .format.incremental import save_checked
 
                 store = store_for(dest)  # copied bytes found damaged: warned, and saved again
-                return save_checked(lambda: self._reuse(store), lambda reuse: write_tree(store, reuse))
+                # The tree's files hashed while the base's index is read (a store over a network)
+                ahead: list[Lookahead] = []
 
-            def write_tree(store: BlobStore, reuse: Reuse | None) -> SaveFigures:
+                def start() -> None:
+                    if not ahead:
+                        ahead.append(hash_ahead(src))
+
+                def drop() -> None:
+                    while ahead:
+                        ahead.pop().close()
+
+                def plan() -> Reuse | None:
+                    try:
+                        return self._reuse(store, None if is_local(dest) else start)
+                    except BaseException:
+                        drop()
+                        raise
+
+                def write(reuse: Reuse | None) -> SaveFigures:
+                    lookahead = ahead.pop() if ahead else None
+                    try:
+                        return write_tree(store, reuse, lookahead)
+                    finally:
+                        if lookahead is not None:
+                            lookahead.close()
+
+                return save_checked(plan, write)
+
+            def write_tree(store: BlobStore, reuse: Reuse | None, lookahead: Lookahead | None) -> SaveFigures:
                 from .format.archive import pack_directory, tree_size
                 from .format.index import IndexBuilder
                 from .format.pipeline import ParallelGzipWriter
@@ -1033,6 +1061,7 @@ class Checkpoint(BaseCheckpoint):
                             on_data=counter,
                             index=index,
                             reuse=reuse,
+                            lookahead=lookahead,
                         )
                     if counter is not None:
                         counter.finish()
@@ -1069,16 +1098,19 @@ class Checkpoint(BaseCheckpoint):
 
         return put_file
 
-    def _reuse(self, store: BlobStore) -> Reuse | None:
+    def _reuse(self, store: BlobStore, on_source: Callable[[], None] | None = None) -> Reuse | None:
         """What an incremental folder save copies from: the destination's object, else (an
-        attempt's first save) the previous attempt's, if on the same store with an index."""
+        attempt's first save) the previous attempt's, if on the same store with an index
+        (``on_source``: called when one is there, before its index is read)."""
         from .format.incremental import find_base
         from .storage.registry import store_for
         from .storage.storelog import unwrapped
 
         candidates = [self._dest] + ([self._src] if self._src else [])
         # the stores themselves: the logging level may change between two look-ups (wrapped once)
-        return find_base(store, candidates, lambda uri: unwrapped(store_for(uri)) is unwrapped(store))
+        return find_base(
+            store, candidates, lambda uri: unwrapped(store_for(uri)) is unwrapped(store), on_source
+        )
 
     def on_terminate(self, fn: Saver | None = None, *, wait_background: bool = False) -> Registration:
         """On SIGTERM (or ``fc.preempt()``), within the grace budget: let this checkpoint's

@@ -485,7 +485,7 @@ def test_a_file_changed_after_it_was_hashed_ahead_is_sent_as_it_is_now(spy, tmp_
     class ChangesAfterHashing(lookahead.Lookahead):
         def schedule(self, path: str) -> None:
             super().schedule(path)
-            if path == str(target):
+            if path == str(target) and not changed:  # announced again by the packer: once
                 hashed = self._jobs[path].result()
                 assert hashed is not None
                 st = target.stat()
@@ -501,6 +501,83 @@ def test_a_file_changed_after_it_was_hashed_ahead_is_sent_as_it_is_now(spy, tmp_
     assert changed == [str(target)]
     assert written > 5 * MiB, "the rewritten file was copied from the previous object"
     assert restored(dest, tmp_path) == tree(src)
+
+
+def test_the_tree_is_hashed_while_the_base_s_index_is_read(spy, tmp_path, monkeypatch):
+    """On a store that is not local, an incremental save starts hashing its tree's large files
+    (:func:`~flyte_checkpoint.format.archive.hash_ahead`) once the base is found, before its
+    index is read: the read of the index waits here until a lookahead thread has hashed a file.
+    A save with no object at the destination hashes nothing ahead."""
+    from flyte_checkpoint.format import digests
+
+    src = make_tree(tmp_path / "src")
+    dest = f"{spy.root}/ckpt.tgz"
+    hashed_ahead = threading.Event()
+    hashes = []
+    real = digests.of_file
+
+    def of_file(fd, size, *args, **kwargs):
+        found = real(fd, size, *args, **kwargs)
+        if threading.current_thread().name.startswith("fcp-lookahead"):
+            hashes.append(size)
+            hashed_ahead.set()
+        return found
+
+    monkeypatch.setattr(digests, "of_file", of_file)
+    save(spy, dest, src)
+    assert hashes == [], "a save with nothing to copy from hashed its tree ahead"
+    seen = []
+
+    def hook(op: str, uri: str) -> None:
+        if op == "read_range" and uri == dest and not seen:
+            seen.append(hashed_ahead.wait(60))
+
+    spy.hook = hook
+    try:
+        written, copied = save(spy, dest, src)
+    finally:
+        spy.hook = None
+    assert seen == [True], "the index was read before any file was hashed"
+    assert copied > 12 * MiB and written < 300 * 1024, (written, copied)
+    assert restored(dest, tmp_path) == tree(src)
+    assert not [t for t in threading.enumerate() if t.name.startswith("fcp-lookahead")]
+
+
+def test_files_of_sizes_the_base_lacks_are_dropped_from_the_hashing_ahead(tmp_path, monkeypatch):
+    """Jobs of files hashed ahead before the index was read are dropped once it is, for sizes
+    the base holds no file of (not yet started), and ``hash_ahead`` lists the tree in the
+    packer's order (names sorted, a folder's files where the folder is), working files and
+    small files left out."""
+    from flyte_checkpoint.format import archive, lookahead
+
+    (tmp_path / "a.bin").write_bytes(bytes(100 * 1024))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "c.bin").write_bytes(bytes(200 * 1024))
+    (tmp_path / "d.bin").write_bytes(bytes(300 * 1024))
+    (tmp_path / "e.txt").write_bytes(b"small")
+    (tmp_path / ".fcp-tmp-x.0123456789ab").write_bytes(bytes(100 * 1024))  # a working file: not saved
+    started, release = threading.Event(), threading.Event()
+    real = lookahead._hash
+
+    def blocked(path, stop):
+        started.set()
+        release.wait(60)
+        return real(path, stop)
+
+    monkeypatch.setattr(lookahead, "_hash", blocked)
+    monkeypatch.setattr(lookahead.os, "cpu_count", lambda: 1)  # one thread: the rest queue
+    ahead = archive.hash_ahead(tmp_path)
+    try:
+        assert list(ahead.sizes) == [str(tmp_path / n) for n in ("a.bin", "b/c.bin", "d.bin")]
+        assert started.wait(60)
+        assert ahead.retain(lambda size: size != 200 * 1024) == 1  # c.bin's job, not started
+        release.set()
+        for name in ("a.bin", "d.bin"):
+            assert ahead.take(str(tmp_path / name), (tmp_path / name).stat()) is not None
+        assert ahead.take(str(tmp_path / "b" / "c.bin"), (tmp_path / "b" / "c.bin").stat()) is None
+    finally:
+        release.set()
+        ahead.close()
 
 
 def test_a_long_run_of_copies_reaches_the_store_before_the_save_ends():

@@ -111,6 +111,7 @@ def pack_directory(
     reuse: Reuse | None = None,
     end: bool = True,
     names: list[tuple[str, bytes]] | None = None,
+    lookahead: Lookahead | None = None,
 ) -> int:
     """Write an uncompressed tar of ``src``'s entries to ``out``; returns the bytes of file data.
 
@@ -133,6 +134,8 @@ def pack_directory(
     two copied files are copied too when they are the same bytes.
     ``end=False`` leaves out the end-of-archive blocks (a segment of a sharded save, which
     others' members follow); ``names`` (if given) gets each member's name and type flag.
+    ``lookahead`` (with ``reuse``): the hashing begun by :func:`hash_ahead` while the previous
+    object's index was read, continued by the packer (and closed when it ends).
 
     Raises:
         UnsupportedDataError: the tree holds a FIFO, device or socket, a link to nothing
@@ -147,6 +150,7 @@ def pack_directory(
     try:
         packer = _Packer(root, out, leave_out, limits, on_data, index, reuse)
         packer.names = names
+        packer.given_lookahead = lookahead
         return packer.run(end=end)
     except OSError as exc:
         if isinstance(exc, CheckpointError):
@@ -159,6 +163,58 @@ def pack_directory(
         if exc.errno == errno.ENOENT and exc.filename:  # listed, then gone before it was read
             raise changed_error(exc.filename, "it was removed before it was read") from None
         raise
+
+
+#: The most entries :func:`hash_ahead` lists (the packer announces the rest as it reaches them).
+HASH_AHEAD_ENTRIES = 10_000
+
+
+def hash_ahead(src: str | os.PathLike[str]) -> Lookahead:
+    """Start hashing the regular files of ``src`` that an incremental save may copy (those of
+    at least :data:`~.index.ALIGN_MIN` bytes, links not followed, this library's working files
+    left out), in the order the packer reaches them (names sorted, a folder's files where the
+    folder is), before the previous object's index says which sizes it holds: the save hashes
+    while it reads the index. Give the result to :func:`pack_directory` (which drops the jobs
+    of sizes the index does not hold, and closes it), or :meth:`~.lookahead.Lookahead.close` it.
+    At most :data:`HASH_AHEAD_ENTRIES` entries are listed; a job of a file that differs when
+    the packer reaches it is not used (:meth:`~.lookahead.Lookahead.take`)."""
+    lookahead = Lookahead()
+    listed = 0
+    stack: list[Iterator[os.DirEntry[str]]] = []  # the folders being walked, each where it is
+
+    def enter(folder: str) -> None:
+        nonlocal listed
+        try:
+            entries = [e for e in _sorted_entries(folder) if not is_working_file(e.name)]
+        except OSError:
+            return  # the packer meets it and says what is wrong
+        listed += len(entries)
+        stack.append(iter(entries))
+
+    try:
+        enter(os.fspath(src))
+        while stack:
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if listed < HASH_AHEAD_ENTRIES:
+                        enter(entry.path)
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+            if size >= ALIGN_MIN:
+                lookahead.schedule(entry.path)
+                lookahead.sizes[entry.path] = size
+    except BaseException:
+        lookahead.close()
+        raise
+    return lookahead
 
 
 class _Packer:
@@ -205,6 +261,7 @@ class _Packer:
         self.members = 0
         self.offset = 0  # bytes of tar stream written, as a load's reader counts them
         self.names: list[tuple[str, bytes]] | None = None
+        self.given_lookahead: Lookahead | None = None  # begun by hash_ahead, taken over here
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.offset += len(data)
@@ -241,9 +298,14 @@ class _Packer:
                 self.write(ts.end_of_archive())
             return self.total
         self._hasher = hasher = Hasher()
+        given, self.given_lookahead = self.given_lookahead, None
         try:
             if self.reuse is not None:
-                self._lookahead = Lookahead()
+                self._lookahead = given or Lookahead()
+                if given is not None:
+                    given.retain(self.reuse.wants)  # what the base holds no file of that size of
+            elif given is not None:
+                given.close()
             self.add_entries(self.root, "", os.stat(self.root), None)
             if end:
                 self.write(ts.end_of_archive())
@@ -1183,4 +1245,4 @@ def tree_size(path: str | os.PathLike[str]) -> int:
     return total
 
 
-__all__ = ["UnpackStats", "pack_directory", "tree_size", "unpack"]
+__all__ = ["UnpackStats", "hash_ahead", "pack_directory", "tree_size", "unpack"]

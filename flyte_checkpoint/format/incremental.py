@@ -243,10 +243,17 @@ def _offsets(members: list[Member]) -> list[int]:
     return out
 
 
-def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str], bool]) -> Reuse | None:
+def find_base(
+    store: BlobStore,
+    candidates: list[str],
+    same_store: Callable[[str], bool],
+    on_source: Callable[[], None] | None = None,
+) -> Reuse | None:
     """The first of ``candidates`` (URIs: the destination, then on an attempt's first save the
     previous attempt's object) that the store can copy from and that carries an index; None
-    when there is none, or the store cannot copy (said at debug level: everything is sent)."""
+    when there is none, or the store cannot copy (said at debug level: everything is sent).
+    ``on_source`` is called when a candidate is there, before its index is read (an
+    incremental save starts hashing its tree then: :func:`~.archive.hash_ahead`)."""
     limits = store.copy_limits
     if limits is None:
         if candidates:
@@ -260,6 +267,8 @@ def find_base(store: BlobStore, candidates: list[str], same_store: Callable[[str
             source = store.copy_source(uri)
             if source is None:
                 continue
+            if on_source is not None:
+                on_source()
             index = read_index(store, uri, source.size, ahead=INDEX_AHEAD)  # trailer and index: one read
         except (CorruptCheckpointError, UnsafeArchiveError) as exc:
             log.warning("the index of %s is refused (%s): the save sends every file", redact(uri), exc)

@@ -12,6 +12,11 @@ A digest is used only for the same unchanged file: its job records the file's id
 reads it, and :meth:`Lookahead.take` returns the digest only if both equal what the packer's
 own ``fstat`` of the file it opened says. Anything else (the file was replaced, written, or
 the job failed) returns None, and the packer hashes the file itself as before.
+
+An incremental save to a store over a network starts hashing before it knows which files may
+be copied (:func:`~.archive.hash_ahead`: every large file of the tree, in the order the
+packer takes them) while it reads the previous object's index; once the index is read, the
+jobs not started of files whose size it does not hold are dropped (:meth:`Lookahead.retain`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from . import digests
@@ -66,6 +72,9 @@ class Lookahead:
             workers or min(4, os.cpu_count() or 1), thread_name_prefix="fcp-lookahead"
         )
         self._jobs: dict[str, Future[tuple[Identity, str] | None]] = {}
+        #: The size each file had when it was announced, where the announcer gave it
+        #: (:func:`~.archive.hash_ahead`): :meth:`retain` drops the jobs of sizes not wanted.
+        self.sizes: dict[str, int] = {}
         self._finalizer = weakref.finalize(self, _stop, self._stop, self._pool)
         #: Digests taken from a job, and files hashed again by the packer (for tests and logs).
         self.used = 0
@@ -75,6 +84,19 @@ class Lookahead:
         """Start hashing ``path`` (a regular file, not followed if a link) after those before it."""
         if path not in self._jobs and not self._stop.is_set():
             self._jobs[path] = self._pool.submit(_hash, path, self._stop)
+
+    def retain(self, wanted: Callable[[int], bool]) -> int:
+        """Drop the jobs not yet started of the files announced with a size that ``wanted``
+        refuses (hashed before the previous object's index said which sizes it holds); returns
+        how many were dropped."""
+        dropped = 0
+        for path, size in list(self.sizes.items()):
+            job = self._jobs.get(path)
+            if job is not None and not wanted(size) and job.cancel():
+                del self._jobs[path]
+                dropped += 1
+        self.sizes.clear()
+        return dropped
 
     def take(self, path: str, st: os.stat_result) -> str | None:
         """The hash of ``path`` if its job saw exactly the file ``st`` describes; else None
