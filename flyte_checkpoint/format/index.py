@@ -7,8 +7,9 @@ trailer (subfield ``FT``), that says where the index lies. Gzip readers skip ext
 and empty members decode to nothing, so every other reader sees the same tar as before.
 
 :func:`read_index` finds the index with one ranged read of the object's tail and one of
-the index itself (or one read of both, reading ahead); :func:`flyte_checkpoint.format.partial.read_file` restores one file by
-ranged reads of its members.
+the index itself (or one read of both, reading ahead);
+:func:`flyte_checkpoint.format.partial.read_file` restores one file by ranged reads of its
+members.
 """
 
 from __future__ import annotations
