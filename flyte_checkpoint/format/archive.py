@@ -303,7 +303,7 @@ class _Packer:
             if self.reuse is not None:
                 self._lookahead = given or Lookahead()
                 if given is not None:
-                    given.retain(self.reuse.wants)  # what the base holds no file of that size of
+                    given.retain(self.reuse.wants)  # no more hashing of sizes the base lacks
             elif given is not None:
                 given.close()
             self.add_entries(self.root, "", os.stat(self.root), None)
