@@ -4,7 +4,10 @@ does (``CopyPartResult.ChecksumCRC32``) and moto does not: for ``benchmarks.incr
 of reading every copied range back through the link (what it must do on moto and Azure).
 The CRC-32 is computed of the bytes moto copied, as moto hands them to the part: the shim reads
 nothing more (it read the whole source object again for each copy before, 256 MiB a copy in the
-32 x 8 MiB tree, work that S3 does not add to a copy's time).
+32 x 8 MiB tree, work that S3 does not add to a copy's time). For the same reason moto's copy
+itself reads only the copied range of the source (moto reads the whole object and slices it:
+0.2-0.5 s a copy of a 256 MiB object on this machine, in the incremental save's time and never in
+the full save's); what moto stores and answers is unchanged.
 
     with run_server() as endpoint:      # "http://127.0.0.1:PORT", the bucket "bench" made
         ...
@@ -63,6 +66,20 @@ def upload_part_copy(self):
     headers["content-length"] = str(len(text.encode()))
     return status, headers, text.encode()
 
+def copy_range(self, dest_bucket_name, multipart_id, part_id, src_bucket_name, src_key_name,
+               src_version_id, start_byte, end_byte):
+    # as moto's own, but reading only the range copied, as S3 does not read the whole source
+    multipart = self.get_bucket(dest_bucket_name).multiparts[multipart_id]
+    key = self.get_object(src_bucket_name, src_key_name, version_id=src_version_id)
+    with key.lock:
+        key._value_buffer.seek(0 if start_byte is None else start_byte)
+        if start_byte is None:
+            value = key._value_buffer.read()
+        else:
+            value = key._value_buffer.read(end_byte + 1 - start_byte)
+    return multipart.set_part(part_id, value)
+
+models.S3Backend.upload_part_copy = copy_range
 models.FakeMultipart.set_part = set_part
 responses.S3Response.upload_part_copy = upload_part_copy
 from moto.server import main
