@@ -2,7 +2,7 @@ import sys, tempfile, time
 from harness import *
 case = sys.argv[1]; scheme = sys.argv[2] if len(sys.argv) > 2 else "file"
 base = tempfile.mkdtemp()
-uri = f"{base}/store/ckpt" if scheme == "file" else f"memory://b{time.time_ns()}/ckpt"
+uri = f"{base}/store/ckpt" if scheme == "file" else (f"memory://b{time.time_ns()}/ckpt" if scheme == "memory" else f"{scheme}/b{time.time_ns()}/ckpt")
 a = mkshard(base, "r0", {"a.bin": b"A" * 1000})
 b = mkshard(base, "r1", {"b.bin": b"B" * 1000})
 c = mkshard(base, "r2", {"c.bin": b"C" * 1000})
