@@ -37,7 +37,7 @@ def test_late_duplicate_rank_is_told_the_save_was_committed(tmp_path: Path, sche
     def rank(folder: Path, r: int) -> None:
         try:
             save_sharded(uri, folder, rank=r, world_size=2, job="j", step=5, timeout=3)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=rank, args=(a, 0)), threading.Thread(target=rank, args=(b, 1))]

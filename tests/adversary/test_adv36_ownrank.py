@@ -33,7 +33,7 @@ def test_negative_rank_is_refused_not_a_python_index(tmp_path: Path, rank: int) 
     def go(r: int) -> None:
         try:
             save_sharded(uri, folders[r], rank=r, world_size=2, job="j", timeout=30)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=go, args=(r,)) for r in range(2)]

@@ -31,13 +31,16 @@ def test_bad_timeout_argument_is_refused(tmp_path: Path, timeout: float) -> None
 
     def rank0() -> None:  # rank 1 never comes
         try:
-            save_sharded(str(tmp_path / "store" / "ckpt"), folder, rank=0, world_size=2, job="j", timeout=timeout)
+            uri = str(tmp_path / "store" / "ckpt")
+            save_sharded(uri, folder, rank=0, world_size=2, job="j", timeout=timeout)
             outcome.append("returned")
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             outcome.append(e)
 
     t = threading.Thread(target=rank0, daemon=True)
     t.start()
     t.join(HANG_GUARD)
-    assert not t.is_alive(), f"save_sharded(timeout={timeout}) with a rank missing still runs after {HANG_GUARD:.0f} s"
+    assert not t.is_alive(), (
+        f"save_sharded(timeout={timeout}), a rank missing, still runs after {HANG_GUARD:.0f} s"
+    )
     assert len(outcome) == 1 and isinstance(outcome[0], ConfigurationError), outcome

@@ -35,7 +35,11 @@ def test_sharded_union_over_the_load_limits_is_not_committed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str, case: str
 ) -> None:
     variable, limit, files = CASES[case]
-    uri = str(tmp_path / "store" / "ckpt") if scheme == "file" else f"memory://adv36-limits-{case}-{tmp_path.name}/ckpt"
+    uri = (
+        str(tmp_path / "store" / "ckpt")
+        if scheme == "file"
+        else f"memory://adv36-limits-{case}-{tmp_path.name}/ckpt"
+    )
     good = tmp_path / "good"
     good.mkdir()
     (good / "state").write_bytes(b"the previous good checkpoint")
@@ -60,7 +64,7 @@ def test_sharded_union_over_the_load_limits_is_not_committed(
         try:
             save_sharded(uri, shards[r], rank=r, world_size=2, job="j", timeout=60)
             outcomes[r] = "ok"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             outcomes[r] = e
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]

@@ -35,7 +35,7 @@ def test_world_size_of_the_wrong_type_is_refused_on_every_rank(tmp_path: Path, w
         try:
             save_sharded(uri, folders[r], rank=r, world_size=world, job="j", timeout=5)  # type: ignore[arg-type]
             outcomes[r] = "ok"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             outcomes[r] = e
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
