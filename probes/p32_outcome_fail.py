@@ -32,4 +32,4 @@ proxy.heal()
 with fc.Checkpoint(uri + ".n", uri) as cp:
     t = tree(cp.load_sync())
     print("  object:", "NEW" if t == data else "PREVIOUS" if t == {"prev": b"previous good"} else t)
-print("  requests failed:", [l for l in proxy.requests() if m(l)][:3])
+print("  requests failed:", [l for l in proxy.requests if m(l)][:3])
