@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError, ShardedSaveError
+from ..errors import ConfigurationError, ShardedSaveError, UnsupportedDataError
 from ..uri import normalize, redact
 from ..util.logs import logger
 
@@ -115,6 +115,10 @@ def save_sharded(
             it, naming it, and its ranks raise too); nothing was committed and the previous
             checkpoint is unchanged. Also when two processes reported as this rank and the
             other's part was committed: this call's files are not in the checkpoint.
+        UnsupportedDataError: the union of the ranks' folders holds more members or bytes than
+            a load accepts (``FLYTE_CHECKPOINT_MAX_MEMBERS``, ``FLYTE_CHECKPOINT_MAX_UNPACKED_BYTES``
+            as rank 0 has them), as a plain save of the union is refused: raised on every rank;
+            nothing was committed and the previous checkpoint is unchanged.
         ConfigurationError: a bad rank, world size, timeout, job or step.
     """
     from ..history.manifest import check_metrics
@@ -123,7 +127,7 @@ def save_sharded(
     from ..uri import is_local
     from .coordinate import StoreCoordinator, TorchCoordinator, new_token
     from .identity import Caller, job_identity, lease_seconds, next_save
-    from .segment import check_union, pack_segment, tail
+    from .segment import check_limits, check_union, pack_segment, tail
     from .writes import coordination_prefix, writes_for
 
     recorded = check_metrics(metrics)
@@ -178,6 +182,7 @@ def save_sharded(
                 shown = "; ".join(problems + failed)
                 raise ShardedSaveError(f"the sharded save to {redact(dest)} failed ({shown})")
             check_union(reports)
+            check_limits(reports, redact(dest))
             step(0, "committing")
             writes.commit(session, [rep["piece"] for rep in reports], tail(reports))
             writes.sweep(session)
@@ -187,6 +192,8 @@ def save_sharded(
                 writes.abort(session)
             except Exception as cleanup:
                 logger().warning("could not remove the pieces of %s: %s", redact(dest), cleanup)
+            if isinstance(exc, UnsupportedDataError):  # every rank raises it, as a plain save does
+                return {"ok": False, "error": str(exc), "refused": "UnsupportedDataError"}
             return {"ok": False, "error": str(exc) if isinstance(exc, ShardedSaveError) else repr(exc)}
         return {"ok": True}
 
@@ -208,6 +215,8 @@ def save_sharded(
     outcome = coordinator.lead(begin, _guard(own), decide) if rank == 0 else coordinator.follow(_guard(own))
     if not outcome["ok"]:
         error = outcome["error"]
+        if outcome.get("refused") == "UnsupportedDataError":
+            raise UnsupportedDataError(error if rank == 0 else f"rank 0 refused the union: {error}")
         raise ShardedSaveError(
             f"{error}. Nothing was committed: the previous checkpoint at {redact(dest)} is unchanged"
             if "previous checkpoint" not in error

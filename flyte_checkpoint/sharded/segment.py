@@ -171,6 +171,59 @@ def check_union(reports: list[Report]) -> None:
                 )
 
 
+def union_counts(reports: list[Report]) -> tuple[int, int]:
+    """(members, reach) of the union's tar stream, as a load counts them: every rank's headers
+    (a folder two ranks share is two members), and the furthest byte a member's header and data
+    reach (its data's end, before the padding that completes the last block)."""
+    from ..format import tarstream as ts
+
+    members = reach = base = 0
+    for report in reports:
+        stream = sum(row[1] for row in report["members"])
+        members += len(report["names"])
+        if report["names"]:
+            end = stream
+            if report["files"]:
+                _, offset, size, *_ = report["files"][-1]
+                if offset + size + ts.padding(size) == stream:  # the segment's last member is a file
+                    end -= ts.padding(size)
+            reach = base + end
+        base += stream
+    return members, reach
+
+
+def check_limits(reports: list[Report], uri: str) -> None:
+    """Raise :class:`UnsupportedDataError` when the union of the ranks' folders holds more
+    members, or more bytes of tar stream, than a load here accepts (each rank's folder was
+    checked alone as it was packed; a plain save of the union is refused the same way).
+
+    Raises:
+        ValueError: a limit's environment variable holds something other than a number.
+    """
+    from ..errors import UnsupportedDataError
+    from ..util.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV, LoadLimits
+
+    limits = LoadLimits.from_env()
+    members, reach = union_counts(reports)
+    ranks = len(reports)
+    if members > limits.max_members:
+        raise UnsupportedDataError(
+            f"the union of the {ranks} ranks' folders holds {members:,} members (files, folders and"
+            f" links; a folder that several ranks save counts once for each), more than a load accepts"
+            f" ({MAX_MEMBERS_ENV}={limits.max_members:,}): nothing was committed and the previous"
+            f" checkpoint at {uri} is unchanged. Save fewer entries, or raise {MAX_MEMBERS_ENV} here"
+            " and wherever the checkpoint is loaded"
+        )
+    if limits.max_bytes is not None and reach > limits.max_bytes:
+        raise UnsupportedDataError(
+            f"the union of the {ranks} ranks' folders unpacks to {reach:,} bytes (file data, and 512"
+            f" bytes for each header), more than a load accepts ({MAX_UNPACKED_ENV}="
+            f"{limits.max_bytes:,}): nothing was committed and the previous checkpoint at {uri} is"
+            f" unchanged. Save less, or raise {MAX_UNPACKED_ENV} here and wherever the checkpoint is"
+            " loaded"
+        )
+
+
 def tail(reports: list[Report]) -> bytes:
     """The end of the object after every segment: the end-of-archive member, the index of
     the union and the trailer."""
