@@ -23,16 +23,28 @@ def shard_timeout(timeout: float | None = None) -> float:
     """``timeout``, else ``$FLYTE_CHECKPOINT_SHARD_TIMEOUT`` (``90``, ``90s``, ``2m``), else 600 s.
 
     Raises:
-        ConfigurationError: the variable is not a duration (the message names it).
+        ConfigurationError: the argument or the variable is not a finite duration of 0 or more
+            (the message names which).
     """
-    if timeout is not None:
-        return float(timeout)
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    from ..storage.kit.settings import SECONDS, parse
+    import math
 
-    return float(parse(SECONDS, raw, name="shard_timeout", source=TIMEOUT_ENV, example="600s"))
+    from ..storage.kit.settings import SECONDS, describe, parse
+
+    if timeout is not None:
+        raw: Any = timeout
+        shown = describe("argument", "timeout", timeout)
+        if isinstance(timeout, float) and math.isnan(timeout):
+            raise ConfigurationError(f"{shown} is not a duration: give seconds, such as 600")
+        value = float(parse(SECONDS, timeout, name="timeout", source="argument", example="600s"))
+    else:
+        raw = os.environ.get(TIMEOUT_ENV, "").strip()
+        if not raw:
+            return DEFAULT_TIMEOUT
+        shown = describe(TIMEOUT_ENV, "shard_timeout", raw)
+        value = float(parse(SECONDS, raw, name="shard_timeout", source=TIMEOUT_ENV, example="600s"))
+    if not math.isfinite(value):
+        raise ConfigurationError(f"{shown} is not a finite duration: give seconds, such as 600")
+    return value
 
 
 def _torch_group() -> tuple[int, int] | None:
@@ -47,11 +59,17 @@ def find_rank(rank: int | None = None, world_size: int | None = None) -> tuple[i
     default process group, else ``RANK`` and ``WORLD_SIZE``, else a job of one.
 
     Raises:
-        ConfigurationError: only one of the arguments, or a rank outside the world.
+        ConfigurationError: only one of the arguments, one that is not an ``int`` (``True``
+            and ``2.0`` are not), or a rank outside the world.
     """
     torch = False
     if (rank is None) != (world_size is None):
         raise ConfigurationError("give both rank= and world_size= to save_sharded, or neither")
+    for label, value in (("rank", rank), ("world_size", world_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigurationError(
+                f"{label}={value!r}: give save_sharded a whole number (an int, not {type(value).__name__})"
+            )
     if rank is None or world_size is None:
         found = _torch_group()
         if found is not None:
@@ -283,6 +301,8 @@ def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None 
     Raises:
         ShardedSaveError: ``own=True`` and the object is not a sharded save (no shards in its
             index): load the whole tree instead.
+        ConfigurationError: ``own=True`` and ``rank`` is not a whole number of 0 or more, or is
+            past the world that saved the object (the message names that world).
         and what :meth:`~flyte_checkpoint.Checkpoint.load_sync` raises.
     """
     if not own:
@@ -296,6 +316,11 @@ def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None 
 
     if rank is None:
         rank = find_rank()[0]
+    elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ConfigurationError(
+            f"load_sharded(rank={rank!r}): give a whole number of 0 or more (ranks run from 0 to"
+            " WORLD_SIZE - 1), or leave rank= out to take this process's"
+        )
     store = store_for(src)
 
     def load_own() -> Path | None:
@@ -308,6 +333,13 @@ def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None 
                 raise ShardedSaveError(
                     f"{redact(src)} is not a sharded checkpoint (its index lists no ranks): load the"
                     " whole tree with load_sharded(checkpoint) or load_sync()"
+                )
+            if rank >= len(index.shards):
+                raise ConfigurationError(
+                    f"rank {rank} is outside the world of {len(index.shards)} ranks that saved"
+                    f" {redact(src)} (ranks 0 to {len(index.shards) - 1}): a rank restores only what"
+                    " it saved. Load the whole tree with load_sharded(checkpoint), or give a rank of"
+                    " that world"
                 )
             mine = own_files(index, rank)
             if not mine:
