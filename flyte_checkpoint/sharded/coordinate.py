@@ -15,7 +15,9 @@ Every session names its job, its save and its world size, and every report names
 size differs fails the save on every rank. The markers:
 
 - ``open``: the session in progress (or the last one): token, job, save, world size, the
-  leader's process, ``state`` (``packing``, ``collecting``, ``finished``) and a lease
+  leader's process, ``state`` (``packing``, ``collecting``, ``finished``, then with ``ok`` and
+  ``announced``: False when the outcome could not be written, so that the others raise at once,
+  saying whether rank 0 committed, instead of at their timeout) and a lease
   (``renewal``, a count, and ``expires``, the leader's clock) that the leader renews every
   third of ``$FLYTE_CHECKPOINT_SHARD_LEASE`` while the save runs. A second rank 0 that finds
   a live session of another job refuses (``refused-<job>`` tells its ranks why); one whose
@@ -348,15 +350,48 @@ class StoreCoordinator:
                     # While the session is held: once it says "finished", another job's rank 0
                     # may begin, and its markers must not be swept with those of earlier saves.
                     self.markers.sweep(token)
-                self.markers.put(f"{token}.result", outcome)
+                announced = self._announce(token, outcome)
             finally:
                 lease.stop()
-            if lease.still_ours() is None:  # never hide another job's session from its ranks
-                lease.update(state="finished", ok=outcome["ok"])
+            try:
+                if lease.still_ours() is None:  # never hide another job's session from its ranks
+                    lease.update(state="finished", ok=outcome["ok"], announced=announced)
+            except Exception as exc:  # the outcome stands: a session not marked finished is taken over
+                logger().warning(
+                    "rank 0: could not mark the sharded save session at %s finished (%s: %s); the"
+                    " next save of this job takes it over at once, another job's once its lease has"
+                    " run out",
+                    redact(self.uri),
+                    type(exc).__name__,
+                    exc,
+                )
         finally:
             _ended.add(token)  # also when this thread is stopped (a test's "killed" rank)
         step(0, "outcome")
         return outcome
+
+    def _announce(self, token: str, outcome: Doc) -> bool:
+        """Write the outcome for the other ranks (True), or warn that it could not be written
+        (False): rank 0's own outcome stands either way (the commit, if any, is done)."""
+        try:
+            self.markers.put(f"{token}.result", outcome)
+            return True
+        except Exception as exc:
+            done = "was committed"
+            if not outcome["ok"]:
+                done = "was not committed (the previous checkpoint is unchanged)"
+            logger().warning(
+                "rank 0: the sharded save to %s %s, but its outcome could not be written for the other"
+                " ranks (%s: %s). They raise ShardedSaveError: saying whether rank 0 committed, from the"
+                " session marker, or, if that cannot be written either, 'rank 0 announced no outcome'"
+                " at their timeout (%gs)",
+                redact(self.uri),
+                done,
+                type(exc).__name__,
+                exc,
+                self.timeout,
+            )
+            return False
 
     def _claim(self) -> None:
         """Return once this rank 0 may open a session; raise when another live job's is open."""
@@ -577,6 +612,10 @@ class StoreCoordinator:
             # ``open`` on the first poll and every few after it: it changes rarely (rank 0 begins
             # to collect; a successor took over a killed leader's session).
             doc = self.markers.get("open") if (polls - 1) % _OPEN_EVERY == 0 else None
+            if doc is not None and doc.get("token") == token and doc.get("announced") is False:
+                if self.markers.get(f"{token}.result") is None:  # rank 0 could not write it
+                    self._unannounced(doc)
+                continue
             if doc is not None and doc.get("token") == token:
                 if not collecting and doc.get("state") != "packing":
                     collecting = True  # rank 0 now awaits the others: the timeout starts again
@@ -598,6 +637,22 @@ class StoreCoordinator:
                     " committed or not, the object is whole (the new one or the previous one):"
                     " save again"
                 )
+
+    def _unannounced(self, session: Doc) -> None:
+        """Raise: rank 0 ended this rank's session (committed or not, as ``session`` says) but
+        could not write its outcome."""
+        if session.get("ok") is True:
+            raise ShardedSaveError(
+                f"rank {self.rank}: rank 0 committed the sharded save to {redact(self.uri)}: the new"
+                " checkpoint is in place, but rank 0 could not write the outcome that names the part"
+                f" it committed for each rank, so this rank cannot confirm its own (it is, unless two"
+                f" processes ran as rank {self.rank}). Rank 0's log has the store's error"
+            )
+        raise ShardedSaveError(
+            f"rank {self.rank}: rank 0 did not commit the sharded save to {redact(self.uri)}, and could"
+            " not write the outcome that says why (rank 0 raised it, and its log has the store's"
+            " error). Nothing was committed: the previous checkpoint is unchanged"
+        )
 
     def _accepted(self, outcome: Doc, report: Doc) -> Doc:
         """``outcome``, unless it committed without this call's ``report`` (raises)."""
