@@ -544,6 +544,19 @@ class StoreCoordinator:
                 if doc.get("state") != "finished":
                     self._check_refusal()
             if not waiter.again():
+                if doc is not None and self._committed_without_me(doc):
+                    raise ShardedSaveError(
+                        f"rank {self.rank}: rank 0 committed {describe_save(self.caller.save)} of"
+                        f" {describe_job(self.caller.job)} to {redact(self.uri)} without this call"
+                        f" (its session, {describe(doc)}, had ended before this call could join it)"
+                        f" and began no other within {self.timeout:g}s. This call's files are not in"
+                        f" the checkpoint: two processes ran as rank {self.rank} (two jobs saving to"
+                        " one URI under one name, or a rank started twice), or this rank called"
+                        " save_sharded again for a save that was done, or a restarted job's rank 0"
+                        " has not yet begun it (raise the timeout). Give each job its own URI or name"
+                        " (job= or FLYTE_CHECKPOINT_JOB), and call save_sharded once a save on every"
+                        " rank"
+                    )
                 seen = ""
                 if doc is not None and doc.get("token") not in self.used:
                     seen = (
@@ -555,6 +568,16 @@ class StoreCoordinator:
                     f" within {self.timeout:g}s{seen}: check that every rank calls save_sharded, or"
                     " raise the timeout (FLYTE_CHECKPOINT_SHARD_TIMEOUT)"
                 )
+
+    def _committed_without_me(self, doc: Doc) -> bool:
+        """Whether ``doc`` is a committed session of this call's job and save, that this call
+        did not join (it had ended when this call began, or this process took part already)."""
+        return (
+            doc.get("state") == "finished"
+            and doc.get("ok") is True
+            and doc.get("job") == self.caller.job
+            and _save(doc) == self.caller.save
+        )
 
     def _joinable(self, doc: Doc, watch: _Watch) -> bool:
         """Whether ``doc`` is the session of this call's save; raises when it proves that
