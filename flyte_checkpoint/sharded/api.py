@@ -202,7 +202,15 @@ def save_sharded(
             check_union(reports)
             check_limits(reports, redact(dest))
             step(0, "committing")
-            writes.commit(session, [rep["piece"] for rep in reports], tail(reports))
+            try:
+                writes.commit(session, [rep["piece"] for rep in reports], tail(reports))
+            except FileNotFoundError as exc:  # NotFoundError too: a piece, or the upload, is gone
+                raise ShardedSaveError(
+                    f"a segment of the sharded save to {redact(dest)} was gone when rank 0 committed"
+                    f" ({type(exc).__name__}: {exc}): another sharded save to that URI removed it (two"
+                    " jobs, or two rank 0s, saving to one URI at once). Give each job its own URI, and"
+                    " save again"
+                ) from exc
             writes.sweep(session)
             _record(store, dest, save_step, recorded)
         except Exception as exc:
