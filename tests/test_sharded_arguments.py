@@ -62,7 +62,10 @@ def test_load_own_refuses_a_rank_that_is_not_a_whole_number_of_0_or_more(
 ) -> None:
     """Proves: load_sharded(own=True, rank=-1) is refused, not taken as a Python index into the
     object's ranks (which restored the last rank's files as rank -1's)."""
-    with fc.Checkpoint(str(tmp_path / "next"), saved) as cp, pytest.raises(ConfigurationError, match="rank="):
+    with (
+        fc.Checkpoint(str(tmp_path / "next"), saved) as cp,
+        pytest.raises(ConfigurationError, match=r"rank="),
+    ):
         load_sharded(cp, own=True, rank=rank)  # type: ignore[arg-type]
 
 
@@ -132,3 +135,28 @@ def test_a_rank_or_world_size_that_is_not_an_int_is_refused_on_every_rank_before
     outcomes = _threads(call, 2)
     assert all(isinstance(outcomes[r], ConfigurationError) for r in range(2)), (label, outcomes)
     assert store.total() == 0
+
+
+class Index:
+    """An integer type other than int (as numpy's int64): it has ``__index__``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        return self.n
+
+
+def test_integer_types_other_than_int_are_taken_as_their_value(tmp_path: Path) -> None:
+    """Proves: a rank and world size of an integer type (numpy's int64 has ``__index__``) save
+    and load as the ints they are, while True and 2.0 stay refused."""
+    uri = str(tmp_path / "store" / "ckpt")
+    folders = _ranks(tmp_path)
+
+    def call(r: int) -> None:
+        save_sharded(uri, folders[r], rank=Index(r), world_size=Index(2), job="args", timeout=60)  # type: ignore[arg-type]
+
+    assert _threads(call, 2) == {0: "ok", 1: "ok"}
+    with fc.Checkpoint(str(tmp_path / "next"), uri) as cp:
+        path = load_sharded(cp, own=True, rank=Index(1))  # type: ignore[arg-type]
+        assert path is not None and sorted(sr.tree(Path(path))) == ["only-rank-1.bin"]

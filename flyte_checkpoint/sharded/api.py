@@ -65,11 +65,9 @@ def find_rank(rank: int | None = None, world_size: int | None = None) -> tuple[i
     torch = False
     if (rank is None) != (world_size is None):
         raise ConfigurationError("give both rank= and world_size= to save_sharded, or neither")
-    for label, value in (("rank", rank), ("world_size", world_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigurationError(
-                f"{label}={value!r}: give save_sharded a whole number (an int, not {type(value).__name__})"
-            )
+    if rank is not None and world_size is not None:
+        rank = _whole("rank", rank, "save_sharded")
+        world_size = _whole("world_size", world_size, "save_sharded")
     if rank is None or world_size is None:
         found = _torch_group()
         if found is not None:
@@ -88,6 +86,21 @@ def find_rank(rank: int | None = None, world_size: int | None = None) -> tuple[i
             f"rank {rank} is outside a world of {world_size}: ranks run from 0 to WORLD_SIZE - 1"
         )
     return rank, world_size, torch
+
+
+def _whole(label: str, value: object, call: str) -> int:
+    """``value`` as an ``int``: an int, or an integer type (numpy's) through ``__index__``;
+    ``True``, ``2.0`` and ``"2"`` are refused (ConfigurationError)."""
+    import operator
+
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ConfigurationError(
+            f"{call}({label}={value!r}): give a whole number (an int, not {type(value).__name__})"
+        ) from None
 
 
 def _destination(checkpoint: Checkpoint | str) -> str:
@@ -322,9 +335,8 @@ def load_sharded(checkpoint: Checkpoint, *, own: bool = False, rank: int | None 
     from ..storage.pinned import read_pinned
     from ..storage.registry import store_for
 
-    if rank is None:
-        rank = find_rank()[0]
-    elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+    rank = find_rank()[0] if rank is None else _whole("rank", rank, "load_sharded")
+    if rank < 0:
         raise ConfigurationError(
             f"load_sharded(rank={rank!r}): give a whole number of 0 or more (ranks run from 0 to"
             " WORLD_SIZE - 1), or leave rank= out to take this process's"
