@@ -118,3 +118,36 @@ def test_an_outcome_not_written_for_a_failed_save_leaves_every_rank_saying_nothi
     assert "rank 0 did not commit" in told and "previous checkpoint is unchanged" in told
     assert "was not committed (the previous checkpoint is unchanged), but its outcome" in caplog.text
     assert _restore(uri, tmp_path) == {"prev": b"the previous checkpoint"}
+
+
+class NoSweepStore(CountingLatencyStore):
+    """Refuses every listing of a sharded save's whole coordination prefix (what the sweeps after
+    the commit list; the gathering writes' sweep among them), as a store whose listing fails
+    past the retries does."""
+
+    def list(self, prefix: str):  # type: ignore[override]
+        if prefix.endswith(".fcp-shard/"):
+            raise CheckpointPermissionError(f"permission denied to list {prefix} (the test's store)")
+        return super().list(prefix)
+
+
+@pytest.mark.timeout(120)
+def test_a_sweep_that_fails_after_the_commit_leaves_every_rank_returning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Proves: when removing what earlier saves left fails after the commit, the save still
+    returns on every rank (it was committed; a warning says the next save tries again), instead
+    of every rank raising "Nothing was committed" over the new checkpoint."""
+    fc.register_store("nosweep", ("nosweep",), lambda: NoSweepStore(multipart=False))  # gathers
+    uri = f"nosweep://b/{tmp_path.name}/ckpt"
+    folders = []
+    for r in range(2):
+        d = tmp_path / f"r{r}"
+        d.mkdir()
+        (d / f"r{r}").write_bytes(bytes([r]) * 100)
+        folders.append(d)
+    with caplog.at_level(logging.WARNING, logger="flyte_checkpoint"):
+        outcomes = _save(uri, folders)
+    assert outcomes == {0: "ok", 1: "ok"}
+    assert "was committed, but what earlier saves left could not be removed" in caplog.text
+    assert _restore(uri, tmp_path) == {"r0": bytes(100), "r1": bytes([1]) * 100}

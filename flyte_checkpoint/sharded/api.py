@@ -224,7 +224,7 @@ def save_sharded(
                     " jobs, or two rank 0s, saving to one URI at once). Give each job its own URI, and"
                     " save again"
                 ) from exc
-            writes.sweep(session)
+            _sweep(writes, session, dest)
             _record(store, dest, save_step, recorded)
         except Exception as exc:
             try:
@@ -262,6 +262,21 @@ def save_sharded(
             else error
         )
     logger().info("rank %d of %d: sharded save to %s committed", rank, world, redact(dest))
+
+
+def _sweep(writes: Any, session: dict[str, Any], dest: str) -> None:
+    """Rank 0, after the commit: remove what earlier saves left (never raises: the commit stands,
+    and the next save sweeps again)."""
+    try:
+        writes.sweep(session)
+    except Exception as exc:
+        logger().warning(
+            "the sharded save to %s was committed, but what earlier saves left could not be removed"
+            " (%s: %s): the next save tries again",
+            redact(dest),
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _record(store: Any, dest: str, step: int | None, metrics: dict[str, float]) -> None:

@@ -138,12 +138,12 @@ class Markers:
         """Remove every marker but ``open`` and ``keep``'s result (one listing, then
         :meth:`BlobStore.delete_many`). Markers it could not remove are left to the next save's
         sweep, with a warning."""
-        gone = []
-        for uri in list(self.store.list(self.prefix)):
-            name = uri[len(self.prefix) :]
-            if ".piece-" not in name and name not in ("open", f"{keep}.result"):
-                gone.append(uri)
-        try:
+        try:  # never raises: called after the commit, which stands
+            gone = []
+            for uri in list(self.store.list(self.prefix)):
+                name = uri[len(self.prefix) :]
+                if ".piece-" not in name and name not in ("open", f"{keep}.result"):
+                    gone.append(uri)
             self.store.delete_many(gone)
         except Exception as exc:
             logger().warning(
