@@ -300,3 +300,26 @@ def test_pull_to_a_dir_whose_name_is_over_name_max_names_the_limit(
     assert "Errno" not in message
     assert no_working_files(out) == []
     assert not [p for p in out.rglob("*") if p.is_file()]
+
+
+def test_a_destination_with_no_room_for_its_sidecar_saves_and_keeps_quiet_clean_ups(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """Proves: a destination of 250 bytes (its ``.fcp-history`` sidecar would be 262) saves with
+    retention: each save commits and warns once that its manifest could not be written, the
+    retention clean-up finds nothing to clean (no sidecar can exist: the listing of a name over
+    the file system's limit is empty, not an error), history lists the object without a manifest
+    and it loads. Before: every save's clean-up failed with a warning saying the next one retries."""
+    dest = str(tmp_path / ("a" * 250))
+    for i in range(3):
+        with (
+            caplog.at_level("WARNING", logger="flyte_checkpoint"),
+            fc.Checkpoint(dest, retention=fc.Retention(keep_last=2)) as cp,
+        ):
+            cp.save_sync(b"state %d" % i, step=i)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 3 and all("its manifest could not be written" in w for w in warned), warned
+    (entry,) = fc.history(dest)
+    assert entry.manifest is None and entry.uri == dest
+    with fc.Checkpoint(str(tmp_path / "next"), dest) as cp:
+        assert cp.load_sync().read_bytes() == b"state 2"

@@ -92,6 +92,13 @@ def _listed_version(st: os.stat_result) -> str:
     return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
+def _nothing_there(exc: OSError) -> bool:
+    """Whether a folder a listing would read cannot hold anything: it does not exist, is a
+    file, or has a name longer than the file system takes (a sidecar ``X.fcp-history/`` of a
+    243-byte ``X``: nothing was ever written there)."""
+    return isinstance(exc, (FileNotFoundError, NotADirectoryError)) or exc.errno == errno.ENAMETOOLONG
+
+
 def _map_os_error(exc: OSError, path: Path, action: str) -> Exception:
     if exc.errno == errno.ENAMETOOLONG:
         failed = exc.filename if isinstance(exc.filename, str) else None  # a temporary file's?
@@ -658,7 +665,7 @@ class LocalStore(BlobStore):
             return folder.startswith(text) or text.startswith(folder)
 
         def refuse(exc: OSError) -> None:
-            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):  # else: nothing there
+            if not _nothing_there(exc):
                 raise _map_os_error(exc, Path(exc.filename or root), "list") from exc
 
         found: list[str] = []
@@ -688,9 +695,9 @@ class LocalStore(BlobStore):
         found: list[ObjectInfo] = []
         try:
             entries = list(os.scandir(folder))
-        except (FileNotFoundError, NotADirectoryError):
-            return
         except OSError as exc:
+            if _nothing_there(exc):
+                return
             raise _map_os_error(exc, folder, "list") from exc
         for entry in entries:
             if not entry.name.startswith(start) or _TMP_MARK in entry.name or is_working_file(entry.name):
