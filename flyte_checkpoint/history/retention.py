@@ -40,16 +40,17 @@ from __future__ import annotations
 
 import math
 import time as _time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Literal, ParamSpec
 
 from ..errors import ConfigurationError
 from .manifest import newness
 
 Mode = Literal["min", "max"]
 BestRule = tuple[str, Mode, int]
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -365,22 +366,17 @@ def _first_in_windows(eligible, value, width) -> dict[int, list[Candidate]]:
     return first
 
 
-def select(
-    candidates: Iterable[Candidate],
-    policy: Retention,
-    protected: Iterable[str] = (),
-    *,
-    run: str | None = None,
-    trigger: tuple[int, int] | None = None,
-    now: float | None = None,
-    infer_run: bool = True,
-    one_run: bool = False,
-) -> frozenset[str]:
-    """The URIs :func:`decide` keeps."""
-    decisions = decide(
-        candidates, policy, protected, run=run, trigger=trigger, now=now, infer_run=infer_run, one_run=one_run
-    )
-    return frozenset(d.candidate.uri for d in decisions if d.keep)
+def _uris_kept(decide: Callable[P, list[Decision]]) -> Callable[P, frozenset[str]]:
+    """:func:`select` from :func:`decide`: the same arguments (stated once, in ``decide``)."""
+
+    def select(*args: P.args, **kwargs: P.kwargs) -> frozenset[str]:
+        """The URIs :func:`decide` keeps; it takes ``decide``'s arguments."""
+        return frozenset(d.candidate.uri for d in decide(*args, **kwargs) if d.keep)
+
+    return select
+
+
+select = _uris_kept(decide)
 
 
 __all__ = ["Candidate", "Decision", "Retention", "decide", "metric_value", "select"]
