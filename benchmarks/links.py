@@ -47,8 +47,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+# HANG_GUARD: the deadline of every internal wait (start, stop, an answer from the child).
+from flyte_checkpoint.testing.loopthread import HANG_GUARD, LoopThread
 
 ROOT = Path(__file__).resolve().parent
 MB = 1_000_000
@@ -61,8 +64,7 @@ CHUNK = 64 * 1024
 BURST_SECONDS = 0.02
 #: How far a link's measured rate may be from its set rate (either way) before a run is refused.
 TOLERANCE = 0.10
-#: Deadline of every internal wait (start, stop, an answer from the child): a hang guard.
-HANG_GUARD = 120.0
+T = TypeVar("T")
 
 
 class TokenBucket:
@@ -146,8 +148,7 @@ class LinkProxy:
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
         self.nodes = [Node(i, TokenBucket(rate, burst), TokenBucket(rate, burst)) for i in range(nodes)]
         self._next_conn = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._runner = LoopThread("link-proxy", "the link proxy")
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -156,19 +157,15 @@ class LinkProxy:
 
     # -- what a benchmark asks ---------------------------------------------------------
 
-    def _call(self, fn: Callable[[], object]) -> object:
+    def _call(self, fn: Callable[[], T]) -> T:
         """``fn()`` run on the loop's thread (the buckets and counters are the loop's)."""
-        if self._loop is None:
+        if self._runner.loop is None:
             return fn()
-
-        async def run() -> object:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(HANG_GUARD)
+        return self._runner.call(fn)
 
     def stats(self) -> list[dict[str, int]]:
         """Bytes forwarded each way, and connections accepted, per node, so far."""
-        return self._call(lambda: [node.stats() for node in self.nodes])  # type: ignore[return-value]
+        return self._call(lambda: [node.stats() for node in self.nodes])
 
     def set_rate(self, rate: float) -> None:
         """Every node's rate, both ways, from now on."""
@@ -194,56 +191,24 @@ class LinkProxy:
         from reading the first chunk to writing the last one upstream. The client's and the
         server's own time per request (signing, answering) is outside it; a proxy or a server
         too slow to keep up makes it longer."""
-        return self._call(lambda: [node.carried() for node in self.nodes])  # type: ignore[return-value]
+        return self._call(lambda: [node.carried() for node in self.nodes])
 
     # -- lifetime ----------------------------------------------------------------------
 
     def start(self) -> LinkProxy:
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                for node in self.nodes:
-                    node.server = loop.run_until_complete(
-                        asyncio.start_server(
-                            lambda r, w, node=node: self._handle(node, r, w), "127.0.0.1", 0, limit=CHUNK
-                        )
-                    )
-                    node.port = node.server.sockets[0].getsockname()[1]
-            except BaseException as exc:
-                errors.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="link-proxy", daemon=True)
-        self._thread.start()
-        if not ready.wait(HANG_GUARD):
-            raise RuntimeError(f"the link proxy did not start within {HANG_GUARD:.0f} s (hang guard)")
-        if errors:
-            raise errors[0]
+        self._runner.start(self._open)
         return self
+
+    async def _open(self) -> None:
+        for node in self.nodes:
+            node.server = await asyncio.start_server(
+                lambda r, w, node=node: self._handle(node, r, w), "127.0.0.1", 0, limit=CHUNK
+            )
+            node.port = node.server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
         """Close the listeners and every connection; join the loop's thread (bounded)."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if loop.is_running():
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(HANG_GUARD)
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=HANG_GUARD)
-        self._loop = self._thread = None
+        self._runner.stop(self._shutdown)
 
     async def _shutdown(self) -> None:
         for node in self.nodes:

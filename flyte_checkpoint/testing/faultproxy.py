@@ -62,13 +62,12 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from .httpframes import Head, RequestFramer
+from .loopthread import HANG_GUARD, LoopThread
 
 Direction = Literal["up", "down"]
 Action = Literal["pass", "reset", "stall", "truncate", "blackhole", "answer"]
 
 _CHUNK = 64 * 1024
-#: Deadline of every internal wait (start, stop, a held request): a hang guard, not a timing.
-HANG_GUARD = 120.0
 #: An HTTP/1.x request line in the client-to-server bytes (bodies here are random or small
 #: JSON/XML, so a false match would need this exact text inside a body).
 _REQUEST_LINE = re.compile(rb"(GET|HEAD|PUT|POST|DELETE|PATCH|OPTIONS) (/\S*) HTTP/1\.[01]\r\n")
@@ -294,8 +293,7 @@ class FaultProxy:
         #: Every request line forwarded to (or kept from) the server since the last
         #: :meth:`reset_records`, in the order the proxy saw them, over all connections.
         self.log: list[str] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._runner = LoopThread("fault-proxy", "the fault proxy")
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -434,61 +432,22 @@ class FaultProxy:
 
     def _call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the proxy's loop and wait for it (bounded by the hang guard)."""
-        loop = self._loop
-        assert loop is not None, "the proxy is not running"
-
-        async def run() -> None:
-            fn()
-
-        asyncio.run_coroutine_threadsafe(run(), loop).result(HANG_GUARD)
+        self._runner.call(fn)
 
     # -- lifetime ---------------------------------------------------------------------
 
     def start(self) -> FaultProxy:
-        ready = threading.Event()
-        errors: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                self._closing = asyncio.Event()
-                self._server = loop.run_until_complete(
-                    asyncio.start_server(self._handle, "127.0.0.1", 0, limit=_CHUNK)
-                )
-                self.port = self._server.sockets[0].getsockname()[1]
-            except BaseException as exc:
-                errors.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="fault-proxy", daemon=True)
-        self._thread.start()
-        if not ready.wait(HANG_GUARD):
-            raise RuntimeError(f"the fault proxy did not start within {HANG_GUARD:.0f} s (hang guard)")
-        if errors:
-            raise errors[0]
+        self._runner.start(self._open)
         return self
+
+    async def _open(self) -> None:
+        self._closing = asyncio.Event()
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, limit=_CHUNK)
+        self.port = self._server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
         """Close the listener and every connection; join the loop's thread (bounded)."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if loop.is_running():
-            fut = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-            with contextlib.suppress(Exception):
-                fut.result(timeout=HANG_GUARD)
-            loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=HANG_GUARD)
-        self._loop = self._thread = None
+        self._runner.stop(self._shutdown)
 
     async def _shutdown(self) -> None:
         if self._server is not None:
