@@ -444,8 +444,7 @@ def links_suite(args: argparse.Namespace, content: Content, commit: CommitTime, 
     """On moto's S3 server through one simulated link (benchmarks/links.py), at each rate of
     ``args.links`` (validated first): each tree's full save and incremental save (one file
     changed), ``args.runs`` pairs; bytes up and down counted at the link."""
-    from .links import LinkProcess, LinkRateError, load_line, validate_tries
-    from .links import MiB as _MiB
+    from .links import LinkProcess, load_line, validated_rate
 
     rows = []
     trees = {
@@ -474,26 +473,9 @@ def links_suite(args: argparse.Namespace, content: Content, commit: CommitTime, 
             down = lambda: links.stats()[0]["down"]  # noqa: E731
             key = uuid.uuid4().hex
             for rate in args.links:
-                links.set_rate(rate)
-                before = load_line()
-                nbytes = args.probe_mib * _MiB if args.probe_mib else None
-                try:
-                    carried = validate_tries(
-                        links,
-                        rate,
-                        tries=args.probe_tries,
-                        bucket="bench",
-                        nbytes=nbytes,
-                        tolerance=args.tolerance,
-                    )
-                except LinkRateError as exc:
-                    print(f"{rate / 1e6:g} MB/s refused: {exc}", file=sys.stderr, flush=True)
-                    rows.append({"rate_mb_s": rate / 1e6, "refused": str(exc), "load_before": before})
+                if (validated := validated_rate(links, rate, args, rows)) is None:
                     continue
-                print(
-                    f"{rate / 1e6:g} MB/s: the link carried {carried[0] / 1e6:.2f} MB/s ({before})",
-                    file=sys.stderr,
-                )
+                carried, before = validated
                 for (files, mib), src in trees.items():
                     r = pair(
                         lambda run, files=files, mib=mib, rate=rate: (

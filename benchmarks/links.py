@@ -482,6 +482,30 @@ def validate_tries(
     raise AssertionError("unreachable")
 
 
+def validated_rate(
+    links: LinkProxy | LinkProcess, rate: float, args: argparse.Namespace, rows: list[dict]
+) -> tuple[list[float], str] | None:
+    """A benchmark's step to each rate: every link set to ``rate`` and validated (:func:`validate_tries`
+    with ``args.probe_mib``, ``args.probe_tries`` and ``args.tolerance``, bucket ``bench``).
+    Returns the rates the links carried and the load line from before, both printed to stderr;
+    or None when the rate is refused: the refusal is printed and added to ``rows``."""
+    links.set_rate(rate)
+    before = load_line()
+    nbytes = args.probe_mib * MiB if args.probe_mib else None
+    try:
+        carried = validate_tries(
+            links, rate, tries=args.probe_tries, bucket="bench", nbytes=nbytes, tolerance=args.tolerance
+        )
+    except LinkRateError as exc:
+        print(f"{rate / MB:g} MB/s refused: {exc}", file=sys.stderr, flush=True)
+        rows.append({"rate_mb_s": rate / MB, "refused": str(exc), "load_before": before})
+        return None
+    shown = ", ".join(f"{r / MB:.2f}" for r in carried)
+    which = "the link" if len(carried) == 1 else "the links"
+    print(f"{rate / MB:g} MB/s: {which} carried {shown} MB/s ({before})", file=sys.stderr, flush=True)
+    return carried, before
+
+
 def parse_rates(text: str) -> list[float]:
     """``"5,10,25"`` (MB/s, MB = 10^6 bytes) as bytes per second."""
     try:

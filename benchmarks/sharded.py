@@ -164,7 +164,7 @@ def links_suite(
     from flyte_checkpoint_s3_tests.server import run_server
 
     from benchmarks.__main__ import moto_bench
-    from benchmarks.links import LinkProcess, LinkRateError, MiB, load_line, validate_tries
+    from benchmarks.links import LinkProcess, MiB, load_line, validated_rate
 
     med = statistics.median
     rows = []
@@ -175,29 +175,9 @@ def links_suite(
             s3_env = {**s3_env, "PYTHONPATH": env["PYTHONPATH"], "MASTER_ADDR": "127.0.0.1"}
             with LinkProcess(server.endpoint, rates[0], nodes=ranks) as links:
                 for rate in rates:
-                    links.set_rate(rate)
-                    before = load_line()
-                    nbytes = args.probe_mib * MiB if args.probe_mib else None
-                    try:
-                        carried = validate_tries(
-                            links,
-                            rate,
-                            tries=args.probe_tries,
-                            bucket="bench",
-                            nbytes=nbytes,
-                            tolerance=args.tolerance,
-                        )
-                    except LinkRateError as exc:
-                        print(f"{rate / 1e6:g} MB/s refused: {exc}", file=sys.stderr, flush=True)
-                        rows.append({"rate_mb_s": rate / 1e6, "refused": str(exc), "load_before": before})
+                    if (validated := validated_rate(links, rate, args, rows)) is None:
                         continue
-                    print(
-                        f"{rate / 1e6:g} MB/s: the links carried "
-                        + ", ".join(f"{r / 1e6:.2f}" for r in carried)
-                        + f" MB/s ({before})",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    carried, before = validated
                     times: dict[str, list[float]] = {"sharded": [], "gathered": []}
                     sent: dict[str, list[list[int]]] = {"sharded": [], "gathered": []}
                     for run in range(runs):
