@@ -74,6 +74,53 @@ def test_abort_during_write_back_leaves_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def _writer_with_a_copy_check(tmp_path: Path) -> Any:
+    """An open writer that copied 4 KiB with ``expect``: its check ran on its own thread."""
+    import zlib
+
+    from flyte_checkpoint.storage.blobstore import CopyCheck
+
+    data = os.urandom(4096)
+    store, old = LocalStore(), str(tmp_path / "old")
+    store.write_bytes(old, data)
+    source = store.copy_source(old)
+    assert source is not None
+    w = store.open_write(str(tmp_path / "new"))
+    w.copy(source, 0, len(data), CopyCheck(((len(data), zlib.crc32(data)),)))
+    for check in w._checks:
+        check.result(timeout=120)
+    return w
+
+
+def test_an_abort_on_the_writers_own_copy_check_thread_removes_its_file(tmp_path):
+    """A writer an interrupted save dropped is aborted when collected, and a collection runs
+    in whichever thread it happens in: its own check thread too. It joined that thread there
+    (RuntimeError: cannot join current thread), and the temporary file stayed (found by
+    tests/reliability/test_interrupts.py[file], 1 run in 8 under load)."""
+    w = _writer_with_a_copy_check(tmp_path)
+    assert w._checker is not None
+    w._checker.submit(w.abort).result(timeout=120)  # what __del__ runs, on that thread
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
+
+
+def test_a_copy_check_does_not_hold_its_writer(tmp_path, monkeypatch):
+    """The check keeps the writer's damage record, not the writer: a writer its owner dropped
+    goes with the owner's frames (an abort in the owner's thread), not with a check ending
+    later on the check thread."""
+    submitted: list[Callable[[], None]] = []
+
+    class Recording(local.ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            submitted.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(local, "ThreadPoolExecutor", Recording)
+    w = _writer_with_a_copy_check(tmp_path)
+    held = [cell.cell_contents for fn in submitted for cell in fn.__closure__ or ()]
+    assert submitted and held and not any(x is w for x in held), held
+    w.abort()
+
+
 def test_umask_is_read_without_changing_it():
     old = os.umask(0o027)
     try:

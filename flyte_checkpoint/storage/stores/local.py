@@ -310,9 +310,10 @@ class _LocalWriter(BlobWriter):
         ``expect``, on a thread of its own: the packer and the next copies go on, and the
         commit's fsync waits for the disk meanwhile; the commit waits for it before the rename."""
         read = partial(_read_at, fd)
+        damage = self.copy_damage  # not self: the check never holds the writer (see _end_checks)
 
         def check() -> None:
-            self.copy_damage.add(source, expect.damaged(start, read, _READ_BACK))
+            damage.add(source, expect.damaged(start, read, _READ_BACK))
 
         try:
             if self._checker is None:
@@ -330,7 +331,11 @@ class _LocalWriter(BlobWriter):
             for check in checks:
                 check.cancel()
         if self._checker is not None:
-            self._checker.shutdown(wait=True)
+            # A writer dropped by an interrupted save may be collected on its check thread (a
+            # collection runs in any thread): that thread cannot join itself, and the abort
+            # would stop there, leaving the temporary file behind.
+            here = threading.current_thread() in getattr(self._checker, "_threads", ())
+            self._checker.shutdown(wait=not here)
             self._checker = None
         if not cancel:
             for check in checks:
