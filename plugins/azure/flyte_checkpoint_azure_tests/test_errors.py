@@ -85,16 +85,16 @@ def test_an_unreachable_identity_endpoint_is_transient_not_denied() -> None:
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the block ends: connections are refused
-    credential = ClientSecretCredential(
-        "tenant",
-        "client",
-        "s3cret-value",
-        authority=f"https://127.0.0.1:{port}",
-        disable_instance_discovery=True,  # else it asks login.microsoftonline.com first
-    )
-    with pytest.raises(ClientAuthenticationError) as raised:
-        credential.get_token("https://storage.azure.com/.default")
+        port = s.getsockname()[1]  # bound, never listening: refused, and no other server takes it
+        credential = ClientSecretCredential(
+            "tenant",
+            "client",
+            "s3cret-value",
+            authority=f"https://127.0.0.1:{port}",
+            disable_instance_discovery=True,  # else it asks login.microsoftonline.com first
+        )
+        with pytest.raises(ClientAuthenticationError) as raised:
+            credential.get_token("https://storage.azure.com/.default")
     err = map_error(raised.value, URI, "read", config=CONFIG)
     assert type(err) is TransientError, err
     assert "connection to" in str(err) and URI in str(err) and "retried" in str(err)

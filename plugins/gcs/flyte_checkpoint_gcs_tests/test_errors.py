@@ -141,12 +141,12 @@ def test_missing_object_is_not_found(store: GCSStore, gcs_root: str) -> None:
 
 
 def test_refused_connection_is_transient_and_names_the_uri(gcs_server: GCSServer) -> None:
-    with socket.socket() as s:  # a port where nothing listens
+    with socket.socket() as s:  # bound, never listening: refused, and no other server takes the port
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    store = make_store(f"http://127.0.0.1:{port}")
-    with pytest.raises(TransientError) as info:
-        store.stat("gs://bucket/run/ckpt")
+        store = make_store(f"http://127.0.0.1:{port}")
+        with pytest.raises(TransientError) as info:
+            store.stat("gs://bucket/run/ckpt")
     assert "gs://bucket/run/ckpt" in str(info.value) and "is retried" in str(info.value)
 
 

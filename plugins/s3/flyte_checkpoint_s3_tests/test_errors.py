@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -21,7 +22,6 @@ from flyte_checkpoint.errors import (
     StoreError,
     TransientError,
 )
-from flyte_checkpoint.testing.servers import free_port
 
 from .helpers import ACCESS_KEY, BUCKET, SECRET_KEY, key_of
 from .server import moto_auth
@@ -148,12 +148,15 @@ def test_missing_container_is_an_error_on_load_but_missing_key_is_none(
 
 @pytest.mark.integration
 def test_unreachable_endpoint_is_transient_and_names_it(make_s3_store: Any) -> None:
-    port = free_port()  # nothing listens there
-    store = make_s3_store(
-        endpoint_url=f"http://127.0.0.1:{port}", connect_timeout=1, read_timeout=1, request_attempts=1
-    )
-    with pytest.raises(TransientError, match=rf"the connection to http://127.0.0.1:{port} \(from argument\)"):
-        store.stat(f"s3://{BUCKET}/k")
+    with socket.socket() as s:  # bound, never listening: refused, and no other server takes the port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        store = make_s3_store(
+            endpoint_url=f"http://127.0.0.1:{port}", connect_timeout=1, read_timeout=1, request_attempts=1
+        )
+        said = rf"the connection to http://127.0.0.1:{port} \(from argument\)"
+        with pytest.raises(TransientError, match=said):
+            store.stat(f"s3://{BUCKET}/k")
 
 
 @pytest.mark.integration
