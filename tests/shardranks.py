@@ -403,24 +403,31 @@ SHORT_LEASE = {"FLYTE_CHECKPOINT_SHARD_LEASE": "3s"}
 
 def save_threads(dest: str, folders: list[Path], **kw: Any) -> list[BaseException]:
     """Threads of this process as the ranks (rank= and world_size= given); their errors."""
+    return [o for o in rank_outcomes(dest, folders, **kw) if isinstance(o, BaseException)]
+
+
+def rank_outcomes(dest: str, folders: list[Path], *, timeout: float = 60, **kw: Any) -> list[object]:
+    """Threads of this process as the ranks, each saving its folder (rank= and world_size=
+    given; ``timeout`` and ``kw`` passed on): ``"ok"`` or the rank's error, by rank."""
     import threading
 
     from flyte_checkpoint.sharded import save_sharded
 
-    errors: list[BaseException] = []
+    outcomes: list[object] = [None] * len(folders)
 
     def rank(r: int) -> None:
         try:
-            save_sharded(dest, folders[r], rank=r, world_size=len(folders), timeout=60, **kw)
+            save_sharded(dest, folders[r], rank=r, world_size=len(folders), timeout=timeout, **kw)
+            outcomes[r] = "ok"
         except BaseException as exc:  # returned to the test
-            errors.append(exc)
+            outcomes[r] = exc
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(folders))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return errors
+    return outcomes
 
 
 def session_opened(dest: str, folder: Path, *, world: int = 2, env: dict[str, str] = SHORT_LEASE) -> Actor:

@@ -5,7 +5,6 @@ as a plain save of the union is (UnsupportedDataError), the previous checkpoint 
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import UnsupportedDataError
 from flyte_checkpoint.format import tarstream as ts
-from flyte_checkpoint.sharded import save_sharded
 from flyte_checkpoint.util.limits import MAX_MEMBERS_ENV, MAX_UNPACKED_ENV
 from tests import shardranks as sr
 
@@ -43,28 +41,7 @@ def _folders(tmp_path: Path, files: dict[str, int], world: int = 2) -> list[Path
 
 def _save(uri: str, folders: list[Path]) -> list[object]:
     """Every rank as a thread of this process: "ok" or its error, by rank."""
-    outcomes: list[object] = [None] * len(folders)
-
-    def rank(r: int) -> None:
-        try:
-            save_sharded(uri, folders[r], rank=r, world_size=len(folders), job="limits", timeout=60)
-            outcomes[r] = "ok"
-        except Exception as exc:  # returned to the test
-            outcomes[r] = exc
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(folders))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return outcomes
-
-
-def _restore(uri: str, tmp_path: Path) -> dict[str, bytes]:
-    with fc.Checkpoint(str(tmp_path / "next"), uri) as cp:
-        path = cp.load_sync()
-        assert path is not None
-        return sr.tree(path)
+    return sr.rank_outcomes(uri, folders, job="limits")
 
 
 @pytest.mark.timeout(180)
@@ -92,7 +69,7 @@ def test_a_union_over_a_load_limit_is_refused_on_every_rank_and_keeps_the_previo
     for o in outcomes:
         assert variable in str(o) and "the previous checkpoint" in str(o)
     assert str(outcomes[1]).startswith("rank 0 refused the union: ")
-    assert _restore(uri, tmp_path) == {"state": b"the previous checkpoint"}
+    assert sr.restore(uri, tmp_path) == {"state": b"the previous checkpoint"}
 
 
 @pytest.mark.timeout(180)
@@ -128,7 +105,7 @@ def test_the_union_limits_are_those_of_a_plain_save_of_the_union_to_the_member_a
         outcomes = _save(uri, folders)
         if accepted:
             assert outcomes == ["ok", "ok"]
-            assert _restore(uri, tmp_path / f"load-{limit}") == sr.tree(union)
+            assert sr.restore(uri, tmp_path / f"load-{limit}") == sr.tree(union)
         else:
             assert all(isinstance(o, UnsupportedDataError) for o in outcomes), outcomes
             assert not Path(uri).exists()

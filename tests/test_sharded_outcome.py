@@ -6,14 +6,12 @@ committed, never "Nothing was committed" over a committed checkpoint nor the sto
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 
 import pytest
 
 import flyte_checkpoint as fc
 from flyte_checkpoint.errors import CheckpointPermissionError, ShardedSaveError
-from flyte_checkpoint.sharded import save_sharded
 from flyte_checkpoint.storage.blobstore import BlobWriter
 from flyte_checkpoint.testing.counting import CountingLatencyStore
 from tests import shardranks as sr
@@ -56,31 +54,10 @@ def _setup(tmp_path: Path, scheme: str, files: list[dict[str, bytes]]) -> tuple[
     return uri, folders
 
 
-def _save(uri: str, folders: list[Path]) -> dict[int, object]:
+def _save(uri: str, folders: list[Path]) -> list[object]:
     """Both ranks as threads; the timeout far beyond the test's own, so a rank that waited for it
     would fail the test (pytest-timeout) rather than pass slowly."""
-    outcomes: dict[int, object] = {}
-
-    def rank(r: int) -> None:
-        try:
-            save_sharded(uri, folders[r], rank=r, world_size=2, job="outcome", timeout=3600)
-            outcomes[r] = "ok"
-        except Exception as exc:  # returned to the test
-            outcomes[r] = exc
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return outcomes
-
-
-def _restore(uri: str, tmp_path: Path) -> dict[str, bytes]:
-    with fc.Checkpoint(str(tmp_path / "next"), uri) as cp:
-        path = cp.load_sync()
-        assert path is not None
-        return sr.tree(path)
+    return sr.rank_outcomes(uri, folders, job="outcome", timeout=3600)
 
 
 @pytest.mark.timeout(120)
@@ -99,7 +76,7 @@ def test_an_outcome_not_written_after_the_commit_leaves_rank_0_returning_and_the
     assert "rank 0 committed the sharded save" in str(told) and "Nothing was committed" not in str(told)
     assert "was committed, but its outcome could not be written" in caplog.text
     assert "permission denied" in caplog.text and "rank 0 announced no outcome" in caplog.text
-    assert _restore(uri, tmp_path) == {"r0": bytes(100), "r1": bytes([1]) * 100}
+    assert sr.restore(uri, tmp_path) == {"r0": bytes(100), "r1": bytes([1]) * 100}
 
 
 @pytest.mark.timeout(120)
@@ -117,7 +94,7 @@ def test_an_outcome_not_written_for_a_failed_save_leaves_every_rank_saying_nothi
     told = str(outcomes[1])
     assert "rank 0 did not commit" in told and "previous checkpoint is unchanged" in told
     assert "was not committed (the previous checkpoint is unchanged), but its outcome" in caplog.text
-    assert _restore(uri, tmp_path) == {"prev": b"the previous checkpoint"}
+    assert sr.restore(uri, tmp_path) == {"prev": b"the previous checkpoint"}
 
 
 class NoSweepStore(CountingLatencyStore):
@@ -148,6 +125,6 @@ def test_a_sweep_that_fails_after_the_commit_leaves_every_rank_returning(
         folders.append(d)
     with caplog.at_level(logging.WARNING, logger="flyte_checkpoint"):
         outcomes = _save(uri, folders)
-    assert outcomes == {0: "ok", 1: "ok"}
+    assert outcomes == ["ok", "ok"]
     assert "was committed, but what earlier saves left could not be removed" in caplog.text
-    assert _restore(uri, tmp_path) == {"r0": bytes(100), "r1": bytes([1]) * 100}
+    assert sr.restore(uri, tmp_path) == {"r0": bytes(100), "r1": bytes([1]) * 100}
