@@ -6,6 +6,7 @@ committed, never "Nothing was committed" over a committed checkpoint nor the sto
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,36 @@ def test_a_sweep_that_fails_after_the_commit_leaves_every_rank_returning(
     assert outcomes == ["ok", "ok"]
     assert "was committed, but what earlier saves left could not be removed" in caplog.text
     assert sr.restore(uri, tmp_path) == {"r0": bytes(100), "r1": bytes([1]) * 100}
+
+
+class NoReportsListedStore(CountingLatencyStore):
+    """Refuses every listing of a sharded save's reports (``*.fcp-shard/<session>.done-*``), as
+    a store answering 403 to rank 0's listing does."""
+
+    def list(self, prefix: str) -> Iterator[str]:
+        if ".fcp-shard/" in prefix and ".done-" in prefix:
+            raise CheckpointPermissionError(f"permission denied to list {prefix} (the test's store)")
+        return super().list(prefix)
+
+
+@pytest.mark.timeout(120)
+def test_rank_0_failing_before_it_decides_tells_the_others_at_once(tmp_path: Path) -> None:
+    """Proves: when rank 0 cannot gather the reports (its listing refused), it raises the store's
+    error and the other ranks are told at once that nothing was committed, naming the cause,
+    instead of waiting for their timeout (3600 s here, far past the test's); the previous
+    checkpoint stays. Before: rank 1 waited its whole timeout for an outcome never written."""
+    fc.register_store("noreports", ("noreports",), NoReportsListedStore)
+    uri = f"noreports://b/{tmp_path.name}/ckpt"
+    prev = tmp_path / "prev"
+    prev.mkdir()
+    (prev / "prev").write_bytes(b"the previous checkpoint")
+    with fc.Checkpoint(uri) as cp:
+        cp.save_sync(prev)
+    folders = sr.make_folders(tmp_path, 2)
+    outcomes = _save(uri, folders)
+    assert isinstance(outcomes[0], CheckpointPermissionError), outcomes[0]
+    assert isinstance(outcomes[1], ShardedSaveError), outcomes[1]
+    told = str(outcomes[1])
+    assert "rank 0 failed before it could commit" in told and "permission denied to list" in told, told
+    assert "nothing was committed" in told, told
+    assert sr.restore(uri, tmp_path) == {"prev": b"the previous checkpoint"}

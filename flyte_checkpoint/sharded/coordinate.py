@@ -151,6 +151,15 @@ class Markers:
             )
 
 
+def _failed_before_deciding(exc: BaseException) -> Doc:
+    """The outcome told to the other ranks when rank 0 fails before it decides (a listing or a
+    marker it could not read or write past the retries): nothing was committed."""
+    return {
+        "ok": False,
+        "error": f"rank 0 failed before it could commit ({type(exc).__name__}: {exc}): nothing was committed",
+    }
+
+
 def follower_pauses(world: int) -> tuple[float, float]:
     """(first, cap): a follower's pauses between polls in a world of ``world`` ranks, so that
     all followers together poll at most :data:`_RATE` times a second."""
@@ -329,19 +338,25 @@ class StoreCoordinator:
         lease = _Lease(self.markers, session, self.lease)
         try:
             try:
-                lease.start()
-                step(0, "session")
-                mine = own(session)
-                mine.update(self.caller.stamp())
-                lease.update(state="collecting")
-                reports, problems = self._collect(token, mine)
-                if not problems and all(r["ok"] for r in reports):
-                    other = lease.still_ours()
-                    if other is not None:
-                        problems.append(
-                            f"another sharded save took over {redact(self.uri)} while this one ran"
-                            f" ({describe(other)}): two jobs must not save to one URI at once"
-                        )
+                try:
+                    lease.start()
+                    step(0, "session")
+                    mine = own(session)
+                    mine.update(self.caller.stamp())
+                    lease.update(state="collecting")
+                    reports, problems = self._collect(token, mine)
+                    if not problems and all(r["ok"] for r in reports):
+                        other = lease.still_ours()
+                        if other is not None:
+                            problems.append(
+                                f"another sharded save took over {redact(self.uri)} while this one ran"
+                                f" ({describe(other)}): two jobs must not save to one URI at once"
+                            )
+                except Exception as exc:
+                    # Before anything was committed (decide() never raises): the others are told
+                    # now, not at their timeout; this rank raises the store's error.
+                    self._announce(token, _failed_before_deciding(exc))
+                    raise
                 outcome = decide(reports, problems)
                 if outcome["ok"]:
                     outcome["accepted"] = {
