@@ -5,6 +5,14 @@ Each child (:data:`CHILD`) saves its folder with ``save_sharded`` under ``RANK``
 save (``"stop": "segment"``, see :mod:`flyte_checkpoint.sharded.coordinate`) prints
 ``AT <step>`` there and waits to be killed, so a kill lands where the code's own progress
 put it, never after a delay. ``"fail": true`` makes its segment fail (an unreadable file).
+
+Each child's stderr goes to a temporary file of its own (never a pipe nobody reads, which a
+child's warnings could fill and block it on). When a child hangs (the hang guard, or the test's
+timeout, interrupts :func:`finish` or :meth:`Actor.next`), it gets SIGABRT, which makes
+``faulthandler`` write every thread's stack there, and that stderr is shown: in the guard's
+error, and on the test's captured stderr. A child that ends without ``OK`` (an error, a crash,
+a kill) has its stderr written to the test's captured stderr too, which pytest shows when the
+test fails.
 """
 
 from __future__ import annotations
@@ -15,11 +23,12 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tests.childlines import Lines
 
@@ -56,6 +65,52 @@ class Rank:
     rank: int
     proc: subprocess.Popen
     lines: Lines
+    #: The child's stderr (a temporary file; see the module docstring).
+    stderr: IO[bytes] | None = None
+
+
+#: How long a hung child is given to write its stacks after SIGABRT, before SIGKILL (a guard).
+ABORT_GRACE = 30.0
+
+
+def child_stderr(file: IO[bytes] | None) -> str:
+    """What a child wrote to its stderr file so far."""
+    if file is None or file.closed:
+        return ""
+    file.flush()
+    file.seek(0)
+    return file.read().decode(errors="replace")
+
+
+def abort(proc: subprocess.Popen) -> None:
+    """End a child that may hang: SIGABRT (``PYTHONFAULTHANDLER=1`` makes it write every
+    thread's stack to its stderr first), then SIGKILL if it is still there after
+    :data:`ABORT_GRACE` seconds."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(ABORT_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def stderr_report(what: str, code: int | None, last: str, file: IO[bytes] | None) -> str:
+    """A child's stderr under a heading that names it, its exit status and its last line."""
+    text = child_stderr(file).rstrip()
+    return (
+        f"----- {what}: exit status {code}, last line {last!r}; its stderr"
+        f" ({'empty' if not text else f'{len(text)} characters'}):\n{text}\n----- end of {what}'s stderr"
+    )
+
+
+def show(text: str) -> None:
+    """Write ``text`` to the test's stderr (captured; pytest shows it when the test fails)."""
+    print(text, file=sys.stderr, flush=True)
 
 
 def start(
@@ -80,22 +135,26 @@ def start(
                 job[key] = values[rank]
         child_env = {**os.environ, **(env or {}), "RANK": str(rank), "WORLD_SIZE": str(world or len(folders))}
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), child_env.get("PYTHONPATH")]))
+        child_env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT writes every thread's stack to stderr
+        err = tempfile.TemporaryFile()  # noqa: SIM115 - read and closed by finish/kill_all
         proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, json.dumps(job)],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=err,
             stdin=subprocess.DEVNULL,
             env=child_env,
             cwd=ROOT,
         )
-        ranks.append(Rank(rank, proc, Lines(proc.stdout)))  # type: ignore[arg-type]
+        ranks.append(Rank(rank, proc, Lines(proc.stdout), err))  # type: ignore[arg-type]
     return ranks
 
 
 def finish(ranks: list[Rank]) -> list[str]:
     """Each child's last line (``""`` for one that was killed), once all have ended; a child
-    that prints nothing within the hang guard fails the test, and every child is killed then."""
-    out = []
+    that prints nothing within the hang guard fails the test, and every child is ended then
+    (SIGABRT: its stacks), its stderr in the error. The stderr of a child whose last line is
+    not ``OK`` is written to the test's captured stderr."""
+    out: list[str] = []
     try:
         for r in ranks:
             last = ""
@@ -103,12 +162,30 @@ def finish(ranks: list[Rank]) -> list[str]:
                 last = line
             r.proc.wait()
             out.append(last)
-    except BaseException:
+    except BaseException as exc:  # the hang guard, or the test's timeout (pytest-timeout)
         for r in ranks:
-            if r.proc.poll() is None:
-                r.proc.kill()
+            abort(r.proc)
+        reports = "\n".join(
+            stderr_report(f"rank {r.rank}", r.proc.returncode, (out + [""] * len(ranks))[i], r.stderr)
+            for i, r in enumerate(ranks)
+        )
+        show(reports)
+        close(ranks)
+        if isinstance(exc, AssertionError):
+            raise AssertionError(f"{exc}\n{reports}") from exc
         raise
+    for r, last in zip(ranks, out, strict=True):
+        if not last.startswith("OK") or r.proc.returncode != 0:
+            show(stderr_report(f"rank {r.rank}", r.proc.returncode, last, r.stderr))
+    close(ranks)
     return out
+
+
+def close(ranks: list[Rank]) -> None:
+    """Close the children's stderr files (their text is gone then)."""
+    for r in ranks:
+        if r.stderr is not None:
+            r.stderr.close()
 
 
 def run(dest: str, folders: list[Path], **kw) -> list[str]:
@@ -131,6 +208,7 @@ def kill_all(ranks: list[Rank]) -> None:
         if r.proc.poll() is None:
             r.proc.kill()
         r.proc.wait()
+    close(ranks)
 
 
 #: A rank that makes several calls of save_sharded in turn (``job["saves"]``: each a folder, and
@@ -164,7 +242,8 @@ for n, save in enumerate(job["saves"], 1):
 
 class Actor:
     """One rank process running :data:`ACTOR`: its lines read one at a time, moved on from its
-    pauses by :meth:`go`."""
+    pauses by :meth:`go`. Its stderr goes to a temporary file, shown when it hangs or fails
+    (see the module docstring)."""
 
     def __init__(
         self, dest: str, rank: int, saves: list[dict], *, pause: tuple[str, ...] = (), env=None
@@ -176,33 +255,65 @@ class Actor:
         saves = [{**s, "folder": str(s["folder"])} for s in saves]
         job = {"dest": dest, "saves": saves, "pause": list(pause)}
         self.rank = rank
+        self.last = ""
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by actors_end
+        # Child sets PYTHONFAULTHANDLER=1: SIGABRT writes every thread's stack to the file.
         self.child = Child(
-            [sys.executable, "-c", ACTOR, json.dumps(job)], child_env, ROOT, stderr=subprocess.DEVNULL
+            [sys.executable, "-c", ACTOR, json.dumps(job)], child_env, ROOT, stderr=self.stderr
         )
 
+    def report(self) -> str:
+        return stderr_report(f"rank {self.rank} (actor)", self.child.proc.poll(), self.last, self.stderr)
+
     def next(self) -> str:
-        """The next line the rank printed (``""`` once it ended)."""
-        return self.child.next()
+        """The next line the rank printed (``""`` once it ended). A rank that prints nothing
+        within the hang guard (or the test's timeout) is ended with SIGABRT, and the error
+        carries its stderr (its stacks)."""
+        try:
+            line = self.child.next()
+        except BaseException as exc:
+            abort(self.child.proc)
+            text = self.report()
+            show(text)
+            if isinstance(exc, AssertionError):
+                raise AssertionError(f"{exc}\n{text}") from exc
+            raise
+        self.last = line or self.last
+        return line
 
     def at(self, point: str) -> None:
         """Wait until the rank reports that it reached ``point`` (``"<step>@<n>"``)."""
         line = self.next()
-        assert line == f"AT {point}", f"rank {self.rank} printed {line!r}, not AT {point}"
+        assert line == f"AT {point}", f"rank {self.rank} printed {line!r}, not AT {point}\n{self.report()}"
 
     def go(self) -> None:
         self.child.say()
 
     def end(self) -> None:
-        code, rest = self.child.end()
-        assert code == 0 and rest.strip() == "", (code, rest)
+        try:
+            code, rest = self.child.end()
+        except AssertionError as exc:  # it did not end: Child.end sent SIGABRT (its stacks)
+            raise AssertionError(f"{exc}\n{self.report()}") from exc
+        assert code == 0 and rest.strip() == "", (code, rest, self.report())
 
 
 def actors_end(*actors: Actor) -> None:
-    """End every actor, killing those still running, even after a failed assertion."""
+    """End every actor, killing those still running, even after a failed assertion (then with
+    SIGABRT first: their stacks). After a failure, every actor's stderr goes to the test's
+    captured stderr (shown when the test fails); otherwise that of an actor that ended with an
+    exit status other than 0 on its own."""
+    failing = sys.exc_info()[0] is not None  # called from a ``finally`` of a failing test
     for actor in actors:
-        if actor.child.proc.poll() is None:
-            actor.child.proc.kill()
+        running = actor.child.proc.poll() is None
+        if running:
+            if failing:
+                abort(actor.child.proc)
+            else:
+                actor.child.proc.kill()
         actor.child.end()
+        if failing or (not running and actor.child.proc.returncode != 0):
+            show(actor.report())
+        actor.stderr.close()
 
 
 def make_folders(root: Path, world: int, *, tag: str = "a", size: int = 100_000) -> list[Path]:
