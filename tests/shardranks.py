@@ -154,20 +154,18 @@ def finish(ranks: list[Rank]) -> list[str]:
     that prints nothing within the hang guard fails the test, and every child is ended then
     (SIGABRT: its stacks), its stderr in the error. The stderr of a child whose last line is
     not ``OK`` is written to the test's captured stderr."""
-    out: list[str] = []
+    out = [""] * len(ranks)  # each child's last line so far
     try:
-        for r in ranks:
-            last = ""
+        for i, r in enumerate(ranks):
             while (line := r.lines.next(f"rank {r.rank}")) != "":
-                last = line
+                out[i] = line
             r.proc.wait()
-            out.append(last)
     except BaseException as exc:  # the hang guard, or the test's timeout (pytest-timeout)
         for r in ranks:
             abort(r.proc)
         reports = "\n".join(
-            stderr_report(f"rank {r.rank}", r.proc.returncode, (out + [""] * len(ranks))[i], r.stderr)
-            for i, r in enumerate(ranks)
+            stderr_report(f"rank {r.rank}", r.proc.returncode, last, r.stderr)
+            for r, last in zip(ranks, out, strict=True)
         )
         show(reports)
         close(ranks)

@@ -28,7 +28,7 @@ def test_a_rank_that_hangs_fails_with_its_stacks(
         sr.finish(ranks)
     text = str(info.value)
     assert "rank 0 printed nothing within 0.5s" in text, text
-    assert "----- rank 0: exit status -6, last line ''; its stderr" in text, text
+    assert "----- rank 0: exit status -6, last line ''; its stderr" in text, text  # AT was read above
     assert "Fatal Python error: Aborted" in text and " in stop\n" in text, text
     assert " in stop\n" in capsys.readouterr().err
     assert ranks[0].proc.returncode is not None
