@@ -706,7 +706,7 @@ class Checkpoint(BaseCheckpoint):
             run=run,
             attempt=attempt,
             made_from=self._loaded_from,
-            made_from_digest=self._loaded_digest if self._loaded_from is not None else None,
+            made_from_digest=self._loaded_digest,  # set with _loaded_from, None without it
             keeps_generations=self._keeps_generations,
         )
 

@@ -329,6 +329,29 @@ def make_folders(root: Path, world: int, *, tag: str = "a", size: int = 100_000)
     return folders
 
 
+def folders_of(root: Path, trees: list[dict[str, bytes]], name: str = "r{rank}") -> list[Path]:
+    """A folder per rank under ``root`` (``name`` formatted with its rank) holding its tree's files."""
+    folders = []
+    for rank, files in enumerate(trees):
+        folder = root / name.format(rank=rank)
+        folder.mkdir()
+        for file, data in files.items():
+            (folder / file).write_bytes(data)
+        folders.append(folder)
+    return folders
+
+
+def save_previous(uri: str, tmp: Path) -> None:
+    """Save the previous checkpoint a failed save must leave: a folder holding ``prev``."""
+    import flyte_checkpoint as fc
+
+    prev = tmp / "prev"
+    prev.mkdir()
+    (prev / "prev").write_bytes(b"the previous checkpoint")
+    with fc.Checkpoint(uri) as cp:
+        cp.save_sync(prev)
+
+
 def tree(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` by relative name, with its bytes."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -667,13 +690,7 @@ def check_empty_files_at_the_edges(dest: str, tmp: Path) -> None:
     from flyte_checkpoint.storage.registry import store_for
 
     layout = [{"a": b"a" * 1000, "zz-last": b""}, {"only-empty": b""}, {"m": b"m" * 10, "zz-end": b""}]
-    folders = []
-    for rank, files in enumerate(layout):
-        folder = tmp / f"edges-rank{rank}"
-        folder.mkdir()
-        for name, data in files.items():
-            (folder / name).write_bytes(data)
-        folders.append(folder)
+    folders = folders_of(tmp, layout, "edges-rank{rank}")
     assert save_threads(dest, folders) == []
     index = read_index(store_for(dest), dest)
     assert index is not None

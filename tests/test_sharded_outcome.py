@@ -40,19 +40,8 @@ class NoOutcomeStore(CountingLatencyStore):
 def _setup(tmp_path: Path, scheme: str, files: list[dict[str, bytes]]) -> tuple[str, list[Path]]:
     fc.register_store(scheme, (scheme,), NoOutcomeStore)
     uri = f"{scheme}://b/{tmp_path.name}/ckpt"
-    prev = tmp_path / "prev"
-    prev.mkdir()
-    (prev / "prev").write_bytes(b"the previous checkpoint")
-    with fc.Checkpoint(uri) as cp:
-        cp.save_sync(prev)
-    folders = []
-    for r, tree in enumerate(files):
-        d = tmp_path / f"r{r}"
-        d.mkdir()
-        for name, data in tree.items():
-            (d / name).write_bytes(data)
-        folders.append(d)
-    return uri, folders
+    sr.save_previous(uri, tmp_path)
+    return uri, sr.folders_of(tmp_path, files)
 
 
 def _save(uri: str, folders: list[Path]) -> list[object]:
@@ -149,11 +138,7 @@ def test_rank_0_failing_before_it_decides_tells_the_others_at_once(tmp_path: Pat
     checkpoint stays. Before: rank 1 waited its whole timeout for an outcome never written."""
     fc.register_store("noreports", ("noreports",), NoReportsListedStore)
     uri = f"noreports://b/{tmp_path.name}/ckpt"
-    prev = tmp_path / "prev"
-    prev.mkdir()
-    (prev / "prev").write_bytes(b"the previous checkpoint")
-    with fc.Checkpoint(uri) as cp:
-        cp.save_sync(prev)
+    sr.save_previous(uri, tmp_path)
     folders = sr.make_folders(tmp_path, 2)
     outcomes = _save(uri, folders)
     assert isinstance(outcomes[0], CheckpointPermissionError), outcomes[0]

@@ -24,17 +24,8 @@ def test_a_segment_removed_before_the_commit_fails_every_rank_naming_the_cause(t
     does) fails both ranks with "was gone when rank 0 committed ... two jobs", the previous
     checkpoint kept."""
     dest = str(tmp_path / "store" / "ckpt")
-    prev = tmp_path / "prev"
-    prev.mkdir()
-    (prev / "prev").write_bytes(b"the previous checkpoint")
-    with fc.Checkpoint(dest) as cp:
-        cp.save_sync(prev)
-    folders = []
-    for r in range(2):
-        d = tmp_path / f"r{r}"
-        d.mkdir()
-        (d / f"r{r}").write_bytes(bytes([r]) * 1000)
-        folders.append(d)
+    sr.save_previous(dest, tmp_path)
+    folders = sr.folders_of(tmp_path, [{f"r{r}": bytes([r]) * 1000} for r in range(2)])
 
     def sweep_rank_1(rank: int, step: str) -> None:
         if rank == 0 and step == "committing":
